@@ -1,0 +1,1 @@
+"""Exactly-once event de-duplication worker (Faust + Kafka transactions + RocksDB)."""

@@ -1,0 +1,115 @@
+"""The ``dedupe_events`` agent: a thin loop that reads, looks up, writes and sends.
+
+Every decision comes from ``app.rules``; every send and table write happens inside the
+record's task transaction (``app.eos``), so the record's output, dead-letter or repartition
+record, its changelog record and its offset commit together or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import faust
+from faust.types import EventT, Message
+
+from app import rules
+from app.eos import TaskTransaction, TaskTransactionManager
+from app.settings import Settings
+from tables.transactional import TransactionalTable
+
+log = logging.getLogger(__name__)
+
+
+class Outcome:
+    """Names of the per-partition counters (what happened to each record)."""
+
+    FORWARDED = "forwarded"
+    DUPLICATE = "duplicates_dropped"
+    DEAD_LETTERED = "dead_lettered"
+    REKEYED = "rekeyed"
+
+
+class Deduplicator:
+    """Handles one record inside its transaction. Counters are per partition, this process."""
+
+    def __init__(self, settings: Settings, seen_ids: TransactionalTable) -> None:
+        self.settings = settings
+        self.seen_ids = seen_ids
+        self.counts: dict[int, Counter[str]] = {}
+
+    async def handle(self, txn: TaskTransaction, message: Message) -> str:
+        s = self.settings
+        value: bytes | None = message.value
+        headers = list(message.headers or ())
+        timestamp_ms = round(message.timestamp * 1000)
+        checked = rules.inspect(
+            value, max_event_bytes=s.max_event_bytes, max_id_bytes=s.max_message_id_bytes
+        )
+        if isinstance(checked, rules.Invalid):
+            await txn.send(
+                s.dlq_topic,
+                key=message.key,
+                value=value,
+                headers=rules.dead_letter_headers(
+                    headers, checked, message.topic, message.partition, message.offset
+                ),
+                timestamp_ms=timestamp_ms,
+                partition=message.partition,
+            )
+            return Outcome.DEAD_LETTERED
+        if message.topic == s.input_topic and rules.needs_rekey(
+            message.key, message.partition, checked, s.partitions
+        ):
+            await txn.send(
+                s.repartition_topic,
+                key=checked.id_bytes,
+                value=value,
+                headers=headers,
+                timestamp_ms=timestamp_ms,
+                partition=rules.partition_for(checked.id_bytes, s.partitions),
+            )
+            return Outcome.REKEYED
+        if rules.is_duplicate(self.seen_ids.lookup(checked.id_bytes)):
+            return Outcome.DUPLICATE
+        self.seen_ids[checked.id_bytes] = rules.encode_first_seen(timestamp_ms)
+        await txn.send(
+            s.output_topic,
+            key=checked.id_bytes,
+            value=value,
+            headers=headers,
+            timestamp_ms=timestamp_ms,
+            partition=message.partition,
+        )
+        return Outcome.FORWARDED
+
+    def count(self, partition: int, outcome: str) -> None:
+        counter = self.counts.get(partition)
+        if counter is None:
+            counter = self.counts[partition] = Counter()
+        counter[outcome] += 1
+
+
+def register_agents(
+    app: faust.App,
+    source: faust.TopicT,
+    dedup: Deduplicator,
+) -> faust.types.AgentT:
+    """Declare ``dedupe_events`` on ``app``: one instance, records in offset order per partition."""
+
+    async def dedupe_events(stream: faust.StreamT[bytes]) -> None:
+        # Looked up when the agent starts: the consumer must not exist before the worker does.
+        transactions: TaskTransactionManager = app.consumer.transactions
+        event: EventT
+        async for event in stream.events():
+            message = event.message
+            async with transactions.processing(message) as txn:
+                if txn is None:
+                    continue  # not our partition any more: its owner processes it
+                outcome = await dedup.handle(txn, message)
+            dedup.count(message.partition, outcome)
+
+    agent: faust.types.AgentT = app.agent(source, name="dedupe_events", concurrency=1)(
+        dedupe_events
+    )
+    return agent

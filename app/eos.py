@@ -1,0 +1,575 @@
+"""Exactly-once processing on Faust that really holds: one Kafka transaction per partition task.
+
+faust-streaming's own ``exactly_once`` does not hold for a dedup worker (see
+``../shared/FAUST-EOS.md``): output is sent outside the transaction, changelog records slip into
+the next transaction, the local store keeps writes of aborted transactions and commit errors are
+swallowed. This module replaces Faust's ``TransactionManager`` with one that keeps Faust doing
+what it does well (the worker CLI, agents, tables, group membership, rebalancing, changelog
+recovery, standbys, the web server) and owns the transaction itself.
+
+The unit of work is a *task*: partition number ``p`` of the co-partitioned source topics (the
+input topic and the repartition topic; the table's changelog has the same partition count). A
+task has one transactional producer, ``transactional.id = "<app id>-<input topic>-<p>"``: stable
+across deploys and restarts, so a restarted or new owner of ``p`` fences the old one. Everything
+caused by the records of task ``p`` goes into task ``p``'s open transaction:
+
+- output, dead-letter and repartition records (``TaskTransaction.send``);
+- the table's changelog records (``TransactionalTable`` stages them; they are sent when the
+  record's processing scope closes, so they are always in the same transaction as the record);
+- the consumed offsets (``send_offsets_to_transaction`` at commit).
+
+Local state follows the transaction: table writes are staged in memory per task and applied to
+RocksDB (with the changelog offset they correspond to, in one write batch) only after the
+transaction committed. An aborted or failed transaction discards them. So RocksDB never holds a
+write that did not commit, and after a restart Faust's recovery replays only committed changelog
+records (the consumer reads with ``isolation.level=read_committed``).
+
+Commits run every ``DEDUPE_COMMIT_INTERVAL`` for every task with new work. A record's processing
+scope and its task's commit exclude each other (a per-task lock), so a commit never contains half
+of a record, and the offsets committed are exactly those of the records whose sends are in it.
+
+Failures are never swallowed:
+
+- fenced (another owner of ``p`` initialised the same transactional id): the task stops at once,
+  its staged writes are dropped, and the worker rejoins the group;
+- an error before the commit request: the transaction is aborted, staged writes dropped, the
+  worker rejoins so the partition is re-read from its committed offset;
+- a commit whose outcome is unknown (timeout, lost connection): the producer is closed and
+  recreated with the same transactional id (never aborted; ``InitProducerId`` completes or aborts
+  the pending transaction on the broker), then the group's committed offsets say whether it
+  committed: if so the staged writes are applied, otherwise dropped and the worker rejoins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    ProducerFenced,
+    TransactionalIdAuthorizationFailed,
+)
+from aiokafka.structs import RecordMetadata, TopicPartition
+from faust.transport.consumer import TransactionManager
+from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
+from faust.types import TP, Message
+from mode import Service
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+
+
+class TaskState(enum.Enum):
+    """Life of a partition task between two rebalances."""
+
+    RUNNING = "running"
+    #: Another owner initialised our transactional id: this worker must not touch ``p``.
+    FENCED = "fenced"
+    #: A transaction failed; ``p`` must be re-read from its committed offset after a rejoin.
+    FAILED = "failed"
+
+
+class StagedState(Protocol):
+    """A store whose writes for a partition wait for that partition's transaction."""
+
+    def commit_partition(self, partition: int, changelog_offset: int | None) -> None:
+        """Apply the staged writes of ``partition`` (the transaction committed)."""
+
+    def discard_partition(self, partition: int) -> None:
+        """Drop the staged writes of ``partition`` (the transaction did not commit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRecord:
+    """A changelog record staged by a table write, sent when the record's scope closes."""
+
+    topic: str
+    key: bytes
+    value: bytes | None
+
+
+@dataclass
+class Task:
+    """The transactional state of one partition number ``p`` of the source topics."""
+
+    partition: int
+    transactional_id: str
+    producer: AIOKafkaProducer | None = None
+    state: TaskState = TaskState.RUNNING
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    in_transaction: bool = False
+    #: Send futures of the open transaction (output, dead-letter, repartition).
+    pending: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    #: Send futures of changelog records of the open transaction.
+    changelog_pending: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    #: Changelog records staged by the record being processed.
+    outbox: list[StagedRecord] = field(default_factory=list)
+    #: Next offset to commit, per source partition, for records in the open transaction.
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    records: int = 0
+    # figures for status and metrics
+    commits: int = 0
+    committed_records: int = 0
+    last_commit_at: float | None = None
+    last_commit_seconds: float | None = None
+
+    @property
+    def dirty(self) -> bool:
+        """True when the open transaction holds processed records."""
+        return bool(self.offsets)
+
+    def reset_transaction(self) -> None:
+        self.in_transaction = False
+        self.pending.clear()
+        self.changelog_pending.clear()
+        self.outbox.clear()
+        self.offsets.clear()
+        self.records = 0
+
+
+class TaskTransaction:
+    """What the agent may do while processing one record of a task: send, inside the transaction."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+
+    @property
+    def partition(self) -> int:
+        return self._task.partition
+
+    async def send(
+        self,
+        topic: str,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+        partition: int | None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Send one record in this task's open transaction; it becomes visible only on commit."""
+        task = self._task
+        assert task.producer is not None
+        fut: asyncio.Future[RecordMetadata] = await task.producer.send(
+            topic,
+            value=value,
+            key=key,
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+            headers=list(headers) if headers else None,
+        )
+        task.pending.append(fut)
+        return fut
+
+
+class _ProcessingScope:
+    """``async with tm.processing(message) as txn``: one record's share of its task's transaction.
+
+    Yields ``None`` when this worker does not own the record's task (revoked, fenced or failed):
+    the record is skipped and its offset is not committed, so its owner processes it.
+    """
+
+    __slots__ = ("_manager", "_message", "_task")
+
+    def __init__(self, manager: TaskTransactionManager, message: Message) -> None:
+        self._manager = manager
+        self._message = message
+        self._task: Task | None = None
+
+    async def __aenter__(self) -> TaskTransaction | None:
+        task = self._manager.tasks.get(self._message.partition)
+        if task is None or task.state is not TaskState.RUNNING:
+            return None
+        await task.lock.acquire()
+        if task.state is not TaskState.RUNNING or task.producer is None:
+            task.lock.release()
+            return None
+        try:
+            if not task.in_transaction:
+                await task.producer.begin_transaction()
+                task.in_transaction = True
+        except BaseException:
+            task.lock.release()
+            raise
+        self._task = task
+        return TaskTransaction(task)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = self._task
+        if task is None:
+            return
+        try:
+            if exc is None:
+                await self._manager._flush_outbox(task)
+                message = self._message
+                task.offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
+                task.records += 1
+            else:
+                # Half of a record may be in the transaction: it must never commit.
+                self._manager._fail(task, f"processing raised {exc!r}")
+        except BaseException as flush_exc:
+            self._manager._fail(task, f"sending changelog records raised {flush_exc!r}")
+            raise
+        finally:
+            task.lock.release()
+        if task.records >= self._manager.commit_every:
+            self._manager.commit_soon()
+
+
+class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
+    """Faust's transaction manager, replaced: one transaction per partition task.
+
+    Faust creates it through :class:`Transport` and calls it on rebalances; the agent opens a
+    scope per record with :meth:`processing`; tables stage changelog records with
+    :meth:`stage_changelog`; a background loop commits every ``commit_interval``.
+    """
+
+    #: Commit a task early once its open transaction holds this many records.
+    commit_every = 10_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tasks: dict[int, Task] = {}
+        self.stores: list[StagedState] = []
+        self._wakeup = asyncio.Event()
+        self._admin: AIOKafkaAdminClient | None = None
+        self.rejoins_requested = 0
+
+    # -- configuration -------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        settings: Settings = self.app.dedupe_settings
+        return settings
+
+    @property
+    def group_id(self) -> str:
+        group: str = self.app.conf.id
+        return group
+
+    @property
+    def source_topics(self) -> frozenset[str]:
+        s = self.settings
+        return frozenset({s.input_topic, s.repartition_topic})
+
+    def transactional_id(self, partition: int) -> str:
+        """Stable per (app, input topic, partition): survives deploys and topology changes."""
+        return f"{self.settings.app_id}-{self.settings.input_topic}-{partition}"
+
+    def register_store(self, store: StagedState) -> None:
+        """A store whose staged writes follow this manager's transactions."""
+        self.stores.append(store)
+
+    # -- the agent's side ----------------------------------------------------------------------
+
+    def processing(self, message: Message) -> _ProcessingScope:
+        """Scope for processing ``message``: ``async with tm.processing(msg) as txn: ...``."""
+        return _ProcessingScope(self, message)
+
+    def stage_changelog(self, partition: int, topic: str, key: bytes, value: bytes | None) -> None:
+        """Called by a table write: the changelog record joins task ``partition``'s transaction."""
+        task = self.tasks.get(partition)
+        if task is None or not task.lock.locked():
+            raise RuntimeError(
+                f"table write for partition {partition} outside of a processing scope: "
+                "tables may only change while a record of that partition is processed"
+            )
+        task.outbox.append(StagedRecord(topic, key, value))
+
+    async def _flush_outbox(self, task: Task) -> None:
+        producer = task.producer
+        assert producer is not None
+        for rec in task.outbox:
+            fut = await producer.send(
+                rec.topic, key=rec.key, value=rec.value, partition=task.partition
+            )
+            task.changelog_pending.append(fut)
+        task.outbox.clear()
+
+    def commit_soon(self) -> None:
+        self._wakeup.set()
+
+    # -- Faust's side: rebalances and the commit calls we take over ----------------------------
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        """Faust calls this after the agents finished their current records: commit them."""
+        partitions = {tp.partition for tp in revoked if tp.topic in self.source_topics}
+        await self._commit_tasks([self.tasks[p] for p in partitions if p in self.tasks])
+        for p in partitions:
+            task = self.tasks.get(p)
+            if task is not None and task.state is not TaskState.RUNNING:
+                await self._drop_task(task)
+
+    async def on_rebalance(
+        self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP]
+    ) -> None:
+        """Keep producers of tasks we still own, close the others, start new ones."""
+        wanted = {
+            tp.partition
+            for tp in assigned
+            if tp.topic in self.source_topics and not self.app.assignor.is_standby(tp)
+        }
+        for p in sorted(set(self.tasks) - wanted):
+            await self._drop_task(self.tasks[p])
+        to_start = [p for p in sorted(wanted) if p not in self.tasks]
+        if to_start:
+            log.info("starting transactional producers for partitions %s", to_start)
+            started = time.monotonic()
+            await asyncio.gather(*(self._start_task(p) for p in to_start))
+            log.info(
+                "transactional producers ready for %d partitions in %.2fs",
+                len(to_start),
+                time.monotonic() - started,
+            )
+
+    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
+        """Faust's periodic commit: a no-op, our own loop commits (see module docstring).
+
+        Returning False keeps Faust from marking table offsets as persisted on its own.
+        """
+        return False
+
+    async def send(self, *args: Any, **kwargs: Any) -> Awaitable[RecordMetadata]:
+        raise RuntimeError(
+            "sends outside a task transaction are not allowed in this worker; "
+            "use TaskTransaction.send inside tm.processing(message)"
+        )
+
+    async def send_and_wait(self, *args: Any, **kwargs: Any) -> RecordMetadata:
+        raise RuntimeError("sends outside a task transaction are not allowed in this worker")
+
+    async def flush(self) -> None:
+        """Nothing to flush outside of tasks: task sends are awaited at commit."""
+
+    # -- task life -----------------------------------------------------------------------------
+
+    def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        s = self.settings
+        return AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{self.transactional_id(partition)}-producer",
+            transactional_id=self.transactional_id(partition),
+            transaction_timeout_ms=int(s.transaction_timeout * 1000),
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=5,
+            max_request_size=s.dlq_max_message_bytes,
+            request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
+        )
+
+    async def _start_task(self, partition: int) -> None:
+        producer = self._new_producer(partition)
+        # InitProducerId: fences any older producer with this id and completes or aborts the
+        # transaction it left open, before we read offsets or the changelog of this partition.
+        await producer.start()
+        self.tasks[partition] = Task(partition, self.transactional_id(partition), producer)
+
+    async def _drop_task(self, task: Task) -> None:
+        """Forget a task: drop its staged writes, close its producer without committing."""
+        self.tasks.pop(task.partition, None)
+        self._discard_staged(task)
+        task.reset_transaction()
+        if task.producer is not None:
+            await self._close_producer(task.producer)
+            task.producer = None
+
+    async def _close_producer(self, producer: AIOKafkaProducer) -> None:
+        try:
+            await asyncio.wait_for(producer.stop(), timeout=self.settings.commit_timeout)
+        except (TimeoutError, KafkaError) as exc:
+            log.warning("closing a transactional producer failed: %r", exc)
+
+    def _discard_staged(self, task: Task) -> None:
+        for store in self.stores:
+            store.discard_partition(task.partition)
+
+    def _fail(self, task: Task, why: str) -> None:
+        """The open transaction of ``task`` must not commit: drop it and re-read ``p``."""
+        if task.state is TaskState.RUNNING:
+            log.error("partition %d: %s; aborting and re-reading it", task.partition, why)
+            task.state = TaskState.FAILED
+        self._discard_staged(task)
+        self._request_rejoin()
+
+    def _fenced(self, task: Task, exc: BaseException) -> None:
+        log.error(
+            "partition %d: transactional id %s was fenced (%r): another worker owns it; "
+            "stopping work on it and rejoining the group",
+            task.partition,
+            task.transactional_id,
+            exc,
+        )
+        task.state = TaskState.FENCED
+        self._discard_staged(task)
+        task.reset_transaction()
+        self._request_rejoin()
+
+    def _request_rejoin(self) -> None:
+        """Ask the group coordinator for a rebalance, so failed tasks restart from committed
+        offsets (our eager rebalance revokes every partition and seeks to committed offsets)."""
+        self.rejoins_requested += 1
+        try:
+            thread = self.app.consumer._thread
+            consumer = thread._ensure_consumer()
+            thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+        except Exception as exc:  # pragma: no cover - depends on Faust internals
+            log.critical("cannot request a rejoin (%r): stopping the worker", exc)
+            self.app._crash(exc)
+
+    # -- commits -------------------------------------------------------------------------------
+
+    @Service.task
+    async def _commit_loop(self) -> None:
+        interval = self.settings.commit_interval
+        while not self.should_stop:
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+            self._wakeup.clear()
+            tasks = [t for t in self.tasks.values() if t.dirty and t.state is TaskState.RUNNING]
+            if tasks:
+                await self._commit_tasks(tasks)
+
+    async def on_stop(self) -> None:
+        """Commit what was processed, then close the producers (a graceful stop)."""
+        tasks = list(self.tasks.values())
+        await self._commit_tasks([t for t in tasks if t.state is TaskState.RUNNING])
+        for task in tasks:
+            await self._drop_task(task)
+        if self._admin is not None:
+            await self._admin.close()
+
+    async def _commit_tasks(self, tasks: Iterable[Task]) -> None:
+        await asyncio.gather(*(self._commit_task(t) for t in tasks))
+
+    async def _commit_task(self, task: Task) -> None:
+        async with task.lock:
+            if task.state is not TaskState.RUNNING:
+                return
+            if not task.in_transaction:
+                return
+            producer = task.producer
+            assert producer is not None
+            if not task.dirty:
+                # A transaction was begun but no record finished in it: nothing to keep.
+                await self._abort(task)
+                return
+            started = time.monotonic()
+            offsets = dict(task.offsets)
+            timeout = self.settings.commit_timeout
+            try:
+                await asyncio.wait_for(
+                    asyncio.gather(*task.pending, *task.changelog_pending), timeout=timeout
+                )
+                changelog_offset = max(
+                    (f.result().offset for f in task.changelog_pending), default=None
+                )
+                await asyncio.wait_for(
+                    producer.send_offsets_to_transaction(offsets, self.group_id), timeout=timeout
+                )
+            except FENCING_ERRORS as exc:
+                self._fenced(task, exc)
+                return
+            except Exception as exc:
+                # Nothing was asked to commit yet: aborting is safe and exact.
+                self._fail(task, f"transaction failed before commit: {exc!r}")
+                await self._abort(task)
+                return
+            try:
+                await asyncio.wait_for(asyncio.shield(producer.commit_transaction()), timeout)
+            except FENCING_ERRORS as exc:
+                self._fenced(task, exc)
+                return
+            except (TimeoutError, KafkaError, OSError) as exc:
+                committed = await self._resolve_unknown_outcome(task, offsets, exc)
+                if not committed:
+                    return
+            self._applied(task, changelog_offset, started)
+
+    def _applied(self, task: Task, changelog_offset: int | None, started: float) -> None:
+        for store in self.stores:
+            store.commit_partition(task.partition, changelog_offset)
+        task.commits += 1
+        task.committed_records += task.records
+        task.last_commit_at = time.time()
+        task.last_commit_seconds = time.monotonic() - started
+        task.reset_transaction()
+
+    async def _abort(self, task: Task) -> None:
+        producer = task.producer
+        assert producer is not None
+        try:
+            await asyncio.wait_for(
+                asyncio.shield(producer.abort_transaction()), self.settings.commit_timeout
+            )
+        except FENCING_ERRORS as exc:
+            self._fenced(task, exc)
+            return
+        except Exception as exc:
+            # InitProducerId of a new producer aborts whatever this one left open.
+            log.warning("partition %d: abort failed (%r); recreating producer", task.partition, exc)
+            await self._close_producer(producer)
+            task.producer = self._new_producer(task.partition)
+            await task.producer.start()
+        self._discard_staged(task)
+        task.reset_transaction()
+
+    async def _resolve_unknown_outcome(
+        self, task: Task, offsets: Mapping[TopicPartition, int], exc: BaseException
+    ) -> bool:
+        """The commit request went out but no answer came: never abort, ask the broker."""
+        log.warning(
+            "partition %d: commit outcome unknown (%r); recreating producer %s",
+            task.partition,
+            exc,
+            task.transactional_id,
+        )
+        old = task.producer
+        assert old is not None
+        await self._close_producer(old)
+        producer = self._new_producer(task.partition)
+        # Blocks until the coordinator answers; the pending transaction is then complete.
+        await producer.start()
+        task.producer = producer
+        committed = await self._committed_offsets(list(offsets))
+        if all(committed.get(tp) == off for tp, off in offsets.items()):
+            log.warning("partition %d: the transaction did commit", task.partition)
+            return True
+        self._fail(task, "the transaction did not commit (outcome was unknown)")
+        task.reset_transaction()
+        return False
+
+    async def _committed_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if self._admin is None:
+            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap_servers)
+            await self._admin.start()
+        result = await self._admin.list_consumer_group_offsets(self.group_id, partitions=tps)
+        return {tp: meta.offset for tp, meta in result.items() if meta is not None}
+
+
+class Transport(AIOKafkaTransport):  # type: ignore[misc]
+    """Faust's aiokafka transport with our transaction manager."""
+
+    TransactionManager = TaskTransactionManager

@@ -1,0 +1,101 @@
+"""``create_app(settings)``: the Faust app with its topics, table, agent and exactly-once plumbing.
+
+The one place where the parts are wired together; ``app/main.py`` calls it with the settings
+from the environment, tests call it with their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from yarl import URL
+
+from app.agents import Deduplicator, register_agents
+from app.eos import TaskTransactionManager, Transport
+from app.settings import Settings
+from app.topics import ensure_topics
+from tables.seen_ids import changelog_topic_name, declare_seen_ids
+from tables.transactional import TransactionalTable
+
+log = logging.getLogger(__name__)
+
+
+class DedupeApp(faust.App):  # type: ignore[misc]
+    """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`."""
+
+    dedupe_settings: Settings
+
+    def _new_transport(self) -> Any:
+        return Transport(self.conf.broker_consumer, self)
+
+    async def on_first_start(self) -> None:
+        await super().on_first_start()
+        if not self.in_transaction:
+            raise RuntimeError("the dedup worker must run as a Faust worker with exactly_once")
+        s = self.dedupe_settings
+        await ensure_topics(s, changelog_topic_name(s))
+
+    @property
+    def transactions(self) -> TaskTransactionManager:
+        tm: TaskTransactionManager = self.consumer.transactions
+        return tm
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The app and the parts other modules (web views, tests) need a handle on."""
+
+    app: DedupeApp
+    settings: Settings
+    seen_ids: TransactionalTable
+    dedup: Deduplicator
+
+
+def create_app(settings: Settings) -> Pipeline:
+    """Build the dedup worker for ``settings``."""
+    brokers = [URL(f"kafka://{b.strip()}") for b in settings.bootstrap_servers.split(",")]
+    app = DedupeApp(
+        settings.app_id,
+        broker=brokers,
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        autodiscover=False,
+        processing_guarantee="exactly_once",
+        consumer_auto_offset_reset="earliest",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=settings.standby_replicas,
+        # Faust's own commit timer is a no-op under our transaction manager; keep it quiet.
+        broker_commit_interval=max(settings.commit_interval, 1.0),
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=max(settings.session_timeout / 5, 0.5),
+        producer_max_request_size=settings.dlq_max_message_bytes,
+        consumer_max_fetch_size=max(settings.dlq_max_message_bytes, 4 * 1024 * 1024),
+        web_enabled=True,
+        web_host=settings.web_host,
+        web_bind=settings.web_host,
+        web_port=settings.web_port,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_router_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
+        logging_config=None,
+    )
+    app.dedupe_settings = settings
+    seen_ids = declare_seen_ids(app, settings)
+    source = app.topic(
+        settings.input_topic,
+        settings.repartition_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.partitions,
+    )
+    dedup = Deduplicator(settings, seen_ids)
+    register_agents(app, source, dedup)
+    return Pipeline(app, settings, seen_ids, dedup)

@@ -1,0 +1,17 @@
+"""The worker's Faust app, built from the environment (see ``app/settings.py``).
+
+Run a worker (what the Procfile's ``worker:`` line does)::
+
+    python -m app worker -l info
+
+You should see Faust's start-up banner, "transactional producers ready for N partitions", and
+then the worker processing ``$DEDUPE_INPUT_TOPIC`` into ``$DEDUPE_OUTPUT_TOPIC``.
+"""
+
+from __future__ import annotations
+
+from app.factory import create_app
+from app.settings import Settings
+
+pipeline = create_app(Settings.from_env())
+app = pipeline.app

@@ -1,0 +1,262 @@
+"""One settings object for the whole worker, read from the environment and validated at start-up.
+
+Every knob is one field with its environment variable, default and meaning. ``Settings.from_env()``
+is called by ``create_app`` (never at class-definition time), so tests and tools can build apps
+with their own settings. An invalid value stops the process with a message that names the
+variable, the value and what is accepted.
+
+Faust reads a few environment variables on its own (``WORKDIR``, ``F_DATADIR``...); we pass every
+Faust setting explicitly so those have no effect on the dedup worker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A setting from the environment is missing or invalid."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse ``"250ms"``, ``"30s"``, ``"15m"``, ``"24h"``, ``"28d"`` or plain seconds into seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration (use e.g. 250ms, 30s, 15m, 24h, 28d)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Documentation of one field: its environment variable and meaning (shown in the README)."""
+
+    env: str
+    help: str
+
+
+def _doc(env: str, help: str) -> dict[str, Any]:
+    return {"metadata": {"setting": Setting(env, help)}}
+
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of the dedup worker. Build with :meth:`from_env`; validated on creation."""
+
+    bootstrap_servers: str = field(
+        default="localhost:9092",
+        **_doc("KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, comma-separated host:port."),
+    )
+    app_id: str = field(
+        default="dedupe",
+        **_doc(
+            "DEDUPE_APP_ID",
+            "Faust app id: the consumer group, the prefix of transactional ids and of the "
+            "changelog topic. Changing it starts from scratch (new group, new state).",
+        ),
+    )
+    input_topic: str = field(
+        default="events", **_doc("DEDUPE_INPUT_TOPIC", "Topic of raw events, keyed by messageId.")
+    )
+    output_topic: str = field(
+        default="events-clean",
+        **_doc("DEDUPE_OUTPUT_TOPIC", "Clean topic: each messageId once, written transactionally."),
+    )
+    dlq_topic: str = field(
+        default="events-dlq",
+        **_doc("DEDUPE_DLQ_TOPIC", "Dead-letter topic: bad input with its reason in headers."),
+    )
+    repartition_topic: str = field(
+        default="",
+        **_doc(
+            "DEDUPE_REPARTITION_TOPIC",
+            "Topic that re-keys records whose key is not their messageId. "
+            "Default: '<app id>-<input topic>-repartition'.",
+        ),
+    )
+    partitions: int = field(
+        default=8,
+        **_doc(
+            "DEDUPE_PARTITIONS",
+            "Partition count of input, repartition, changelog, output and dead-letter topics. "
+            "Existing topics must agree or the worker refuses to start.",
+        ),
+    )
+    replication_factor: int = field(
+        default=1,
+        **_doc("DEDUPE_REPLICATION_FACTOR", "Replication factor for topics the worker creates."),
+    )
+    data_dir: Path = field(
+        default=Path("./data"),
+        **_doc("DEDUPE_DATA_DIR", "Local state (RocksDB per partition). Safe to wipe: rebuilt "
+               "from the changelog."),
+    )
+    web_host: str = field(
+        default="127.0.0.1",
+        **_doc("DEDUPE_WEB_HOST", "Address the worker's web server binds to."),
+    )
+    web_port: int = field(default=6066, **_doc("DEDUPE_WEB_PORT", "Port of the worker's web server."))
+    commit_interval: float = field(
+        default=0.1,
+        **_doc(
+            "DEDUPE_COMMIT_INTERVAL",
+            "How often each partition's transaction commits (duration, e.g. 100ms). "
+            "read_committed readers see output within about this interval.",
+        ),
+    )
+    commit_timeout: float = field(
+        default=30.0,
+        **_doc(
+            "DEDUPE_COMMIT_TIMEOUT",
+            "How long a commit may take before its outcome counts as unknown; the producer is "
+            "then recreated with the same transactional id (never aborted).",
+        ),
+    )
+    transaction_timeout: float = field(
+        default=15.0,
+        **_doc(
+            "DEDUPE_TRANSACTION_TIMEOUT",
+            "Broker-side transaction timeout: an open transaction of a dead worker is aborted "
+            "after this long (or at once when its partition is taken over).",
+        ),
+    )
+    max_event_bytes: int = field(
+        default=32 * 1024,
+        **_doc(
+            "DEDUPE_MAX_EVENT_BYTES",
+            "Largest accepted event value in bytes (Segment's limit is 32 KB); larger values "
+            "are dead-lettered.",
+        ),
+    )
+    max_message_id_bytes: int = field(
+        default=256,
+        **_doc("DEDUPE_MAX_MESSAGE_ID_BYTES", "Longest accepted messageId, in UTF-8 bytes."),
+    )
+    dlq_max_message_bytes: int = field(
+        default=8 * 1024 * 1024,
+        **_doc(
+            "DEDUPE_DLQ_MAX_MESSAGE_BYTES",
+            "max.message.bytes of the dead-letter topic (and the producer's request limit), so "
+            "any input record fits there with its original bytes.",
+        ),
+    )
+    session_timeout: float = field(
+        default=10.0,
+        **_doc(
+            "DEDUPE_SESSION_TIMEOUT",
+            "Consumer group session timeout: how soon a dead worker's partitions move.",
+        ),
+    )
+    standby_replicas: int = field(
+        default=0,
+        **_doc("DEDUPE_STANDBY_REPLICAS", "Standby copies of each state partition on other workers."),
+    )
+    log_level: str = field(default="info", **_doc("DEDUPE_LOG_LEVEL", "Log level of the worker."))
+
+    def __post_init__(self) -> None:
+        problems = list(self._problems())
+        if problems:
+            raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
+        if not self.repartition_topic:
+            derived = f"{self.app_id}-{self.input_topic}-repartition"
+            object.__setattr__(self, "repartition_topic", derived)
+
+    def _problems(self) -> list[str]:
+        out: list[str] = []
+
+        def env(name: str) -> str:
+            return self.describe(name).env
+
+        if not self.bootstrap_servers.strip():
+            out.append(f"{env('bootstrap_servers')} must name at least one broker")
+        topic_re = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+        for name in ("app_id", "input_topic", "output_topic", "dlq_topic"):
+            value = getattr(self, name)
+            if not topic_re.match(value):
+                out.append(f"{env(name)}={value!r}: use 1-200 of [A-Za-z0-9._-]")
+        if self.repartition_topic and not topic_re.match(self.repartition_topic):
+            out.append(f"{env('repartition_topic')}={self.repartition_topic!r}: bad topic name")
+        names = [self.input_topic, self.output_topic, self.dlq_topic]
+        if len(set(names)) != len(names):
+            out.append("input, output and dead-letter topics must be three different topics")
+        if not 1 <= self.partitions <= 10_000:
+            out.append(f"{env('partitions')}={self.partitions}: must be 1..10000")
+        if not 1 <= self.replication_factor <= 32:
+            out.append(f"{env('replication_factor')}={self.replication_factor}: must be 1..32")
+        if not 0 < self.web_port < 65536:
+            out.append(f"{env('web_port')}={self.web_port}: must be a TCP port")
+        if not 0.001 <= self.commit_interval <= 60:
+            out.append(f"{env('commit_interval')}={self.commit_interval}s: must be 1ms..60s")
+        if not 1 <= self.commit_timeout <= 600:
+            out.append(f"{env('commit_timeout')}={self.commit_timeout}s: must be 1s..600s")
+        if not 1 <= self.transaction_timeout <= 900:
+            out.append(f"{env('transaction_timeout')}: must be 1s..900s (broker maximum)")
+        if not 64 <= self.max_event_bytes <= 16 * 1024 * 1024:
+            out.append(f"{env('max_event_bytes')}={self.max_event_bytes}: must be 64..16MiB")
+        if not 1 <= self.max_message_id_bytes <= 4096:
+            out.append(f"{env('max_message_id_bytes')}: must be 1..4096")
+        if self.dlq_max_message_bytes < 1024 * 1024:
+            out.append(f"{env('dlq_max_message_bytes')}: must be at least 1 MiB")
+        if not 1 <= self.session_timeout <= 300:
+            out.append(f"{env('session_timeout')}: must be 1s..300s")
+        if not 0 <= self.standby_replicas <= 8:
+            out.append(f"{env('standby_replicas')}: must be 0..8")
+        if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
+            out.append(f"{env('log_level')}={self.log_level!r}: debug|info|warning|error|critical")
+        return out
+
+    @classmethod
+    def describe(cls, name: str) -> Setting:
+        """The documentation of field ``name``."""
+        for f in fields(cls):
+            if f.name == name:
+                setting: Setting = f.metadata["setting"]
+                return setting
+        raise KeyError(name)
+
+    @classmethod
+    def documented(cls) -> list[tuple[str, str, Setting]]:
+        """(field, default, doc) for every field, in declaration order (used by the README)."""
+        out = []
+        for f in fields(cls):
+            out.append((f.name, str(f.default), f.metadata["setting"]))
+        return out
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every field from its environment variable; unset variables keep their defaults."""
+        env = os.environ if environ is None else environ
+        converters: dict[str, Callable[[str], Any]] = {
+            "int": int,
+            "float": parse_duration,
+            "Path": Path,
+            "str": str,
+        }
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            setting: Setting = f.metadata["setting"]
+            raw = env.get(setting.env)
+            if raw is None or raw == "":
+                continue
+            kind = f.type if isinstance(f.type, str) else f.type.__name__
+            try:
+                values[f.name] = converters[kind](raw.strip())
+            except ValueError as exc:
+                raise SettingsError(f"{setting.env}={raw!r}: {exc}") from None
+        return cls(**values)
+
+    @property
+    def state_dir(self) -> Path:
+        """Where Faust keeps this app's tables (below ``data_dir``)."""
+        return self.data_dir / self.app_id

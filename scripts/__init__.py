@@ -1,0 +1,1 @@
+"""Command-line tools around the worker: demo stream, verifier, local broker helpers."""

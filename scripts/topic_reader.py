@@ -1,0 +1,90 @@
+"""Read a whole topic as it stands now, the way a downstream consumer would.
+
+``read_topic`` reads every partition from the beginning up to the end offsets taken at the start
+(the last stable offsets with ``read_committed``), so it returns exactly what a
+``read_committed`` reader can see at that moment and never waits for later writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+
+async def read_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    isolation_level: str = "read_committed",
+    timeout: float = 120.0,
+) -> list[Record]:
+    """All records of ``topic`` up to its current end, in partition then offset order."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level=isolation_level,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        deadline = time.monotonic() + 30
+        while not partitions:
+            if time.monotonic() > deadline:
+                raise LookupError(f"topic {topic!r} does not exist")
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out: list[Record] = []
+        remaining = {tp for tp in tps if ends[tp] > 0}
+        for tp in list(remaining):
+            if await consumer.position(tp) >= ends[tp]:
+                remaining.discard(tp)
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic!r} did not reach its end offsets {ends}")
+            batches = await consumer.getmany(*remaining, timeout_ms=500)
+            for tp, records in batches.items():
+                for r in records:
+                    if r.offset < ends[tp]:
+                        out.append(
+                            Record(
+                                tp.partition,
+                                r.offset,
+                                r.key,
+                                r.value,
+                                tuple(r.headers or ()),
+                                r.timestamp,
+                            )
+                        )
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+        out.sort(key=lambda r: (r.partition, r.offset))
+        return out
+    finally:
+        await consumer.stop()
+
+
+def read_topic_sync(bootstrap: str, topic: str, **kwargs: object) -> list[Record]:
+    return asyncio.run(read_topic(bootstrap, topic, **kwargs))  # type: ignore[arg-type]

@@ -1,0 +1,88 @@
+"""A Faust table whose changes join the exactly-once transaction of the record that made them.
+
+Faust's table sends changelog records through a send buffer that its exactly-once commit does not
+flush, so a change can land in the next transaction, after its record's offset was committed.
+Here a change is (1) staged in :class:`~tables.store.TransactionalStore` and (2) handed to the
+task transaction manager, which sends the changelog record through the record's own
+transactional producer before the record counts as processed. Faust still declares the changelog
+topic, assigns its partitions with the source topics, recovers it, keeps standbys of it.
+
+Keys and values are raw bytes. A change is only allowed while a record of the same partition is
+being processed (``tm.processing(message)``); anything else raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+from faust.types import StoreT
+from faust.types import EventT
+
+from app.eos import TaskTransactionManager
+from tables.store import TransactionalStore
+
+
+def current_partition() -> int:
+    """The partition of the record being processed (tables are co-partitioned with it)."""
+    event: EventT | None = faust.current_event()
+    if event is None:
+        raise RuntimeError("a transactional table is only readable and writable while processing")
+    partition: int = event.message.partition
+    return partition
+
+
+class TransactionalTable(faust.Table):  # type: ignore[misc]
+    """``faust.Table`` with raw bytes keys/values, staged writes and transactional changelog."""
+
+    def __init__(self, app: faust.App, *, name: str, **kwargs: Any) -> None:
+        super().__init__(
+            app,
+            name=name,
+            key_type=bytes,  # bytes types make Faust use the "raw" serializer: no JSON
+            value_type=bytes,
+            **kwargs,
+        )
+
+    @property
+    def transactions(self) -> TaskTransactionManager:
+        tm: TaskTransactionManager = self.app.consumer.transactions
+        return tm
+
+    def _new_store(self) -> StoreT:
+        store = TransactionalStore(
+            self._store or self.app.conf.store,
+            self.app,
+            self,
+            partition_of=current_partition,
+            table_name=self.name,
+            key_type=self.key_type,
+            value_type=self.value_type,
+            key_serializer=self.key_serializer,
+            value_serializer=self.value_serializer,
+            options=self.options,
+        )
+        return store
+
+    @property
+    def store(self) -> TransactionalStore:
+        store: TransactionalStore = self.data
+        return store
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        self.transactions.register_store(self.store)
+
+    def lookup(self, key: bytes) -> bytes | None:
+        """One point read: the committed value plus this transaction's staged write."""
+        return self.store._get(key)
+
+    def on_key_set(self, key: bytes, value: bytes) -> None:
+        self.transactions.stage_changelog(
+            current_partition(), self.changelog_topic.get_topic_name(), key, value
+        )
+
+    def on_key_del(self, key: bytes) -> None:
+        self.transactions.stage_changelog(
+            current_partition(), self.changelog_topic.get_topic_name(), key, None
+        )
