@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
 
@@ -25,6 +26,39 @@ class Record:
     timestamp_ms: int
 
 
+async def start_consumer(**config: object) -> AIOKafkaConsumer:
+    """A started consumer without a group. (aiokafka 0.14's ``stop()`` raises CancelledError
+    when called before its background task ever ran; one loop turn after ``start()`` avoids it.)
+    """
+    consumer = AIOKafkaConsumer(**config)
+    await consumer.start()
+    await asyncio.sleep(0)
+    return consumer
+
+
+async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition, the offset after the last record a read_committed reader can see."""
+    consumer = await start_consumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in parts]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: off for tp, off in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+async def committed_offsets(bootstrap: str, group: str) -> dict[TopicPartition, int]:
+    """The offsets consumer group ``group`` has committed."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        result = await admin.list_consumer_group_offsets(group)
+        return {tp: meta.offset for tp, meta in result.items() if meta is not None}
+    finally:
+        await admin.close()
+
+
 async def read_topic(
     bootstrap: str,
     topic: str,
@@ -33,7 +67,7 @@ async def read_topic(
     timeout: float = 120.0,
 ) -> list[Record]:
     """All records of ``topic`` up to its current end, in partition then offset order."""
-    consumer = AIOKafkaConsumer(
+    consumer = await start_consumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         isolation_level=isolation_level,
@@ -41,7 +75,6 @@ async def read_topic(
         max_partition_fetch_bytes=16 * 1024 * 1024,
         fetch_max_bytes=64 * 1024 * 1024,
     )
-    await consumer.start()
     try:
         partitions = consumer.partitions_for_topic(topic)
         deadline = time.monotonic() + 30

@@ -1,0 +1,723 @@
+#!/usr/bin/env bash
+# kafka-local.sh — a real single-node Apache Kafka broker (KRaft, transactions on) for local
+# runs and tests, from Maven Central jars: no Docker, no tarball.
+#
+# Run from anywhere (paths are relative to the repo root = this script's dir/..):
+#
+#   scripts/kafka-local.sh fetch     # once: jars -> .cache/kafka/<version>/libs (needs mvn, Java 17)
+#   scripts/kafka-local.sh up        # start broker on 127.0.0.1:${KAFKA_PORT:-9092}, wait until ready
+#   scripts/kafka-local.sh status    # "running pid=... port=..." (exit 0) or "not running" (exit 3)
+#   scripts/kafka-local.sh pid       # the broker JVM's pid (for SIGKILL/SIGSTOP fault tests)
+#   scripts/kafka-local.sh console-consumer --bootstrap-server 127.0.0.1:9092 --topic t \
+#       --from-beginning --isolation-level read_committed --timeout-ms 5000
+#   scripts/kafka-local.sh transactions --bootstrap-server 127.0.0.1:9092 list
+#   scripts/kafka-local.sh topics --bootstrap-server 127.0.0.1:9092 --list
+#   scripts/kafka-local.sh tool <MainClass> [args...]   # any Kafka tool class on the cached classpath
+#   (also: console-producer, consumer-groups, get-offsets; `class <tool name>` prints a tool's
+#   main class for this version; `bootstrap` prints 127.0.0.1:$KAFKA_PORT)
+#   scripts/kafka-local.sh down      # SIGTERM (SIGKILL after 30 s) the broker of this data dir
+#   scripts/kafka-local.sh wipe      # down + delete the data dir
+#
+# What you should see from `up`: a few "kafka-local: ..." progress lines ending in
+#   kafka-local: broker ready on 127.0.0.1:9092 (pid 12345, data .../.cache/kafka-run/9092) in 4s
+# (about 4 s on 2 cores; about 7 s after a kill -9, while the old registration expires; the
+# first run also fetches the jars). A second `up` prints "already running" and exits 0. On
+# failure it prints the reason (port taken, JVM died, timeout) and the last 40 lines of
+# <data dir>/broker.log, and exits non-zero.
+#
+# Environment:
+#   KAFKA_VERSION          Kafka release to use (default below; 4.x or 3.9.x)
+#   KAFKA_PORT             broker (PLAINTEXT) port, default 9092
+#   KAFKA_CONTROLLER_PORT  KRaft controller port, default KAFKA_PORT+1
+#   KAFKA_DATA_DIR         default .cache/kafka-run/$KAFKA_PORT; holds logs/ (the Kafka log dir),
+#                          server.properties, log4j config, broker.log, broker.pid
+#   KAFKA_CACHE_DIR        jar cache root, default .cache/kafka
+#   KAFKA_START_TIMEOUT    seconds `up` waits for readiness, default 90
+#   KAFKA_HEAP_OPTS        broker heap, default "-Xms512m -Xmx512m"
+#   PYTHON                 python with aiokafka for the readiness probe and the InitProducerId
+#                          warm-up, default .venv/bin/python (falls back to Java tools if absent)
+#   JAVA                   java binary, default $JAVA_HOME/bin/java or java
+#
+# Notes: `up` warms transactions up with one InitProducerId for transactional.id
+# "kafka-local-warmup" (this creates __transaction_state), so that id shows up in
+# `transactions list`, and with one offset fetch for group "kafka-local-warmup" (creates
+# __consumer_offsets; the group commits nothing). The broker runs in its own session (setsid),
+# so Ctrl-C in the caller's terminal does not reach it; only `down` (or a signal to `pid`)
+# stops it. One data dir belongs to one Kafka version: switching versions needs `wipe`.
+set -euo pipefail
+
+DEFAULT_KAFKA_VERSION=4.3.1
+DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.6.1
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+POM="$SCRIPT_DIR/kafka/pom.xml"
+
+KAFKA_VERSION=${KAFKA_VERSION:-$DEFAULT_KAFKA_VERSION}
+KAFKA_MAJOR=${KAFKA_VERSION%%.*}
+KAFKA_PORT=${KAFKA_PORT:-9092}
+KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
+KAFKA_START_TIMEOUT=${KAFKA_START_TIMEOUT:-90}
+KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms512m -Xmx512m}
+BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
+
+abspath() { # absolute path without requiring it to exist; relative paths are from $PWD
+  case "$1" in
+    /*) realpath -m -- "$1" ;;
+    *) realpath -m -- "$PWD/$1" ;;
+  esac
+}
+
+CACHE_ROOT=$(abspath "${KAFKA_CACHE_DIR:-$ROOT/.cache/kafka}")
+CACHE_DIR="$CACHE_ROOT/$KAFKA_VERSION"
+LIBS="$CACHE_DIR/libs"
+FETCH_MARKER="$CACHE_DIR/.fetch-complete"
+DATA_DIR=$(abspath "${KAFKA_DATA_DIR:-$ROOT/.cache/kafka-run/$KAFKA_PORT}")
+LOG_DIR="$DATA_DIR/logs"
+SERVER_PROPS="$DATA_DIR/server.properties"
+BROKER_LOG="$DATA_DIR/broker.log"
+PID_FILE="$DATA_DIR/broker.pid"
+
+if [[ -n ${JAVA:-} ]]; then
+  :
+elif [[ -n ${JAVA_HOME:-} && -x $JAVA_HOME/bin/java ]]; then
+  JAVA="$JAVA_HOME/bin/java"
+else
+  JAVA=java
+fi
+
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+
+if ((KAFKA_MAJOR >= 4)); then
+  BROKER_LOG_CONFIG="$DATA_DIR/log4j2.properties"
+  TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j2.properties"
+  BROKER_LOG_OPT="-Dlog4j2.configurationFile=file:$BROKER_LOG_CONFIG"
+  TOOLS_LOG_OPT="-Dlog4j2.configurationFile=file:$TOOLS_LOG_CONFIG"
+else
+  BROKER_LOG_CONFIG="$DATA_DIR/log4j.properties"
+  TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j.properties"
+  BROKER_LOG_OPT="-Dlog4j.configuration=file:$BROKER_LOG_CONFIG"
+  TOOLS_LOG_OPT="-Dlog4j.configuration=file:$TOOLS_LOG_CONFIG"
+fi
+# Short-lived tool JVMs: small heap, C1 only (faster start-up on 2 cores).
+TOOL_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true "$TOOLS_LOG_OPT")
+TOPICS_CLASS=""
+
+say() { echo "kafka-local: $*" >&2; }
+die() { echo "kafka-local: ERROR: $*" >&2; exit 1; }
+
+valid_port() { [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0 && $1 < 65536)); }
+valid_port "$KAFKA_PORT" || die "KAFKA_PORT='$KAFKA_PORT' is not a port number"
+valid_port "$KAFKA_CONTROLLER_PORT" || die "KAFKA_CONTROLLER_PORT='$KAFKA_CONTROLLER_PORT' is not a port number"
+[[ $KAFKA_PORT != "$KAFKA_CONTROLLER_PORT" ]] || die "KAFKA_PORT and KAFKA_CONTROLLER_PORT must differ"
+
+# --------------------------------------------------------------------------------------------
+# fetch
+
+cmd_fetch() {
+  if [[ -f $FETCH_MARKER ]]; then
+    say "Kafka $KAFKA_VERSION jars already in $LIBS"
+    return 0
+  fi
+  command -v mvn >/dev/null || die "mvn (Maven) is needed to fetch the Kafka jars"
+  local tmp="$CACHE_DIR/libs.tmp.$$"
+  local -a extra=()
+  if ((KAFKA_MAJOR < 4)); then extra+=(-Dlegacy.logging); fi # 3.x: kafka-tools brings reload4j
+  mkdir -p "$CACHE_DIR"
+  rm -rf "$tmp"
+  say "resolving Kafka $KAFKA_VERSION (kafka_2.13 + kafka-tools + logging) from Maven Central ..."
+  if ! mvn -B -q -f "$POM" "$DEPENDENCY_PLUGIN:copy-dependencies" \
+    -DincludeScope=runtime -DoutputDirectory="$tmp" \
+    -Dkafka.version="$KAFKA_VERSION" "${extra[@]}" 2>&1 |
+    sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2; then # drop Maven's colour codes
+    rm -rf "$tmp"
+    die "Maven could not resolve Kafka $KAFKA_VERSION (does that release exist on Maven Central?)"
+  fi
+  ls "$tmp"/kafka_2.13-"$KAFKA_VERSION".jar >/dev/null 2>&1 || {
+    rm -rf "$tmp"
+    die "kafka_2.13-$KAFKA_VERSION.jar missing after resolution"
+  }
+  # An index of the Kafka classes, to find tool classes that moved between releases.
+  local j lister=(unzip -Z1)
+  command -v unzip >/dev/null || lister=(jar tf)
+  for j in "$tmp"/kafka*.jar; do
+    "${lister[@]}" "$j"
+  done | grep -E '\.class$' | grep -vF '$' | sed -e 's/\.class$//' -e 's#/#.#g' | sort -u >"$tmp/.classes"
+  [[ -s $tmp/.classes ]] || die "could not list the classes in the Kafka jars (need unzip or jar)"
+  rm -rf "$LIBS"
+  mv "$tmp" "$LIBS"
+  touch "$FETCH_MARKER"
+  say "fetched $(find "$LIBS" -name '*.jar' | wc -l) jars ($(du -sh "$LIBS" | cut -f1)) into $LIBS"
+}
+
+ensure_fetched() { [[ -f $FETCH_MARKER ]] || cmd_fetch; }
+
+# First class of the candidates that exists in this Kafka version.
+find_class() {
+  ensure_fetched
+  local c
+  for c in "$@"; do
+    if grep -qxF "$c" "$LIBS/.classes"; then
+      echo "$c"
+      return 0
+    fi
+  done
+  die "none of these classes exist in Kafka $KAFKA_VERSION: $*"
+}
+
+storage_tool_class() { find_class kafka.tools.StorageTool org.apache.kafka.tools.StorageTool; }
+console_consumer_class() { find_class org.apache.kafka.tools.consumer.ConsoleConsumer kafka.tools.ConsoleConsumer; }
+console_producer_class() { find_class org.apache.kafka.tools.ConsoleProducer kafka.tools.ConsoleProducer; }
+transactions_class() { find_class org.apache.kafka.tools.TransactionsCommand; }
+topics_class() { find_class org.apache.kafka.tools.TopicCommand kafka.admin.TopicCommand; }
+groups_class() { find_class org.apache.kafka.tools.consumer.group.ConsumerGroupCommand kafka.admin.ConsumerGroupCommand; }
+offsets_class() { find_class org.apache.kafka.tools.GetOffsetShell kafka.tools.GetOffsetShell; }
+
+tool_class() { # short tool name -> main class for this version
+  case "$1" in
+    storage-tool) storage_tool_class ;;
+    console-consumer) console_consumer_class ;;
+    console-producer) console_producer_class ;;
+    transactions) transactions_class ;;
+    topics) topics_class ;;
+    consumer-groups) groups_class ;;
+    get-offsets) offsets_class ;;
+    *) die "unknown tool name '$1'" ;;
+  esac
+}
+
+# --------------------------------------------------------------------------------------------
+# configs
+
+write_configs() {
+  mkdir -p "$LOG_DIR"
+  {
+    echo "# Written by scripts/kafka-local.sh (rewritten on every start)."
+    echo "process.roles=broker,controller"
+    echo "node.id=1"
+    echo "controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT"
+    echo "controller.listener.names=CONTROLLER"
+    echo "inter.broker.listener.name=PLAINTEXT"
+    echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    echo "log.dirs=$LOG_DIR"
+    echo "auto.create.topics.enable=false"
+    echo "num.partitions=8"
+    echo "default.replication.factor=1"
+    echo "# one node: internal topics must have RF 1 / min ISR 1"
+    echo "offsets.topic.replication.factor=1"
+    echo "transaction.state.log.replication.factor=1"
+    echo "transaction.state.log.min.isr=1"
+    if ((KAFKA_MAJOR >= 4)); then
+      echo "share.coordinator.state.topic.replication.factor=1"
+      echo "share.coordinator.state.topic.min.isr=1"
+      echo "share.coordinator.state.topic.num.partitions=3"
+    fi
+    echo "# speed-ups for a 2-core machine"
+    echo "offsets.topic.num.partitions=3"
+    echo "transaction.state.log.num.partitions=3"
+    echo "group.initial.rebalance.delay.ms=0"
+    echo "group.min.session.timeout.ms=1000"
+    echo "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000"
+    echo "num.network.threads=2"
+    echo "num.io.threads=2"
+    echo "num.recovery.threads.per.data.dir=1"
+    echo "log.cleaner.threads=1"
+    echo "log.cleaner.dedupe.buffer.size=16777216"
+    echo "# after a kill -9 the new incarnation cannot register until the old registration's"
+    echo "# session expires (default 9 s): shorten it so restarts after crashes are quicker"
+    echo "broker.session.timeout.ms=4000"
+    echo "broker.heartbeat.interval.ms=500"
+  } >"$SERVER_PROPS"
+
+  if ((KAFKA_MAJOR >= 4)); then
+    cat >"$BROKER_LOG_CONFIG" <<'EOF'
+# Broker logging (log4j2); stdout goes to broker.log.
+status = warn
+name = kafka-local-broker
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = STDOUT
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+EOF
+  else
+    cat >"$BROKER_LOG_CONFIG" <<'EOF'
+# Broker logging (log4j 1 / reload4j); stdout goes to broker.log.
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.request.logger=WARN
+EOF
+  fi
+}
+
+# Logging for the command-line tools: warnings to stderr. Lives in the jar cache (per version).
+write_tools_log_config() {
+  if ((KAFKA_MAJOR >= 4)); then
+    [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
+# Command-line tools logging (log4j2): warnings to stderr.
+status = warn
+name = kafka-local-tools
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+EOF
+  else
+    [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
+# Command-line tools logging (log4j 1 / reload4j): warnings to stderr.
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+EOF
+  fi
+}
+
+# --------------------------------------------------------------------------------------------
+# process helpers
+
+# Is $1 a live broker JVM of *this* data dir? (guards against pid reuse by another program)
+is_our_broker() {
+  local pid=$1 cmdline
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  [[ -r /proc/$pid/cmdline ]] || return 1
+  cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmdline == *kafka.Kafka* && $cmdline == *"$SERVER_PROPS"* ]]
+}
+
+proc_state() { # R/S/D/T/Z... of a pid, empty if gone
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  stat=${stat##*) }
+  echo "${stat%% *}"
+}
+
+# Pid of the running broker of this data dir (from broker.pid), or nothing.
+running_pid() {
+  [[ -f $PID_FILE ]] || return 0
+  local pid
+  pid=$(tr -dc '0-9' <"$PID_FILE" 2>/dev/null || true)
+  if [[ -n $pid ]] && is_our_broker "$pid" && [[ $(proc_state "$pid") != Z ]]; then
+    echo "$pid"
+  fi
+}
+
+# A broker JVM started with this data dir's server.properties but without (valid) pid file.
+orphan_pid() {
+  local d pid cmdline
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [[ -r $d/cmdline ]] || continue
+    cmdline=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+    if [[ $cmdline == *kafka.Kafka* && $cmdline == *"$SERVER_PROPS"* ]]; then
+      echo "$pid"
+      return 0
+    fi
+  done
+}
+
+port_in_use() { # is something listening on 127.0.0.1:$1 ?
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+port_owner() {
+  if command -v ss >/dev/null; then
+    ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:(\(.*\))/\1/p' | head -1
+  fi
+}
+
+have_python_aiokafka() {
+  command -v "$PYTHON" >/dev/null 2>&1 && "$PYTHON" -c 'import aiokafka' >/dev/null 2>&1
+}
+
+run_tool() { # run a Kafka tool class in the foreground
+  local cls=$1
+  shift
+  ensure_fetched
+  write_tools_log_config
+  exec "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$cls" "$@"
+}
+
+# One admin round trip (list topics). Quiet; exit status says whether the broker answers.
+admin_probe() {
+  if have_python_aiokafka; then
+    timeout 20 "$PYTHON" - "$BOOTSTRAP" >/dev/null 2>&1 <<'EOF'
+import asyncio, sys
+from aiokafka.admin import AIOKafkaAdminClient
+
+async def main(bootstrap):
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    await admin.start()
+    try:
+        await admin.list_topics()
+    finally:
+        await admin.close()
+
+asyncio.run(main(sys.argv[1]))
+EOF
+  else
+    timeout 30 "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$TOPICS_CLASS" \
+      --bootstrap-server "$BOOTSTRAP" --list >/dev/null 2>&1
+  fi
+}
+
+# One InitProducerId (creates __transaction_state) and one OffsetFetch (creates
+# __consumer_offsets), so the first real transaction / consumer group does not wait for them.
+warm_up_transactions() {
+  if have_python_aiokafka; then
+    timeout 60 "$PYTHON" - "$BOOTSTRAP" <<'EOF'
+import asyncio, logging, sys, time
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+# aiokafka logs retried "coordinator not available" errors while the internal topics are created.
+logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+async def main(bootstrap):
+    t0 = time.monotonic()
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="kafka-local-warmup",
+                         request_timeout_ms=30000)
+    await p.start()  # waits for FindCoordinator + InitProducerId
+    await p.stop()
+    t1 = time.monotonic()
+    # An OffsetFetch through the group coordinator creates __consumer_offsets (commits nothing).
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="kafka-local-warmup",
+                         enable_auto_commit=False, request_timeout_ms=30000)
+    await c.start()
+    try:
+        await c.committed(TopicPartition("kafka-local-warmup", 0))
+    finally:
+        await c.stop()
+    print(f"kafka-local: transactions warmed up (InitProducerId in {t1 - t0:.1f}s,"
+          f" group coordinator in {time.monotonic() - t1:.1f}s)", file=sys.stderr)
+
+asyncio.run(main(sys.argv[1]))
+EOF
+  else
+    local src="$DATA_DIR/WarmUp.java"
+    cat >"$src" <<'EOF'
+import java.time.Duration;
+import java.util.Properties;
+import java.util.Set;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class WarmUp {
+    public static void main(String[] args) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", args[0]);
+        p.put("transactional.id", "kafka-local-warmup");
+        p.put("max.block.ms", "60000");
+        try (KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.initTransactions();
+        }
+        Properties c = new Properties();
+        c.put("bootstrap.servers", args[0]);
+        c.put("group.id", "kafka-local-warmup");
+        c.put("enable.auto.commit", "false");
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                 new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            // OffsetFetch through the group coordinator creates __consumer_offsets.
+            consumer.committed(Set.of(new TopicPartition("kafka-local-warmup", 0)), Duration.ofSeconds(60));
+        }
+        System.err.println("kafka-local: transactions warmed up (InitProducerId + group coordinator, Java client)");
+    }
+}
+EOF
+    timeout 90 "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$src" "$BOOTSTRAP"
+  fi
+}
+
+# Serialise up/down/wipe on one data dir (concurrent `up`s would race for the ports).
+# fd 9 is closed for the broker JVM so that it does not hold the lock.
+lock_data_dir() {
+  mkdir -p "$DATA_DIR"
+  exec 9>"$DATA_DIR/.kafka-local.lock"
+  flock -w 180 9 || die "another kafka-local.sh has been busy with $DATA_DIR for 180s"
+}
+
+tail_log() {
+  if [[ -f $BROKER_LOG ]]; then
+    echo "----- last 40 lines of $BROKER_LOG -----" >&2
+    tail -n 40 "$BROKER_LOG" >&2
+    echo "-----" >&2
+  fi
+}
+
+# Stop pid $1: SIGTERM (+SIGCONT in case it is SIGSTOPped), wait up to 30 s, then SIGKILL.
+stop_pid() {
+  local pid=$1 i
+  kill -TERM "$pid" 2>/dev/null || true
+  kill -CONT "$pid" 2>/dev/null || true
+  for ((i = 0; i < 300; i++)); do
+    is_our_broker "$pid" && [[ $(proc_state "$pid") != Z ]] || return 0
+    sleep 0.1
+  done
+  say "broker pid $pid did not stop within 30s after SIGTERM; sending SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    is_our_broker "$pid" && [[ $(proc_state "$pid") != Z ]] || return 0
+    sleep 0.1
+  done
+  die "broker pid $pid survived SIGKILL"
+}
+
+# --------------------------------------------------------------------------------------------
+# up / down / status
+
+cmd_up() {
+  local t_start=$SECONDS pid
+  ensure_fetched
+  lock_data_dir
+  write_tools_log_config
+  command -v "$JAVA" >/dev/null || die "java not found (Kafka needs Java 17+)"
+  if ! have_python_aiokafka; then
+    TOPICS_CLASS=$(topics_class)
+    say "note: $PYTHON with aiokafka not found; probing and warming up with Java tools (slower)"
+  fi
+
+  pid=$(running_pid)
+  if [[ -z $pid ]]; then
+    pid=$(orphan_pid || true)
+    if [[ -n $pid ]]; then
+      say "found broker pid $pid for $DATA_DIR without a pid file; adopting it"
+      echo "$pid" >"$PID_FILE"
+    fi
+  fi
+  if [[ -n $pid ]]; then
+    if [[ -f $DATA_DIR/kafka.version && $(<"$DATA_DIR/kafka.version") != "$KAFKA_VERSION" ]]; then
+      die "the broker running in $DATA_DIR (pid $pid) is Kafka $(<"$DATA_DIR/kafka.version"), not $KAFKA_VERSION; run 'down' (and 'wipe') first"
+    fi
+    if [[ $(proc_state "$pid") == T ]]; then
+      die "broker pid $pid is stopped (SIGSTOP); send it SIGCONT or run 'down' first"
+    fi
+    if admin_probe; then
+      say "already running and answering on $BOOTSTRAP (pid $pid, data $DATA_DIR)"
+      return 0
+    fi
+    say "broker pid $pid is running but not answering yet; waiting for it"
+    wait_ready "$pid" "$t_start" || {
+      tail_log
+      die "broker pid $pid on $BOOTSTRAP did not become ready within ${KAFKA_START_TIMEOUT}s (try 'down' then 'up')"
+    }
+    warm_up_transactions
+    say "broker ready on $BOOTSTRAP (pid $pid, data $DATA_DIR) in $((SECONDS - t_start))s"
+    return 0
+  fi
+
+  # Not running: clean up stale state from a crash / kill -9.
+  if [[ -f $PID_FILE ]]; then
+    say "removing stale pid file (pid $(tr -dc '0-9' <"$PID_FILE" || true) is gone or is not a broker of this data dir)"
+    rm -f "$PID_FILE"
+  fi
+  if [[ -d $LOG_DIR ]]; then
+    find "$LOG_DIR" -maxdepth 1 -name .lock -type f -delete
+  fi
+
+  local p
+  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+    if port_in_use "$p"; then
+      local owner
+      owner=$(port_owner "$p" || true)
+      die "port 127.0.0.1:$p is already in use by another program${owner:+ ($owner)}; pick other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+    fi
+  done
+
+  mkdir -p "$DATA_DIR"
+  if [[ -f $LOG_DIR/meta.properties && -f $DATA_DIR/kafka.version ]]; then
+    local formatted_by
+    formatted_by=$(<"$DATA_DIR/kafka.version")
+    [[ $formatted_by == "$KAFKA_VERSION" ]] ||
+      die "$DATA_DIR was formatted by Kafka $formatted_by, not $KAFKA_VERSION: run 'wipe' first or use another KAFKA_DATA_DIR"
+  fi
+  write_configs
+
+  if [[ ! -f $LOG_DIR/meta.properties ]]; then
+    local cluster_id storage_tool
+    cluster_id=$(new_cluster_id)
+    storage_tool=$(storage_tool_class)
+    say "formatting storage in $LOG_DIR (cluster id $cluster_id)"
+    if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
+      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted >"$DATA_DIR/format.log" 2>&1; then
+      cat "$DATA_DIR/format.log" >&2
+      die "formatting storage failed"
+    fi
+    echo "$KAFKA_VERSION" >"$DATA_DIR/kafka.version"
+  fi
+
+  [[ -f $BROKER_LOG ]] && mv -f "$BROKER_LOG" "$BROKER_LOG.prev"
+  say "starting Kafka $KAFKA_VERSION on $BOOTSTRAP (controller :$KAFKA_CONTROLLER_PORT, data $DATA_DIR)"
+  # setsid: own session, so terminal signals to the caller do not reach the broker. Without job
+  # control the background child is not a group leader, so setsid/nohup exec in place and $! is
+  # the JVM's pid (checked below).
+  # shellcheck disable=SC2086
+  setsid nohup "$JAVA" $KAFKA_HEAP_OPTS \
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
+    -Dkafka.logs.dir="$DATA_DIR" "$BROKER_LOG_OPT" \
+    -cp "$LIBS/*" kafka.Kafka "$SERVER_PROPS" >"$BROKER_LOG" 2>&1 </dev/null 9>&- &
+  pid=$!
+  echo "$pid" >"$PID_FILE"
+  # Between fork and exec the child still shows this script's command line: wait for the exec.
+  local i
+  for ((i = 0; i < 100; i++)); do
+    is_our_broker "$pid" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+
+  if ! wait_ready "$pid" "$t_start"; then
+    tail_log
+    if is_our_broker "$pid"; then
+      say "stopping the broker that did not become ready"
+      stop_pid "$pid"
+      rm -f "$PID_FILE"
+      die "broker did not become ready within ${KAFKA_START_TIMEOUT}s"
+    fi
+    rm -f "$PID_FILE"
+    die "broker JVM exited during start-up (see $BROKER_LOG)"
+  fi
+  say "broker answering after $((SECONDS - t_start))s; warming up transactions"
+  if ! warm_up_transactions; then
+    tail_log
+    die "transaction warm-up (InitProducerId) failed; the broker is still running (pid $pid)"
+  fi
+  say "broker ready on $BOOTSTRAP (pid $pid, data $DATA_DIR) in $((SECONDS - t_start))s"
+}
+
+new_cluster_id() { # 16 random bytes, unpadded base64url (22 chars), not starting with '-'
+  local id
+  while :; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    [[ $id != -* ]] && break
+  done
+  echo "${id:0:22}"
+}
+
+# Wait for "Kafka Server started" in broker.log and a successful admin probe.
+wait_ready() {
+  local pid=$1 t_start=$2 started=""
+  while ((SECONDS - t_start < KAFKA_START_TIMEOUT)); do
+    if ! is_our_broker "$pid" || [[ $(proc_state "$pid") == Z ]]; then
+      return 1
+    fi
+    if [[ -z $started ]] && grep -q "Kafka Server started" "$BROKER_LOG" 2>/dev/null; then
+      started=1
+    fi
+    if [[ -n $started ]] && admin_probe; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  return 1
+}
+
+cmd_down() {
+  local pid
+  if [[ ! -d $DATA_DIR ]]; then
+    say "not running (no data dir $DATA_DIR)"
+    return 0
+  fi
+  lock_data_dir
+  pid=$(running_pid)
+  if [[ -z $pid ]]; then
+    if [[ -f $PID_FILE ]]; then
+      rm -f "$PID_FILE"
+      say "not running (removed stale pid file)"
+    else
+      say "not running"
+    fi
+    return 0
+  fi
+  say "stopping broker pid $pid ($BOOTSTRAP)"
+  stop_pid "$pid"
+  rm -f "$PID_FILE"
+  say "stopped"
+}
+
+cmd_status() {
+  local pid
+  pid=$(running_pid)
+  if [[ -n $pid ]]; then
+    local state
+    state=$(proc_state "$pid")
+    if [[ $state == T ]]; then
+      echo "running (stopped by SIGSTOP) pid=$pid port=$KAFKA_PORT controller_port=$KAFKA_CONTROLLER_PORT version=$KAFKA_VERSION data=$DATA_DIR"
+    else
+      echo "running pid=$pid port=$KAFKA_PORT controller_port=$KAFKA_CONTROLLER_PORT version=$KAFKA_VERSION data=$DATA_DIR"
+    fi
+    return 0
+  fi
+  echo "not running port=$KAFKA_PORT data=$DATA_DIR"
+  return 3
+}
+
+cmd_pid() {
+  local pid
+  pid=$(running_pid)
+  [[ -n $pid ]] || die "broker not running (data $DATA_DIR)"
+  echo "$pid"
+}
+
+cmd_wipe() {
+  cmd_down
+  case "$DATA_DIR" in
+    / | "$ROOT" | "${HOME:-/}" | "$ROOT/.cache")
+      die "refusing to delete $DATA_DIR" ;;
+  esac
+  if [[ -d $DATA_DIR ]]; then
+    rm -rf -- "$DATA_DIR"
+    say "removed $DATA_DIR"
+  fi
+}
+
+usage() {
+  sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+main() {
+  local cmd=${1:-help}
+  [[ $# -gt 0 ]] && shift
+  case "$cmd" in
+    fetch) cmd_fetch ;;
+    up | start) cmd_up ;;
+    down | stop) cmd_down ;;
+    status) cmd_status ;;
+    pid) cmd_pid ;;
+    wipe) cmd_wipe ;;
+    bootstrap) echo "$BOOTSTRAP" ;;
+    tool)
+      [[ $# -ge 1 ]] || die "usage: $0 tool <MainClass> [args...]"
+      run_tool "$@" ;;
+    console-consumer | console-producer | transactions | topics | consumer-groups | get-offsets)
+      local cls
+      cls=$(tool_class "$cmd")
+      run_tool "$cls" "$@" ;;
+    class)
+      [[ $# -ge 1 ]] || die "usage: $0 class storage-tool|console-consumer|console-producer|transactions|topics|consumer-groups|get-offsets"
+      tool_class "$1" ;;
+    help | -h | --help) usage ;;
+    *)
+      usage >&2
+      die "unknown command '$cmd'" ;;
+  esac
+}
+
+main "$@"

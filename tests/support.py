@@ -1,0 +1,193 @@
+"""Test harness: the real broker, real worker processes, fresh names per test.
+
+Workers run as ``python -m app worker`` subprocesses (the Procfile's command), so tests can
+SIGKILL, SIGTERM and restart them exactly as an operator or a crash would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiokafka.structs import TopicPartition
+
+from scripts.topic_reader import committed_offsets, end_offsets, read_topic
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_SCRIPT = ROOT / "scripts" / "kafka-local.sh"
+
+
+@dataclass(frozen=True)
+class Broker:
+    bootstrap: str
+    port: int
+
+    def script(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, KAFKA_PORT=str(self.port))
+        return subprocess.run(
+            [str(KAFKA_SCRIPT), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def unique_suffix() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+@dataclass
+class Names:
+    """Fresh topic, group and directory names for one test."""
+
+    suffix: str
+    data_root: Path
+
+    @property
+    def app_id(self) -> str:
+        return f"t-{self.suffix}"
+
+    @property
+    def input_topic(self) -> str:
+        return f"in-{self.suffix}"
+
+    @property
+    def output_topic(self) -> str:
+        return f"out-{self.suffix}"
+
+    @property
+    def dlq_topic(self) -> str:
+        return f"dlq-{self.suffix}"
+
+    @property
+    def repartition_topic(self) -> str:
+        return f"{self.app_id}-{self.input_topic}-repartition"
+
+    @property
+    def changelog_topic(self) -> str:
+        return f"{self.app_id}-seen_ids-changelog"
+
+
+@dataclass
+class Worker:
+    """One worker process; ``start`` again after a kill restarts it on the same data dir."""
+
+    broker: Broker
+    names: Names
+    index: int = 0
+    partitions: int = 4
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def data_dir(self) -> Path:
+        return self.names.data_root / f"worker-{self.index}"
+
+    @property
+    def web_port(self) -> int:
+        return 17000 + (os.getpid() % 500) * 4 + self.index
+
+    @property
+    def log_path(self) -> Path:
+        return self.names.data_root / f"worker-{self.index}.log"
+
+    def env(self) -> dict[str, str]:
+        n = self.names
+        return {
+            **{k: v for k, v in os.environ.items() if not k.startswith("DEDUPE_")},
+            "KAFKA_BOOTSTRAP_SERVERS": self.broker.bootstrap,
+            "DEDUPE_APP_ID": n.app_id,
+            "DEDUPE_INPUT_TOPIC": n.input_topic,
+            "DEDUPE_OUTPUT_TOPIC": n.output_topic,
+            "DEDUPE_DLQ_TOPIC": n.dlq_topic,
+            "DEDUPE_PARTITIONS": str(self.partitions),
+            "DEDUPE_DATA_DIR": str(self.data_dir),
+            "DEDUPE_WEB_PORT": str(self.web_port),
+            "DEDUPE_SESSION_TIMEOUT": "3s",
+            "DEDUPE_TRANSACTION_TIMEOUT": "10s",
+            **self.extra_env,
+        }
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "worker already running"
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        log.write(f"\n===== start {self.starts} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "worker", "-l", "info"],
+            env=self.env(),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.starts += 1
+
+    def kill(self, sig: int = signal.SIGKILL, wait: float = 60) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(30)
+
+    def wait_ready(self, timeout: float = 120) -> float:
+        """Block until this start of the worker logged Faust's "Ready" (topics exist by then)."""
+        started = time.monotonic()
+        want = self.starts
+        while self.log_text().count("[^Worker]: Ready") < want:
+            if not self.alive():
+                raise AssertionError(f"worker exited while starting:\n{self.log_text()[-4000:]}")
+            if time.monotonic() - started > timeout:
+                raise AssertionError(f"worker not ready after {timeout}s:\n{self.log_text()[-4000:]}")
+            time.sleep(0.2)
+        return time.monotonic() - started
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+async def drained(broker: Broker, names: Names) -> bool:
+    """True when the group has committed past every record of the input and repartition topics."""
+    committed = await committed_offsets(broker.bootstrap, names.app_id)
+    for p, end in (await end_offsets(broker.bootstrap, names.input_topic)).items():
+        if end and committed.get(TopicPartition(names.input_topic, p), 0) < end:
+            return False
+    last: dict[int, int] = {}
+    for rec in await read_topic(broker.bootstrap, names.repartition_topic):
+        last[rec.partition] = rec.offset
+    return all(
+        committed.get(TopicPartition(names.repartition_topic, p), 0) > off
+        for p, off in last.items()
+    )
+
+
+def wait_drained(broker: Broker, names: Names, timeout: float, workers: list[Worker]) -> float:
+    """Block until :func:`drained`; returns the seconds waited. Fails if every worker died."""
+    started = time.monotonic()
+    while True:
+        if asyncio.run(drained(broker, names)):
+            return time.monotonic() - started
+        if workers and not any(w.alive() for w in workers):
+            logs = "\n".join(w.log_text()[-4000:] for w in workers)
+            raise AssertionError(f"all workers exited before draining:\n{logs}")
+        if time.monotonic() - started > timeout:
+            logs = "\n".join(w.log_text()[-4000:] for w in workers)
+            raise AssertionError(f"not drained after {timeout}s:\n{logs}")
+        time.sleep(1.0)
