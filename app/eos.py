@@ -61,6 +61,8 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import RecordMetadata, TopicPartition
 from faust.transport.consumer import TransactionManager
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from faust.types import TP, Message
 from mode import Service
@@ -569,7 +571,27 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         return {tp: meta.offset for tp, meta in result.items() if meta is not None}
 
 
-class Transport(AIOKafkaTransport):  # type: ignore[misc]
-    """Faust's aiokafka transport with our transaction manager."""
+class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
+    """Faust's consumer thread, with highwaters that exist before the first fetch.
 
+    Under exactly_once Faust takes a changelog's highwater from ``last_stable_offset``, which
+    aiokafka only knows after a fetch response: at recovery start it is None, Faust reads it as
+    -1 and crashes with ConsistencyError on any restart with local state. Ask the broker instead
+    (ListOffsets with read_committed isolation returns the last stable offset).
+    """
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        offsets: Mapping[TP, int] = await self._ensure_consumer().end_offsets(partitions)
+        return offsets
+
+
+class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
+    def _new_consumer_thread(self) -> ConsumerThread:
+        return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class Transport(AIOKafkaTransport):  # type: ignore[misc]
+    """Faust's aiokafka transport with our consumer and transaction manager."""
+
+    Consumer = Consumer
     TransactionManager = TaskTransactionManager

@@ -1,0 +1,71 @@
+"""kill -9 the worker at random moments of a 200,000-event run and restart it; the clean topic
+still holds every unique event exactly once. The second variant wipes the data dir on one
+restart, so that worker rebuilds its state from the changelog."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import signal
+import threading
+import time
+
+import pytest
+
+from scripts.streams import build_stream, produce
+from scripts.topic_reader import read_topic
+from scripts.verify import check
+from tests.support import Broker, Names, Worker, drained, wait_drained
+
+pytestmark = pytest.mark.faults
+
+KILLS = 6
+
+
+@pytest.mark.parametrize("wipe_on_restart", [None, 3], ids=["same-dir", "wipe-once"])
+def test_kill_9_at_random_moments(
+    broker: Broker, names: Names, workers: list[Worker], wipe_on_restart: int | None
+) -> None:
+    rng = random.Random(20261121 + (wipe_on_restart or 0))
+    stream = build_stream(200_000, 0.05, seed=11)
+    worker = Worker(broker, names)
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+
+    produced: list[int] = []
+    producer = threading.Thread(
+        target=lambda: produced.append(
+            asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+        )
+    )
+    started = time.monotonic()
+    producer.start()
+    kills_mid_stream = 0
+    for kill in range(KILLS):
+        time.sleep(rng.uniform(2.0, 6.0))
+        busy = not asyncio.run(drained(broker, names))
+        worker.kill(signal.SIGKILL)
+        kills_mid_stream += busy
+        if kill == wipe_on_restart:
+            shutil.rmtree(worker.data_dir)
+        worker.start()
+    producer.join()
+    assert produced == [len(stream.records)]
+    waited = wait_drained(broker, names, timeout=900, workers=workers)
+    elapsed = time.monotonic() - started
+
+    records = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
+    expected = {m.encode(): v for m, v in stream.unique.items()}
+    report = check(names.output_topic, records, expected)
+    print(
+        f"\nevents={len(stream.records)} unique={len(expected)} kills={KILLS} "
+        f"(mid-stream {kills_mid_stream}) wiped_on_restart={wipe_on_restart} "
+        f"duplicates={report.duplicates} missing={report.missing} "
+        f"unexpected={report.unexpected} changed={report.changed} "
+        f"elapsed={elapsed:.0f}s drain_after_last_restart={waited:.0f}s"
+    )
+    assert kills_mid_stream >= 5, "the kills must hit a worker that still had work"
+    assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)
+    assert asyncio.run(read_topic(broker.bootstrap, names.dlq_topic)) == []
