@@ -75,6 +75,21 @@ log = logging.getLogger(__name__)
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 
 
+def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
+    """True when ``exc`` (or the error that broke ``producer``) says another owner took over.
+
+    aiokafka reports fencing on the request that met it; later calls on the same producer fail
+    with ``IllegalOperation``, so the producer's own fatal error is checked too.
+    """
+    if isinstance(exc, FENCING_ERRORS):
+        return True
+    txn = getattr(producer, "_txn_manager", None)
+    if txn is None or not txn.is_fatal_error():
+        return False
+    waiter = txn.wait_for_transaction_end()
+    return bool(waiter.done() and not waiter.cancelled() and isinstance(waiter.exception(), FENCING_ERRORS))
+
+
 class TaskState(enum.Enum):
     """Life of a partition task between two rebalances."""
 
@@ -217,26 +232,30 @@ class _ProcessingScope:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
         task = self._task
         if task is None:
-            return
+            return False
+        manager = self._manager
         try:
             if exc is None:
-                await self._manager._flush_outbox(task)
+                await manager._flush_outbox(task)
                 message = self._message
                 task.offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
                 task.records += 1
-            else:
-                # Half of a record may be in the transaction: it must never commit.
-                self._manager._fail(task, f"processing raised {exc!r}")
-        except BaseException as flush_exc:
-            self._manager._fail(task, f"sending changelog records raised {flush_exc!r}")
-            raise
+        except KafkaError as flush_exc:
+            exc = flush_exc
         finally:
             task.lock.release()
-        if task.records >= self._manager.commit_every:
-            self._manager.commit_soon()
+        if exc is not None:
+            # Half of a record may be in the transaction: it must never commit.
+            manager._transaction_error(task, exc, "while processing")
+            # A Kafka error is the transaction's, not the record's: the task is stopped and
+            # the partition re-read, the agent goes on. Anything else is a bug: re-raise.
+            return isinstance(exc, KafkaError)
+        if task.records >= manager.commit_every:
+            manager.commit_soon()
+        return False
 
 
 class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
@@ -414,6 +433,14 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self._discard_staged(task)
         self._request_rejoin()
 
+    def _transaction_error(self, task: Task, exc: BaseException, where: str) -> bool:
+        """Stop ``task`` after a failed transaction; True when it may still abort (not fenced)."""
+        if is_fenced(task.producer, exc):
+            self._fenced(task, exc)
+            return False
+        self._fail(task, f"transaction failed {where}: {exc!r}")
+        return True
+
     def _fenced(self, task: Task, exc: BaseException) -> None:
         log.error(
             "partition %d: transactional id %s was fenced (%r): another worker owns it; "
@@ -491,20 +518,17 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 await asyncio.wait_for(
                     producer.send_offsets_to_transaction(offsets, self.group_id), timeout=timeout
                 )
-            except FENCING_ERRORS as exc:
-                self._fenced(task, exc)
-                return
             except Exception as exc:
                 # Nothing was asked to commit yet: aborting is safe and exact.
-                self._fail(task, f"transaction failed before commit: {exc!r}")
-                await self._abort(task)
+                if self._transaction_error(task, exc, "before the commit"):
+                    await self._abort(task)
                 return
             try:
                 await asyncio.wait_for(asyncio.shield(producer.commit_transaction()), timeout)
-            except FENCING_ERRORS as exc:
-                self._fenced(task, exc)
-                return
             except (TimeoutError, KafkaError, OSError) as exc:
+                if is_fenced(producer, exc):
+                    self._fenced(task, exc)
+                    return
                 committed = await self._resolve_unknown_outcome(task, offsets, exc)
                 if not committed:
                     return
@@ -526,10 +550,10 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             await asyncio.wait_for(
                 asyncio.shield(producer.abort_transaction()), self.settings.commit_timeout
             )
-        except FENCING_ERRORS as exc:
-            self._fenced(task, exc)
-            return
         except Exception as exc:
+            if is_fenced(producer, exc):
+                self._fenced(task, exc)
+                return
             # InitProducerId of a new producer aborts whatever this one left open.
             log.warning("partition %d: abort failed (%r); recreating producer", task.partition, exc)
             await self._close_producer(producer)

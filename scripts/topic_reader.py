@@ -36,12 +36,24 @@ async def start_consumer(**config: object) -> AIOKafkaConsumer:
     return consumer
 
 
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str, timeout: float = 30) -> list[int]:
+    """The partitions of ``topic``; raises LookupError when it does not exist."""
+    deadline = time.monotonic() + timeout
+    consumer._client.add_topic(topic)
+    while True:
+        partitions = consumer.partitions_for_topic(topic)
+        if partitions:
+            return sorted(partitions)
+        if time.monotonic() > deadline:
+            raise LookupError(f"topic {topic!r} does not exist")
+        await consumer._client.force_metadata_update()
+
+
 async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """Per partition, the offset after the last record a read_committed reader can see."""
     consumer = await start_consumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in parts]
+        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
         ends = await consumer.end_offsets(tps)
         return {tp.partition: off for tp, off in ends.items()}
     finally:
@@ -76,14 +88,7 @@ async def read_topic(
         fetch_max_bytes=64 * 1024 * 1024,
     )
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        deadline = time.monotonic() + 30
-        while not partitions:
-            if time.monotonic() > deadline:
-                raise LookupError(f"topic {topic!r} does not exist")
-            await consumer._client.force_metadata_update()
-            partitions = consumer.partitions_for_topic(topic)
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)

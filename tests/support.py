@@ -166,7 +166,9 @@ class Worker:
 async def drained(broker: Broker, names: Names) -> bool:
     """True when the group has committed past every record of the input and repartition topics."""
     committed = await committed_offsets(broker.bootstrap, names.app_id)
-    for p, end in (await end_offsets(broker.bootstrap, names.input_topic)).items():
+    ends = await end_offsets(broker.bootstrap, names.input_topic)
+    assert ends, f"no partitions for {names.input_topic}"
+    for p, end in ends.items():
         if end and committed.get(TopicPartition(names.input_topic, p), 0) < end:
             return False
     last: dict[int, int] = {}

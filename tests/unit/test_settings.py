@@ -1,0 +1,422 @@
+"""Table-driven tests of ``app/settings.py``: defaults, environment variables, validation."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.settings import Settings, SettingsError, parse_duration
+
+FIELD_NAMES = [f.name for f in dataclasses.fields(Settings)]
+ENV_OF = {name: setting.env for name, _, setting in Settings.documented()}
+
+# --- defaults --------------------------------------------------------------------------------
+
+DEFAULTS: dict[str, Any] = {
+    "bootstrap_servers": "localhost:9092",
+    "app_id": "dedupe",
+    "input_topic": "events",
+    "output_topic": "events-clean",
+    "dlq_topic": "events-dlq",
+    "repartition_topic": "dedupe-events-repartition",
+    "partitions": 8,
+    "replication_factor": 1,
+    "data_dir": Path("./data"),
+    "web_host": "127.0.0.1",
+    "web_port": 6066,
+    "commit_interval": 0.1,
+    "commit_timeout": 30.0,
+    "transaction_timeout": 15.0,
+    "max_event_bytes": 32 * 1024,
+    "max_message_id_bytes": 256,
+    "dlq_max_message_bytes": 8 * 1024 * 1024,
+    "session_timeout": 10.0,
+    "standby_replicas": 0,
+    "log_level": "info",
+}
+
+
+def test_defaults_table_covers_every_field() -> None:
+    assert sorted(DEFAULTS) == sorted(FIELD_NAMES)
+
+
+@pytest.mark.parametrize(("name", "expected"), DEFAULTS.items(), ids=list(DEFAULTS))
+def test_from_env_defaults(name: str, expected: Any) -> None:
+    settings = Settings.from_env({})
+    assert getattr(settings, name) == expected
+    assert type(getattr(settings, name)) is type(expected)
+
+
+def test_from_env_empty_mapping_ignores_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DEDUPE_PARTITIONS", "3")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+    settings = Settings.from_env({})
+    assert settings.partitions == 8
+    assert settings.bootstrap_servers == "localhost:9092"
+
+
+def test_from_env_without_mapping_reads_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DEDUPE_PARTITIONS", "3")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+    settings = Settings.from_env()
+    assert settings.partitions == 3
+    assert settings.bootstrap_servers == "elsewhere:9092"
+
+
+def test_state_dir() -> None:
+    settings = Settings.from_env({"DEDUPE_DATA_DIR": "/srv/state", "DEDUPE_APP_ID": "dd"})
+    assert settings.state_dir == Path("/srv/state/dd")
+
+
+# --- every environment variable --------------------------------------------------------------
+
+#: field -> (raw environment value, parsed value); every value differs from the default.
+FROM_ENV: dict[str, tuple[str, Any]] = {
+    "bootstrap_servers": ("b1:9092,b2:9093", "b1:9092,b2:9093"),
+    "app_id": ("shop-dedupe", "shop-dedupe"),
+    "input_topic": ("raw.events", "raw.events"),
+    "output_topic": ("clean_events", "clean_events"),
+    "dlq_topic": ("dead-events", "dead-events"),
+    "repartition_topic": ("rekeyed", "rekeyed"),
+    "partitions": ("12", 12),
+    "replication_factor": ("3", 3),
+    "data_dir": ("/var/lib/dedupe", Path("/var/lib/dedupe")),
+    "web_host": ("0.0.0.0", "0.0.0.0"),
+    "web_port": ("8080", 8080),
+    "commit_interval": ("250ms", 0.25),
+    "commit_timeout": ("2m", 120.0),
+    "transaction_timeout": ("45s", 45.0),
+    "max_event_bytes": ("65536", 65536),
+    "max_message_id_bytes": ("128", 128),
+    "dlq_max_message_bytes": ("2097152", 2097152),
+    "session_timeout": ("20", 20.0),
+    "standby_replicas": ("1", 1),
+    "log_level": ("debug", "debug"),
+}
+
+
+def test_from_env_table_covers_every_field() -> None:
+    assert sorted(FROM_ENV) == sorted(FIELD_NAMES)
+    for name, (_, parsed) in FROM_ENV.items():
+        assert parsed != DEFAULTS[name], name
+
+
+def test_from_env_reads_every_variable() -> None:
+    environ = {setting.env: FROM_ENV[name][0] for name, _, setting in Settings.documented()}
+    settings = Settings.from_env(environ)
+    for name, (_, parsed) in FROM_ENV.items():
+        assert getattr(settings, name) == parsed, name
+
+
+@pytest.mark.parametrize("name", FIELD_NAMES)
+def test_each_variable_sets_only_its_field(name: str) -> None:
+    raw, parsed = FROM_ENV[name]
+    settings = Settings.from_env({ENV_OF[name]: raw})
+    assert getattr(settings, name) == parsed
+    for other in FIELD_NAMES:
+        if other in (name, "repartition_topic"):
+            continue
+        assert getattr(settings, other) == DEFAULTS[other], other
+
+
+@pytest.mark.parametrize(
+    ("environ", "name", "expected"),
+    [
+        pytest.param({"DEDUPE_PARTITIONS": ""}, "partitions", 8, id="empty-is-default"),
+        pytest.param({"DEDUPE_PARTITIONS": " 12 "}, "partitions", 12, id="stripped-int"),
+        pytest.param({"DEDUPE_COMMIT_INTERVAL": " 50ms "}, "commit_interval", 0.05, id="stripped"),
+        pytest.param({"DEDUPE_LOG_LEVEL": "WARNING"}, "log_level", "WARNING", id="level-case"),
+        pytest.param({"dedupe_partitions": "12"}, "partitions", 8, id="names-are-case-sensitive"),
+    ],
+)
+def test_from_env_edge_values(environ: dict[str, str], name: str, expected: Any) -> None:
+    assert getattr(Settings.from_env(environ), name) == expected
+
+
+# --- durations -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("250ms", 0.25),
+        ("1ms", 0.001),
+        ("30s", 30.0),
+        ("15m", 900.0),
+        ("24h", 86_400.0),
+        ("28d", 28 * 86_400.0),
+        ("2", 2.0),
+        ("1.5s", 1.5),
+        ("0.5m", 30.0),
+        (" 10 s ", 10.0),
+        ("0", 0.0),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "  ", "soon", "10 min", "-5s", "5x", "1e3", "s", "1.s", "ms"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("env", "raw", "name", "seconds"),
+    [
+        ("DEDUPE_COMMIT_INTERVAL", "250ms", "commit_interval", 0.25),
+        ("DEDUPE_COMMIT_INTERVAL", "2", "commit_interval", 2.0),
+        ("DEDUPE_COMMIT_TIMEOUT", "5m", "commit_timeout", 300.0),
+        ("DEDUPE_TRANSACTION_TIMEOUT", "15m", "transaction_timeout", 900.0),
+        ("DEDUPE_SESSION_TIMEOUT", "30s", "session_timeout", 30.0),
+    ],
+)
+def test_durations_from_env(env: str, raw: str, name: str, seconds: float) -> None:
+    assert getattr(Settings.from_env({env: raw}), name) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("env", "raw"),
+    [
+        ("DEDUPE_COMMIT_INTERVAL", "soon"),
+        ("DEDUPE_COMMIT_TIMEOUT", "30 seconds"),
+        ("DEDUPE_TRANSACTION_TIMEOUT", "-1s"),
+        ("DEDUPE_SESSION_TIMEOUT", "10sec"),
+        ("DEDUPE_PARTITIONS", "eight"),
+        ("DEDUPE_PARTITIONS", "8.5"),
+        ("DEDUPE_WEB_PORT", "http"),
+        ("DEDUPE_MAX_EVENT_BYTES", "32KB"),
+    ],
+)
+def test_unparsable_values_name_the_variable(env: str, raw: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({env: raw})
+    assert env in str(info.value)
+    assert repr(raw) in str(info.value)
+
+
+# --- validation ------------------------------------------------------------------------------
+
+TOPIC_COLLISION = pytest.mark.xfail(
+    strict=True,
+    reason="app/settings.py _problems: the three-topics-differ message "
+    "('input, output and dead-letter topics must be three different topics') names no variable",
+)
+
+INVALID = [
+    pytest.param({"DEDUPE_PARTITIONS": "0"}, "DEDUPE_PARTITIONS", id="partitions-0"),
+    pytest.param({"DEDUPE_PARTITIONS": "10001"}, "DEDUPE_PARTITIONS", id="partitions-10001"),
+    pytest.param({"DEDUPE_PARTITIONS": "-1"}, "DEDUPE_PARTITIONS", id="partitions-negative"),
+    pytest.param({"DEDUPE_WEB_PORT": "70000"}, "DEDUPE_WEB_PORT", id="port-70000"),
+    pytest.param({"DEDUPE_WEB_PORT": "0"}, "DEDUPE_WEB_PORT", id="port-0"),
+    pytest.param({"DEDUPE_INPUT_TOPIC": "bad topic!"}, "DEDUPE_INPUT_TOPIC", id="bad-input"),
+    pytest.param({"DEDUPE_OUTPUT_TOPIC": "a/b"}, "DEDUPE_OUTPUT_TOPIC", id="bad-output"),
+    pytest.param({"DEDUPE_DLQ_TOPIC": "x" * 201}, "DEDUPE_DLQ_TOPIC", id="dlq-too-long"),
+    pytest.param({"DEDUPE_APP_ID": "my app"}, "DEDUPE_APP_ID", id="bad-app-id"),
+    pytest.param(
+        {"DEDUPE_REPARTITION_TOPIC": "re partition"}, "DEDUPE_REPARTITION_TOPIC", id="bad-repart"
+    ),
+    pytest.param({"KAFKA_BOOTSTRAP_SERVERS": " "}, "KAFKA_BOOTSTRAP_SERVERS", id="no-brokers"),
+    pytest.param({"DEDUPE_LOG_LEVEL": "loud"}, "DEDUPE_LOG_LEVEL", id="log-level-loud"),
+    pytest.param({"DEDUPE_REPLICATION_FACTOR": "0"}, "DEDUPE_REPLICATION_FACTOR", id="rf-0"),
+    pytest.param({"DEDUPE_COMMIT_INTERVAL": "0.5ms"}, "DEDUPE_COMMIT_INTERVAL", id="ci-0.5ms"),
+    pytest.param({"DEDUPE_COMMIT_INTERVAL": "61s"}, "DEDUPE_COMMIT_INTERVAL", id="ci-61s"),
+    pytest.param({"DEDUPE_COMMIT_TIMEOUT": "11m"}, "DEDUPE_COMMIT_TIMEOUT", id="ct-11m"),
+    pytest.param({"DEDUPE_TRANSACTION_TIMEOUT": "16m"}, "DEDUPE_TRANSACTION_TIMEOUT", id="tt"),
+    pytest.param({"DEDUPE_MAX_EVENT_BYTES": "63"}, "DEDUPE_MAX_EVENT_BYTES", id="event-63"),
+    pytest.param({"DEDUPE_MAX_MESSAGE_ID_BYTES": "0"}, "DEDUPE_MAX_MESSAGE_ID_BYTES", id="id-0"),
+    pytest.param(
+        {"DEDUPE_DLQ_MAX_MESSAGE_BYTES": "1000"}, "DEDUPE_DLQ_MAX_MESSAGE_BYTES", id="dlq-max"
+    ),
+    pytest.param({"DEDUPE_SESSION_TIMEOUT": "301"}, "DEDUPE_SESSION_TIMEOUT", id="session"),
+    pytest.param({"DEDUPE_STANDBY_REPLICAS": "9"}, "DEDUPE_STANDBY_REPLICAS", id="standby-9"),
+    pytest.param(
+        {"DEDUPE_OUTPUT_TOPIC": "events"},
+        "DEDUPE_OUTPUT_TOPIC",
+        id="output-is-input",
+        marks=TOPIC_COLLISION,
+    ),
+    pytest.param(
+        {"DEDUPE_DLQ_TOPIC": "events-clean"},
+        "DEDUPE_DLQ_TOPIC",
+        id="dlq-is-output",
+        marks=TOPIC_COLLISION,
+    ),
+]
+
+
+@pytest.mark.parametrize(("environ", "env"), INVALID)
+def test_invalid_values_raise_naming_the_variable(environ: dict[str, str], env: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(environ)
+    assert env in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"DEDUPE_OUTPUT_TOPIC": "events"},
+        {"DEDUPE_DLQ_TOPIC": "events"},
+        {"DEDUPE_DLQ_TOPIC": "events-clean"},
+    ],
+)
+def test_input_output_dlq_must_differ(environ: dict[str, str]) -> None:
+    with pytest.raises(SettingsError, match="three different topics"):
+        Settings.from_env(environ)
+
+
+def test_all_problems_are_reported_together() -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({"DEDUPE_PARTITIONS": "0", "DEDUPE_WEB_PORT": "70000"})
+    assert "DEDUPE_PARTITIONS" in str(info.value)
+    assert "DEDUPE_WEB_PORT" in str(info.value)
+
+
+VALUE_NOT_NAMED = pytest.mark.xfail(
+    strict=True,
+    reason="app/settings.py _problems: message names the variable but not the rejected value, "
+    "although the module promises 'a message that names the variable, the value'",
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "raw", "shown"),
+    [
+        pytest.param("DEDUPE_PARTITIONS", "0", "=0", id="partitions"),
+        pytest.param("DEDUPE_WEB_PORT", "70000", "=70000", id="web-port"),
+        pytest.param("DEDUPE_LOG_LEVEL", "loud", "'loud'", id="log-level"),
+        pytest.param("DEDUPE_INPUT_TOPIC", "a b", "'a b'", id="topic"),
+        pytest.param("DEDUPE_COMMIT_INTERVAL", "61s", "61.0", id="commit-interval"),
+        pytest.param(
+            "DEDUPE_TRANSACTION_TIMEOUT",
+            "16m",
+            "960",
+            id="transaction-timeout",
+            marks=VALUE_NOT_NAMED,
+        ),
+        pytest.param(
+            "DEDUPE_MAX_MESSAGE_ID_BYTES", "5000", "5000", id="max-id-bytes", marks=VALUE_NOT_NAMED
+        ),
+        pytest.param(
+            "DEDUPE_DLQ_MAX_MESSAGE_BYTES", "1000", "1000", id="dlq-max", marks=VALUE_NOT_NAMED
+        ),
+        pytest.param("DEDUPE_SESSION_TIMEOUT", "301", "301", id="session", marks=VALUE_NOT_NAMED),
+        pytest.param("DEDUPE_STANDBY_REPLICAS", "9", "9", id="standby", marks=VALUE_NOT_NAMED),
+    ],
+)
+def test_invalid_values_are_shown(env: str, raw: str, shown: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({env: raw})
+    assert f"{env}" in str(info.value)
+    assert shown in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "name", "expected"),
+    [
+        pytest.param({"DEDUPE_PARTITIONS": "1"}, "partitions", 1, id="partitions-1"),
+        pytest.param({"DEDUPE_PARTITIONS": "10000"}, "partitions", 10_000, id="partitions-max"),
+        pytest.param({"DEDUPE_WEB_PORT": "65535"}, "web_port", 65535, id="port-max"),
+        pytest.param({"DEDUPE_COMMIT_INTERVAL": "1ms"}, "commit_interval", 0.001, id="ci-1ms"),
+        pytest.param({"DEDUPE_COMMIT_INTERVAL": "60s"}, "commit_interval", 60.0, id="ci-60s"),
+        pytest.param({"DEDUPE_TRANSACTION_TIMEOUT": "15m"}, "transaction_timeout", 900.0, id="tt"),
+        pytest.param({"DEDUPE_MAX_EVENT_BYTES": "64"}, "max_event_bytes", 64, id="event-64"),
+        pytest.param({"DEDUPE_INPUT_TOPIC": "a" * 200}, "input_topic", "a" * 200, id="topic-200"),
+        pytest.param({"DEDUPE_LOG_LEVEL": "Critical"}, "log_level", "Critical", id="level"),
+        pytest.param({"DEDUPE_STANDBY_REPLICAS": "8"}, "standby_replicas", 8, id="standby-8"),
+    ],
+)
+def test_boundary_values_are_accepted(environ: dict[str, str], name: str, expected: Any) -> None:
+    assert getattr(Settings.from_env(environ), name) == expected
+
+
+# --- the derived repartition topic -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, "dedupe-events-repartition"),
+        ({"DEDUPE_APP_ID": "shop"}, "shop-events-repartition"),
+        ({"DEDUPE_INPUT_TOPIC": "raw"}, "dedupe-raw-repartition"),
+        ({"DEDUPE_APP_ID": "shop", "DEDUPE_INPUT_TOPIC": "raw"}, "shop-raw-repartition"),
+        ({"DEDUPE_APP_ID": "shop", "DEDUPE_REPARTITION_TOPIC": "rekey"}, "rekey"),
+        ({"DEDUPE_REPARTITION_TOPIC": ""}, "dedupe-events-repartition"),
+    ],
+)
+def test_repartition_topic(environ: dict[str, str], expected: str) -> None:
+    assert Settings.from_env(environ).repartition_topic == expected
+
+
+def test_repartition_topic_derived_by_constructor() -> None:
+    assert Settings(app_id="a", input_topic="in").repartition_topic == "a-in-repartition"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="app/settings.py _problems: the repartition topic is not checked against the output "
+    "and dead-letter topics; re-keyed raw records (with duplicates) would go to the clean topic",
+)
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"DEDUPE_REPARTITION_TOPIC": "events-clean"},
+        {"DEDUPE_APP_ID": "x", "DEDUPE_INPUT_TOPIC": "y", "DEDUPE_OUTPUT_TOPIC": "x-y-repartition"},
+    ],
+    ids=["explicit", "derived"],
+)
+def test_repartition_topic_must_not_be_the_output_topic(environ: dict[str, str]) -> None:
+    with pytest.raises(SettingsError):
+        Settings.from_env(environ)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="app/settings.py: the derived repartition topic '<app id>-<input>-repartition' is "
+    "never validated (validation runs before it is derived); with 200-char names it is 413 "
+    "chars, over Kafka's 249-char topic limit, so the broker refuses it at start-up",
+)
+def test_derived_repartition_topic_is_a_valid_kafka_topic() -> None:
+    with pytest.raises(SettingsError):
+        Settings(app_id="a" * 200, input_topic="b" * 200)
+
+
+# --- documentation of the fields -------------------------------------------------------------
+
+
+def test_documented_lists_every_field_in_order() -> None:
+    assert [name for name, _, _ in Settings.documented()] == FIELD_NAMES
+
+
+@pytest.mark.parametrize(("name", "default", "setting"), Settings.documented(), ids=FIELD_NAMES)
+def test_every_field_is_documented(name: str, default: str, setting: Any) -> None:
+    assert setting.env
+    assert setting.env.startswith(("KAFKA_", "DEDUPE_"))
+    assert setting.env == setting.env.upper()
+    assert setting.help.strip()
+    assert Settings.describe(name) == setting
+    assert isinstance(default, str)
+
+
+def test_env_names_are_unique() -> None:
+    envs = [setting.env for _, _, setting in Settings.documented()]
+    assert len(envs) == len(set(envs))
+
+
+def test_describe_unknown_field() -> None:
+    with pytest.raises(KeyError):
+        Settings.describe("no_such_field")
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings.from_env({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.partitions = 3  # type: ignore[misc]
