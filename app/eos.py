@@ -43,6 +43,7 @@ Failures are never swallowed:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import time
@@ -87,7 +88,9 @@ def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     if txn is None or not txn.is_fatal_error():
         return False
     waiter = txn.wait_for_transaction_end()
-    return bool(waiter.done() and not waiter.cancelled() and isinstance(waiter.exception(), FENCING_ERRORS))
+    return bool(
+        waiter.done() and not waiter.cancelled() and isinstance(waiter.exception(), FENCING_ERRORS)
+    )
 
 
 class TaskState(enum.Enum):
@@ -468,14 +471,12 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     # -- commits -------------------------------------------------------------------------------
 
-    @Service.task
+    @Service.task  # type: ignore[untyped-decorator]
     async def _commit_loop(self) -> None:
         interval = self.settings.commit_interval
         while not self.should_stop:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=interval)
-            except TimeoutError:
-                pass
             self._wakeup.clear()
             tasks = [t for t in self.tasks.values() if t.dirty and t.state is TaskState.RUNNING]
             if tasks:

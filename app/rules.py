@@ -65,8 +65,10 @@ def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> 
         return Invalid(BadInput.NOT_UTF8, f"invalid UTF-8 at byte {exc.start}")
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except ValueError as exc:  # also int() digit limits on huge numbers
         return Invalid(BadInput.NOT_JSON, f"not JSON: {exc}"[:200])
+    except RecursionError:
+        return Invalid(BadInput.NOT_JSON, "JSON nested too deeply to parse")
     if not isinstance(doc, dict):
         return Invalid(BadInput.NOT_OBJECT, f"JSON {type(doc).__name__}, not an object")
     if "messageId" not in doc:
@@ -82,14 +84,16 @@ def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> 
         return Invalid(BadInput.NOT_UTF8, "messageId is not encodable as UTF-8")
     if len(id_bytes) > max_id_bytes:
         return Invalid(
-            BadInput.MESSAGE_ID_TOO_LONG, f"messageId is {len(id_bytes)} bytes, limit {max_id_bytes}"
+            BadInput.MESSAGE_ID_TOO_LONG,
+            f"messageId is {len(id_bytes)} bytes, limit {max_id_bytes}",
         )
     return Valid(message_id, id_bytes)
 
 
 def partition_for(id_bytes: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner (murmur2, Java-compatible) gives this key."""
-    return (murmur2(id_bytes) & 0x7FFFFFFF) % partitions
+    hashed: int = murmur2(id_bytes)
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 def needs_rekey(key: bytes | None, partition: int, event: Valid, partitions: int) -> bool:

@@ -30,7 +30,7 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, No
 
 
 def parse_duration(text: str) -> float:
-    """Parse ``"250ms"``, ``"30s"``, ``"15m"``, ``"24h"``, ``"28d"`` or plain seconds into seconds."""
+    """Parse ``"250ms"``, ``"30s"``, ``"15m"``, ``"24h"``, ``"28d"`` or plain seconds."""
     match = _DURATION.match(text)
     if match is None:
         raise ValueError(f"{text!r} is not a duration (use e.g. 250ms, 30s, 15m, 24h, 28d)")
@@ -45,132 +45,109 @@ class Setting:
     help: str
 
 
-def _doc(env: str, help: str) -> dict[str, Any]:
-    return {"metadata": {"setting": Setting(env, help)}}
-
+def setting(default: T, env: str, help: str) -> T:
+    """A settings field: its default, environment variable and documentation."""
+    return field(default=default, metadata={"setting": Setting(env, help)})
 
 
 @dataclass(frozen=True)
 class Settings:
     """Every setting of the dedup worker. Build with :meth:`from_env`; validated on creation."""
 
-    bootstrap_servers: str = field(
-        default="localhost:9092",
-        **_doc("KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, comma-separated host:port."),
+    bootstrap_servers: str = setting(
+        "localhost:9092", "KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, comma-separated host:port."
     )
-    app_id: str = field(
-        default="dedupe",
-        **_doc(
-            "DEDUPE_APP_ID",
-            "Faust app id: the consumer group, the prefix of transactional ids and of the "
-            "changelog topic. Changing it starts from scratch (new group, new state).",
-        ),
+    app_id: str = setting(
+        "dedupe",
+        "DEDUPE_APP_ID",
+        "Faust app id: the consumer group, the prefix of transactional ids and of the "
+        "changelog topic. Changing it starts from scratch (new group, new state).",
     )
-    input_topic: str = field(
-        default="events", **_doc("DEDUPE_INPUT_TOPIC", "Topic of raw events, keyed by messageId.")
+    input_topic: str = setting(
+        "events", "DEDUPE_INPUT_TOPIC", "Topic of raw events, keyed by messageId."
     )
-    output_topic: str = field(
-        default="events-clean",
-        **_doc("DEDUPE_OUTPUT_TOPIC", "Clean topic: each messageId once, written transactionally."),
+    output_topic: str = setting(
+        "events-clean",
+        "DEDUPE_OUTPUT_TOPIC",
+        "Clean topic: each messageId once, written transactionally.",
     )
-    dlq_topic: str = field(
-        default="events-dlq",
-        **_doc("DEDUPE_DLQ_TOPIC", "Dead-letter topic: bad input with its reason in headers."),
+    dlq_topic: str = setting(
+        "events-dlq", "DEDUPE_DLQ_TOPIC", "Dead-letter topic: bad input with its reason in headers."
     )
-    repartition_topic: str = field(
-        default="",
-        **_doc(
-            "DEDUPE_REPARTITION_TOPIC",
-            "Topic that re-keys records whose key is not their messageId. "
-            "Default: '<app id>-<input topic>-repartition'.",
-        ),
+    repartition_topic: str = setting(
+        "",
+        "DEDUPE_REPARTITION_TOPIC",
+        "Topic that re-keys records whose key is not their messageId. "
+        "Default: '<app id>-<input topic>-repartition'.",
     )
-    partitions: int = field(
-        default=8,
-        **_doc(
-            "DEDUPE_PARTITIONS",
-            "Partition count of input, repartition, changelog, output and dead-letter topics. "
-            "Existing topics must agree or the worker refuses to start.",
-        ),
+    partitions: int = setting(
+        8,
+        "DEDUPE_PARTITIONS",
+        "Partition count of input, repartition, changelog, output and dead-letter topics. "
+        "Existing topics must agree or the worker refuses to start.",
     )
-    replication_factor: int = field(
-        default=1,
-        **_doc("DEDUPE_REPLICATION_FACTOR", "Replication factor for topics the worker creates."),
+    replication_factor: int = setting(
+        1, "DEDUPE_REPLICATION_FACTOR", "Replication factor for topics the worker creates."
     )
-    data_dir: Path = field(
-        default=Path("./data"),
-        **_doc("DEDUPE_DATA_DIR", "Local state (RocksDB per partition). Safe to wipe: rebuilt "
-               "from the changelog."),
+    data_dir: Path = setting(
+        Path("./data"),
+        "DEDUPE_DATA_DIR",
+        "Local state (RocksDB per partition). Safe to wipe: rebuilt from the changelog.",
     )
-    web_host: str = field(
-        default="127.0.0.1",
-        **_doc("DEDUPE_WEB_HOST", "Address the worker's web server binds to."),
+    web_host: str = setting(
+        "127.0.0.1", "DEDUPE_WEB_HOST", "Address the worker's web server binds to."
     )
-    web_port: int = field(default=6066, **_doc("DEDUPE_WEB_PORT", "Port of the worker's web server."))
-    commit_interval: float = field(
-        default=0.1,
-        **_doc(
-            "DEDUPE_COMMIT_INTERVAL",
-            "How often each partition's transaction commits (duration, e.g. 100ms). "
-            "read_committed readers see output within about this interval.",
-        ),
+    web_port: int = setting(6066, "DEDUPE_WEB_PORT", "Port of the worker's web server.")
+    commit_interval: float = setting(
+        0.1,
+        "DEDUPE_COMMIT_INTERVAL",
+        "How often each partition's transaction commits (duration, e.g. 100ms). "
+        "read_committed readers see output within about this interval.",
     )
-    commit_timeout: float = field(
-        default=30.0,
-        **_doc(
-            "DEDUPE_COMMIT_TIMEOUT",
-            "How long a commit may take before its outcome counts as unknown; the producer is "
-            "then recreated with the same transactional id (never aborted).",
-        ),
+    commit_timeout: float = setting(
+        30.0,
+        "DEDUPE_COMMIT_TIMEOUT",
+        "How long a commit may take before its outcome counts as unknown; the producer is "
+        "then recreated with the same transactional id (never aborted).",
     )
-    transaction_timeout: float = field(
-        default=15.0,
-        **_doc(
-            "DEDUPE_TRANSACTION_TIMEOUT",
-            "Broker-side transaction timeout: an open transaction of a dead worker is aborted "
-            "after this long (or at once when its partition is taken over).",
-        ),
+    transaction_timeout: float = setting(
+        15.0,
+        "DEDUPE_TRANSACTION_TIMEOUT",
+        "Broker-side transaction timeout: an open transaction of a dead worker is aborted "
+        "after this long (or at once when its partition is taken over).",
     )
-    max_event_bytes: int = field(
-        default=32 * 1024,
-        **_doc(
-            "DEDUPE_MAX_EVENT_BYTES",
-            "Largest accepted event value in bytes (Segment's limit is 32 KB); larger values "
-            "are dead-lettered.",
-        ),
+    max_event_bytes: int = setting(
+        32 * 1024,
+        "DEDUPE_MAX_EVENT_BYTES",
+        "Largest accepted event value in bytes (Segment's limit is 32 KB); larger values "
+        "are dead-lettered.",
     )
-    max_message_id_bytes: int = field(
-        default=256,
-        **_doc("DEDUPE_MAX_MESSAGE_ID_BYTES", "Longest accepted messageId, in UTF-8 bytes."),
+    max_message_id_bytes: int = setting(
+        256, "DEDUPE_MAX_MESSAGE_ID_BYTES", "Longest accepted messageId, in UTF-8 bytes."
     )
-    dlq_max_message_bytes: int = field(
-        default=8 * 1024 * 1024,
-        **_doc(
-            "DEDUPE_DLQ_MAX_MESSAGE_BYTES",
-            "max.message.bytes of the dead-letter topic (and the producer's request limit), so "
-            "any input record fits there with its original bytes.",
-        ),
+    dlq_max_message_bytes: int = setting(
+        8 * 1024 * 1024,
+        "DEDUPE_DLQ_MAX_MESSAGE_BYTES",
+        "max.message.bytes of the dead-letter topic (and the producer's request limit), so "
+        "any input record fits there with its original bytes.",
     )
-    session_timeout: float = field(
-        default=10.0,
-        **_doc(
-            "DEDUPE_SESSION_TIMEOUT",
-            "Consumer group session timeout: how soon a dead worker's partitions move.",
-        ),
+    session_timeout: float = setting(
+        10.0,
+        "DEDUPE_SESSION_TIMEOUT",
+        "Consumer group session timeout: how soon a dead worker's partitions move.",
     )
-    standby_replicas: int = field(
-        default=0,
-        **_doc("DEDUPE_STANDBY_REPLICAS", "Standby copies of each state partition on other workers."),
+    standby_replicas: int = setting(
+        0, "DEDUPE_STANDBY_REPLICAS", "Standby copies of each state partition on other workers."
     )
-    log_level: str = field(default="info", **_doc("DEDUPE_LOG_LEVEL", "Log level of the worker."))
+    log_level: str = setting("info", "DEDUPE_LOG_LEVEL", "Log level of the worker.")
 
     def __post_init__(self) -> None:
-        problems = list(self._problems())
-        if problems:
-            raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
         if not self.repartition_topic:
             derived = f"{self.app_id}-{self.input_topic}-repartition"
             object.__setattr__(self, "repartition_topic", derived)
+        problems = list(self._problems())
+        if problems:
+            raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
 
     def _problems(self) -> list[str]:
         out: list[str] = []
@@ -181,15 +158,15 @@ class Settings:
         if not self.bootstrap_servers.strip():
             out.append(f"{env('bootstrap_servers')} must name at least one broker")
         topic_re = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-        for name in ("app_id", "input_topic", "output_topic", "dlq_topic"):
+        topics = ("app_id", "input_topic", "output_topic", "dlq_topic", "repartition_topic")
+        for name in topics:
             value = getattr(self, name)
             if not topic_re.match(value):
                 out.append(f"{env(name)}={value!r}: use 1-200 of [A-Za-z0-9._-]")
-        if self.repartition_topic and not topic_re.match(self.repartition_topic):
-            out.append(f"{env('repartition_topic')}={self.repartition_topic!r}: bad topic name")
-        names = [self.input_topic, self.output_topic, self.dlq_topic]
-        if len(set(names)) != len(names):
-            out.append("input, output and dead-letter topics must be three different topics")
+        names = {n: getattr(self, n) for n in topics[1:]}
+        if len(set(names.values())) != len(names):
+            listed = ", ".join(f"{env(n)}={v!r}" for n, v in names.items())
+            out.append(f"input, output, dead-letter and repartition topics must differ: {listed}")
         if not 1 <= self.partitions <= 10_000:
             out.append(f"{env('partitions')}={self.partitions}: must be 1..10000")
         if not 1 <= self.replication_factor <= 32:
@@ -201,17 +178,25 @@ class Settings:
         if not 1 <= self.commit_timeout <= 600:
             out.append(f"{env('commit_timeout')}={self.commit_timeout}s: must be 1s..600s")
         if not 1 <= self.transaction_timeout <= 900:
-            out.append(f"{env('transaction_timeout')}: must be 1s..900s (broker maximum)")
+            out.append(
+                f"{env('transaction_timeout')}={self.transaction_timeout}: "
+                "must be 1s..900s (broker maximum)"
+            )
         if not 64 <= self.max_event_bytes <= 16 * 1024 * 1024:
             out.append(f"{env('max_event_bytes')}={self.max_event_bytes}: must be 64..16MiB")
         if not 1 <= self.max_message_id_bytes <= 4096:
-            out.append(f"{env('max_message_id_bytes')}: must be 1..4096")
+            out.append(
+                f"{env('max_message_id_bytes')}={self.max_message_id_bytes}: must be 1..4096"
+            )
         if self.dlq_max_message_bytes < 1024 * 1024:
-            out.append(f"{env('dlq_max_message_bytes')}: must be at least 1 MiB")
+            out.append(
+                f"{env('dlq_max_message_bytes')}={self.dlq_max_message_bytes}: "
+                "must be at least 1 MiB"
+            )
         if not 1 <= self.session_timeout <= 300:
-            out.append(f"{env('session_timeout')}: must be 1s..300s")
+            out.append(f"{env('session_timeout')}={self.session_timeout}: must be 1s..300s")
         if not 0 <= self.standby_replicas <= 8:
-            out.append(f"{env('standby_replicas')}: must be 0..8")
+            out.append(f"{env('standby_replicas')}={self.standby_replicas}: must be 0..8")
         if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
             out.append(f"{env('log_level')}={self.log_level!r}: debug|info|warning|error|critical")
         return out

@@ -17,6 +17,7 @@ murmur2(X) % N, so every topic on the path must agree on N.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -68,7 +69,8 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
         if missing:
-            try:
+            # another worker may create them at the same moment
+            with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(
                     [
                         NewTopic(
@@ -81,8 +83,6 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
                     ],
                     timeout_ms=timeout_ms,
                 )
-            except TopicAlreadyExistsError:
-                pass  # another worker created them at the same moment
             for s in missing:
                 log.info("created %s topic %r (%d partitions)", s.role, s.name, settings.partitions)
         described = await admin.describe_topics([s.name for s in specs])

@@ -51,7 +51,7 @@ class Stream:
 def make_event(rng: random.Random, index: int, base_ms: int) -> tuple[str, bytes]:
     """One event of about 300 bytes, with a UUIDv4 or an ``ajs-`` prefixed hex messageId."""
     if rng.random() < 0.2:
-        message_id = "ajs-" + "%032x" % rng.getrandbits(128)
+        message_id = f"ajs-{rng.getrandbits(128):032x}"
     else:
         message_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
     user = f"user-{rng.randrange(100_000)}"

@@ -65,7 +65,8 @@ def check(
         topic,
         total=len(records),
         distinct=len(counts),
-        duplicates=sum(n - 1 for n in counts.values() if n > 1) + sum(r.key is None for r in records),
+        duplicates=sum(n - 1 for n in counts.values() if n > 1)
+        + sum(r.key is None for r in records),
         duplicate_ids=dup_ids[:20],
     )
     if expected is not None:

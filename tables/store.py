@@ -20,6 +20,7 @@ partition).
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -29,18 +30,46 @@ from faust.stores.base import SerializedStore
 from faust.types import TP, EventT
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
-#: Key under which each partition database keeps the changelog offset it holds data up to.
-#: Starts with a NUL byte, which no UTF-8 messageId can.
-OFFSET_KEY = b"\x00dedupe.changelog-offset"
+#: Column family for the store's own bookkeeping, apart from the ids (any byte string is a
+#: valid messageId, so no key in the default column family could be reserved safely).
+META_CF = "dedupe-meta"
+#: Key (in :data:`META_CF`) of the changelog offset a partition database holds data through.
+OFFSET_KEY = b"changelog-offset"
 
 #: Block cache shared by the partitions of one table.
 DEFAULT_BLOCK_CACHE_BYTES = 64 * 1024 * 1024
 BLOOM_BITS_PER_KEY = 10
 
 
+class _PartitionDB:
+    """One partition's database: the ids (default column family) and the bookkeeping."""
+
+    __slots__ = ("db", "meta", "meta_handle")
+
+    def __init__(self, path: Path, options: Options) -> None:
+        self.db = Rdict(str(path), options, column_families={META_CF: Options(raw_mode=True)})
+        self.meta = self.db.get_column_family(META_CF)
+        self.meta_handle = self.db.get_column_family_handle(META_CF)
+
+    def offset(self) -> int | None:
+        raw = self.meta.get(OFFSET_KEY)
+        return None if raw is None else int.from_bytes(raw, "big")
+
+    def write(self, batch: WriteBatch, offset: int | None) -> None:
+        """Apply ``batch`` and (atomically with it) the changelog offset it brings us to."""
+        if offset is not None:
+            batch.put(OFFSET_KEY, offset.to_bytes(8, "big"), self.meta_handle)
+        self.db.write(batch)
+
+    def close(self) -> None:
+        self.meta.close()
+        self.db.close()
+
+
 def _options(cache: Cache) -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
     table = BlockBasedOptions()
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
     table.set_block_cache(cache)
@@ -58,7 +87,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     ) -> None:
         super().__init__(url, app, table, **kwargs)
         self._partition_of = partition_of
-        self._dbs: dict[int, Rdict] = {}
+        self._dbs: dict[int, _PartitionDB] = {}
         self._staged: dict[int, dict[bytes, bytes | None]] = {}
         self._cache = Cache(DEFAULT_BLOCK_CACHE_BYTES)
         self._options = _options(self._cache)
@@ -69,14 +98,18 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def partition_path(self, partition: int) -> Path:
         return self.directory / f"{self.table_name}-{partition}.db"
 
-    def db(self, partition: int) -> Rdict:
+    def partition_db(self, partition: int) -> _PartitionDB:
         """The database of ``partition``, opened on first use."""
-        db = self._dbs.get(partition)
-        if db is None:
+        pdb = self._dbs.get(partition)
+        if pdb is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            db = Rdict(str(self.partition_path(partition)), self._options)
-            self._dbs[partition] = db
-        return db
+            pdb = _PartitionDB(self.partition_path(partition), self._options)
+            self._dbs[partition] = pdb
+        return pdb
+
+    def db(self, partition: int) -> Rdict:
+        """The ids of ``partition`` (committed state)."""
+        return self.partition_db(partition).db
 
     def close_partition(self, partition: int) -> None:
         self._staged.pop(partition, None)
@@ -107,17 +140,17 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         """Remove every local database (state is rebuilt from the changelog)."""
         for partition in list(self._dbs):
             self.close_partition(partition)
-        for path in self.directory.glob(f"{self.table_name}-*.db"):
-            shutil.rmtree(path, ignore_errors=True)
+        pattern = re.compile(rf"{re.escape(self.table_name)}-\d+\.db")
+        for path in self.directory.iterdir() if self.directory.exists() else ():
+            if pattern.fullmatch(path.name):
+                shutil.rmtree(path, ignore_errors=True)
 
     async def backup_partition(
         self, tp: TP | int, flush: bool = True, purge: bool = False, keep: int = 1
     ) -> None:
         raise NotImplementedError("the changelog topic is the backup of this store")
 
-    def restore_backup(
-        self, tp: TP | int, latest: bool = True, backup_id: int = 0
-    ) -> None:
+    def restore_backup(self, tp: TP | int, latest: bool = True, backup_id: int = 0) -> None:
         raise NotImplementedError("the changelog topic is the backup of this store")
 
     # -- transactions --------------------------------------------------------------------------
@@ -140,9 +173,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        if changelog_offset is not None:
-            batch.put(OFFSET_KEY, (changelog_offset + 1).to_bytes(8, "big"))
-        self.db(partition).write(batch)
+        through = None if changelog_offset is None else changelog_offset + 1
+        self.partition_db(partition).write(batch, through)
 
     def discard_partition(self, partition: int) -> None:
         """The transaction of ``partition`` did not commit: forget its staged writes."""
@@ -154,11 +186,10 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     # -- recovery (committed changelog records only: the consumer reads read_committed) ---------
 
     def persisted_offset(self, tp: TP) -> int | None:
-        raw = self.db(tp.partition).get(OFFSET_KEY)
-        return None if raw is None else int.from_bytes(raw, "big")
+        return self.partition_db(tp.partition).offset()
 
     def set_persisted_offset(self, tp: TP, offset: int) -> None:
-        self.db(tp.partition).put(OFFSET_KEY, offset.to_bytes(8, "big"))
+        self.partition_db(tp.partition).write(WriteBatch(raw_mode=True), offset)
 
     def apply_changelog_batch(
         self,
@@ -177,8 +208,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
                 wb.put(msg.key, msg.value)
             batches[msg.partition] = (wb, msg.offset)
         for partition, (wb, offset) in batches.items():
-            wb.put(OFFSET_KEY, offset.to_bytes(8, "big"))
-            self.db(partition).write(wb)
+            self.partition_db(partition).write(wb, offset)
 
     # -- the mapping interface (partition of the record being processed) ------------------------
 
@@ -200,10 +230,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         return self._get(key) is not None
 
     def _committed_items(self) -> Iterator[tuple[bytes, bytes]]:
-        for db in list(self._dbs.values()):
-            for key, value in db.items():
-                if key != OFFSET_KEY:
-                    yield key, value
+        for pdb in list(self._dbs.values()):
+            yield from pdb.db.items()
 
     def _iterkeys(self) -> Iterator[bytes]:
         return (k for k, _ in self._committed_items())

@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import faust
-from faust.types import StoreT
-from faust.types import EventT
+from faust.types import EventT, StoreT
 
 from app.eos import TaskTransactionManager
 from tables.store import TransactionalStore

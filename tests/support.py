@@ -152,7 +152,9 @@ class Worker:
             if not self.alive():
                 raise AssertionError(f"worker exited while starting:\n{self.log_text()[-4000:]}")
             if time.monotonic() - started > timeout:
-                raise AssertionError(f"worker not ready after {timeout}s:\n{self.log_text()[-4000:]}")
+                raise AssertionError(
+                    f"worker not ready after {timeout}s:\n{self.log_text()[-4000:]}"
+                )
             time.sleep(0.2)
         return time.monotonic() - started
 

@@ -51,7 +51,9 @@ async def send_all(
     await producer.start()
     try:
         for key, value, partition, headers in records:
-            await producer.send_and_wait(topic, value, key=key, partition=partition, headers=headers)
+            await producer.send_and_wait(
+                topic, value, key=key, partition=partition, headers=headers
+            )
     finally:
         await producer.stop()
 
@@ -68,7 +70,12 @@ def test_bad_input_is_dead_lettered_once_and_the_partition_keeps_flowing(
         records.append((key, value, 0, [("origin", f"bad-{i}".encode())]))
         good_id = f"good-after-{i}"
         records.append(
-            (good_id.encode(), event(good_id), rules.partition_for(good_id.encode(), PARTITIONS), [])
+            (
+                good_id.encode(),
+                event(good_id),
+                rules.partition_for(good_id.encode(), PARTITIONS),
+                [],
+            )
         )
     asyncio.run(send_all(broker.bootstrap, names.input_topic, records))
     wait_drained(broker, names, timeout=120, workers=workers)

@@ -23,7 +23,7 @@ from rocksdict import AccessType, Options, Rdict
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
 from scripts.verify import check
-from tables.store import OFFSET_KEY
+from tables.store import META_CF
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.integration
@@ -141,8 +141,13 @@ def local_store(data_dir: Path) -> dict[bytes, bytes]:
     paths = sorted(data_dir.rglob("seen_ids-*.db"))
     assert paths, f"no databases under {data_dir}"
     for path in paths:
-        db = Rdict(str(path), opts, access_type=AccessType.read_only())
-        out.update((k, v) for k, v in db.items() if k != OFFSET_KEY)
+        db = Rdict(
+            str(path),
+            opts,
+            column_families={META_CF: Options(raw_mode=True)},
+            access_type=AccessType.read_only(),
+        )
+        out.update(db.items())  # the default column family holds the ids only
         db.close()
     return out
 

@@ -12,7 +12,7 @@ import pytest
 from faust.types import TP
 from rocksdict import AccessType, Options, Rdict
 
-from tables.store import OFFSET_KEY, TransactionalStore
+from tables.store import META_CF, OFFSET_KEY, TransactionalStore
 
 CHANGELOG = "t-unit-seen-changelog"
 
@@ -63,15 +63,33 @@ def store(harness: Harness) -> TransactionalStore:
 
 
 def on_disk(store: TransactionalStore, partition: int) -> dict[bytes, bytes]:
-    """What a separate read-only handle sees in the partition's database (offset key included)."""
+    """What a separate read-only handle sees in the partition's database: the ids, plus the
+    stored changelog offset (kept in its own column family) under OFFSET_KEY."""
     path = store.partition_path(partition)
     if not path.exists():
         return {}
-    db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+    db = Rdict(
+        str(path),
+        Options(raw_mode=True),
+        column_families={META_CF: Options(raw_mode=True)},
+        access_type=AccessType.read_only(),
+    )
+    meta = db.get_column_family(META_CF)
     try:
-        return dict(db.items())
+        out = dict(db.items())
+        offset = meta.get(OFFSET_KEY)
+        if offset is not None:
+            out[OFFSET_KEY] = offset
+        return out
     finally:
+        meta.close()
         db.close()
+
+
+def through_marker(changelog_offset: int) -> bytes:
+    """What commit_partition stores: the transaction's commit marker follows its last
+    changelog record, so the store holds the changelog through ``changelog_offset + 1``."""
+    return offset_bytes(changelog_offset + 1)
 
 
 def offset_bytes(offset: int) -> bytes:

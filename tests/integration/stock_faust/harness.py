@@ -50,7 +50,9 @@ async def create_topics(bootstrap: str, topics: Iterable[str], partitions: int) 
         await admin.close()
 
 
-async def produce(bootstrap: str, topic: str, keys: Iterable[bytes]) -> dict[bytes, tuple[int, int]]:
+async def produce(
+    bootstrap: str, topic: str, keys: Iterable[bytes]
+) -> dict[bytes, tuple[int, int]]:
     """Send one record per key (value = key); returns key -> (partition, offset)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
@@ -93,7 +95,14 @@ class StockWorker:
             log.write(f"\n===== start {self.starts} =====\n".encode())
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.stock_faust.stock_app", "worker", "-l", "info"],
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.stock_faust.stock_app",
+                "worker",
+                "-l",
+                "info",
+            ],
             env={**self.env(), **extra_env},
             cwd=ROOT,
             stdout=log,
