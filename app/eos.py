@@ -68,6 +68,8 @@ from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from faust.types import TP, Message
 from mode import Service
 
+from app import faults
+
 if TYPE_CHECKING:
     from app.settings import Settings
 
@@ -246,6 +248,8 @@ class _ProcessingScope:
                 message = self._message
                 task.offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
                 task.records += 1
+                if manager.faults is not None:
+                    manager.faults.reach("processed")
         except KafkaError as flush_exc:
             exc = flush_exc
         finally:
@@ -279,6 +283,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self._wakeup = asyncio.Event()
         self._admin: AIOKafkaAdminClient | None = None
         self.rejoins_requested = 0
+        self.faults = faults.parse(self.app.dedupe_settings.fault_injection)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -525,7 +530,14 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                     await self._abort(task)
                 return
             try:
-                await asyncio.wait_for(asyncio.shield(producer.commit_transaction()), timeout)
+                fault = self.faults.reach("commit") if self.faults is not None else None
+                if fault == "lose-request":
+                    raise TimeoutError("fault injection: commit request lost")
+                commit = asyncio.ensure_future(producer.commit_transaction())
+                if fault == "lose-response":
+                    await asyncio.sleep(0.5)  # the request is out and answered meanwhile
+                    raise TimeoutError("fault injection: commit response lost")
+                await asyncio.wait_for(asyncio.shield(commit), timeout)
             except (TimeoutError, KafkaError, OSError) as exc:
                 if is_fenced(producer, exc):
                     self._fenced(task, exc)
@@ -536,6 +548,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             self._applied(task, changelog_offset, started)
 
     def _applied(self, task: Task, changelog_offset: int | None, started: float) -> None:
+        if self.faults is not None:
+            self.faults.reach("committed")
         for store in self.stores:
             store.commit_partition(task.partition, changelog_offset)
         task.commits += 1

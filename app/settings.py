@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app import faults
+
 T = TypeVar("T")
 
 
@@ -139,6 +141,11 @@ class Settings:
     standby_replicas: int = setting(
         0, "DEDUPE_STANDBY_REPLICAS", "Standby copies of each state partition on other workers."
     )
+    fault_injection: str = setting(
+        "",
+        "DEDUPE_FAULT_INJECTION",
+        "Fault tests only: '<point>=<action>@<n>' (see app/faults.py). Empty in production.",
+    )
     log_level: str = setting("info", "DEDUPE_LOG_LEVEL", "Log level of the worker.")
 
     def __post_init__(self) -> None:
@@ -197,6 +204,10 @@ class Settings:
             out.append(f"{env('session_timeout')}={self.session_timeout}: must be 1s..300s")
         if not 0 <= self.standby_replicas <= 8:
             out.append(f"{env('standby_replicas')}={self.standby_replicas}: must be 0..8")
+        try:
+            faults.parse(self.fault_injection)
+        except ValueError as exc:
+            out.append(f"{env('fault_injection')}: {exc}")
         if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
             out.append(f"{env('log_level')}={self.log_level!r}: debug|info|warning|error|critical")
         return out

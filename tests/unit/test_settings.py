@@ -205,12 +205,6 @@ def test_unparsable_values_name_the_variable(env: str, raw: str) -> None:
 
 # --- validation ------------------------------------------------------------------------------
 
-TOPIC_COLLISION = pytest.mark.xfail(
-    strict=True,
-    reason="app/settings.py _problems: the three-topics-differ message "
-    "('input, output and dead-letter topics must be three different topics') names no variable",
-)
-
 INVALID = [
     pytest.param({"DEDUPE_PARTITIONS": "0"}, "DEDUPE_PARTITIONS", id="partitions-0"),
     pytest.param({"DEDUPE_PARTITIONS": "10001"}, "DEDUPE_PARTITIONS", id="partitions-10001"),
@@ -238,17 +232,13 @@ INVALID = [
     ),
     pytest.param({"DEDUPE_SESSION_TIMEOUT": "301"}, "DEDUPE_SESSION_TIMEOUT", id="session"),
     pytest.param({"DEDUPE_STANDBY_REPLICAS": "9"}, "DEDUPE_STANDBY_REPLICAS", id="standby-9"),
+    pytest.param({"DEDUPE_OUTPUT_TOPIC": "events"}, "DEDUPE_OUTPUT_TOPIC", id="output-is-input"),
+    pytest.param({"DEDUPE_DLQ_TOPIC": "events-clean"}, "DEDUPE_DLQ_TOPIC", id="dlq-is-output"),
     pytest.param(
-        {"DEDUPE_OUTPUT_TOPIC": "events"},
-        "DEDUPE_OUTPUT_TOPIC",
-        id="output-is-input",
-        marks=TOPIC_COLLISION,
+        {"DEDUPE_REPARTITION_TOPIC": "events-dlq"}, "DEDUPE_REPARTITION_TOPIC", id="repart-is-dlq"
     ),
     pytest.param(
-        {"DEDUPE_DLQ_TOPIC": "events-clean"},
-        "DEDUPE_DLQ_TOPIC",
-        id="dlq-is-output",
-        marks=TOPIC_COLLISION,
+        {"DEDUPE_INPUT_TOPIC": "t" * 200}, "DEDUPE_REPARTITION_TOPIC", id="derived-repart-too-long"
     ),
 ]
 
@@ -261,16 +251,19 @@ def test_invalid_values_raise_naming_the_variable(environ: dict[str, str], env: 
 
 
 @pytest.mark.parametrize(
-    "environ",
+    ("environ", "clashing"),
     [
-        {"DEDUPE_OUTPUT_TOPIC": "events"},
-        {"DEDUPE_DLQ_TOPIC": "events"},
-        {"DEDUPE_DLQ_TOPIC": "events-clean"},
+        ({"DEDUPE_OUTPUT_TOPIC": "events"}, ["DEDUPE_INPUT_TOPIC", "DEDUPE_OUTPUT_TOPIC"]),
+        ({"DEDUPE_DLQ_TOPIC": "events"}, ["DEDUPE_INPUT_TOPIC", "DEDUPE_DLQ_TOPIC"]),
+        ({"DEDUPE_DLQ_TOPIC": "events-clean"}, ["DEDUPE_OUTPUT_TOPIC", "DEDUPE_DLQ_TOPIC"]),
     ],
 )
-def test_input_output_dlq_must_differ(environ: dict[str, str]) -> None:
-    with pytest.raises(SettingsError, match="three different topics"):
+def test_input_output_dlq_must_differ(environ: dict[str, str], clashing: list[str]) -> None:
+    with pytest.raises(SettingsError, match="topics must differ") as info:
         Settings.from_env(environ)
+    value = next(iter(environ.values()))
+    for env in clashing:
+        assert f"{env}={value!r}" in str(info.value), env
 
 
 def test_all_problems_are_reported_together() -> None:
@@ -278,13 +271,6 @@ def test_all_problems_are_reported_together() -> None:
         Settings.from_env({"DEDUPE_PARTITIONS": "0", "DEDUPE_WEB_PORT": "70000"})
     assert "DEDUPE_PARTITIONS" in str(info.value)
     assert "DEDUPE_WEB_PORT" in str(info.value)
-
-
-VALUE_NOT_NAMED = pytest.mark.xfail(
-    strict=True,
-    reason="app/settings.py _problems: message names the variable but not the rejected value, "
-    "although the module promises 'a message that names the variable, the value'",
-)
 
 
 @pytest.mark.parametrize(
@@ -295,21 +281,11 @@ VALUE_NOT_NAMED = pytest.mark.xfail(
         pytest.param("DEDUPE_LOG_LEVEL", "loud", "'loud'", id="log-level"),
         pytest.param("DEDUPE_INPUT_TOPIC", "a b", "'a b'", id="topic"),
         pytest.param("DEDUPE_COMMIT_INTERVAL", "61s", "61.0", id="commit-interval"),
-        pytest.param(
-            "DEDUPE_TRANSACTION_TIMEOUT",
-            "16m",
-            "960",
-            id="transaction-timeout",
-            marks=VALUE_NOT_NAMED,
-        ),
-        pytest.param(
-            "DEDUPE_MAX_MESSAGE_ID_BYTES", "5000", "5000", id="max-id-bytes", marks=VALUE_NOT_NAMED
-        ),
-        pytest.param(
-            "DEDUPE_DLQ_MAX_MESSAGE_BYTES", "1000", "1000", id="dlq-max", marks=VALUE_NOT_NAMED
-        ),
-        pytest.param("DEDUPE_SESSION_TIMEOUT", "301", "301", id="session", marks=VALUE_NOT_NAMED),
-        pytest.param("DEDUPE_STANDBY_REPLICAS", "9", "9", id="standby", marks=VALUE_NOT_NAMED),
+        pytest.param("DEDUPE_TRANSACTION_TIMEOUT", "16m", "=960", id="transaction-timeout"),
+        pytest.param("DEDUPE_MAX_MESSAGE_ID_BYTES", "5000", "=5000", id="max-id-bytes"),
+        pytest.param("DEDUPE_DLQ_MAX_MESSAGE_BYTES", "1000", "=1000", id="dlq-max"),
+        pytest.param("DEDUPE_SESSION_TIMEOUT", "301", "=301", id="session"),
+        pytest.param("DEDUPE_STANDBY_REPLICAS", "9", "=9", id="standby"),
     ],
 )
 def test_invalid_values_are_shown(env: str, raw: str, shown: str) -> None:
@@ -329,7 +305,19 @@ def test_invalid_values_are_shown(env: str, raw: str, shown: str) -> None:
         pytest.param({"DEDUPE_COMMIT_INTERVAL": "60s"}, "commit_interval", 60.0, id="ci-60s"),
         pytest.param({"DEDUPE_TRANSACTION_TIMEOUT": "15m"}, "transaction_timeout", 900.0, id="tt"),
         pytest.param({"DEDUPE_MAX_EVENT_BYTES": "64"}, "max_event_bytes", 64, id="event-64"),
-        pytest.param({"DEDUPE_INPUT_TOPIC": "a" * 200}, "input_topic", "a" * 200, id="topic-200"),
+        # An explicit repartition topic: the derived one would be over 200 chars.
+        pytest.param(
+            {"DEDUPE_INPUT_TOPIC": "a" * 200, "DEDUPE_REPARTITION_TOPIC": "rekey"},
+            "input_topic",
+            "a" * 200,
+            id="topic-200",
+        ),
+        pytest.param(
+            {"DEDUPE_APP_ID": "d", "DEDUPE_INPUT_TOPIC": "e" * 186},
+            "repartition_topic",
+            "d-" + "e" * 186 + "-repartition",
+            id="derived-repart-200",
+        ),
         pytest.param({"DEDUPE_LOG_LEVEL": "Critical"}, "log_level", "Critical", id="level"),
         pytest.param({"DEDUPE_STANDBY_REPLICAS": "8"}, "standby_replicas", 8, id="standby-8"),
     ],
@@ -360,33 +348,69 @@ def test_repartition_topic_derived_by_constructor() -> None:
     assert Settings(app_id="a", input_topic="in").repartition_topic == "a-in-repartition"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app/settings.py _problems: the repartition topic is not checked against the output "
-    "and dead-letter topics; re-keyed raw records (with duplicates) would go to the clean topic",
-)
 @pytest.mark.parametrize(
-    "environ",
+    ("environ", "other_env", "topic"),
     [
-        {"DEDUPE_REPARTITION_TOPIC": "events-clean"},
-        {"DEDUPE_APP_ID": "x", "DEDUPE_INPUT_TOPIC": "y", "DEDUPE_OUTPUT_TOPIC": "x-y-repartition"},
+        pytest.param(
+            {"DEDUPE_REPARTITION_TOPIC": "events-clean"},
+            "DEDUPE_OUTPUT_TOPIC",
+            "events-clean",
+            id="explicit",
+        ),
+        pytest.param(
+            {
+                "DEDUPE_APP_ID": "x",
+                "DEDUPE_INPUT_TOPIC": "y",
+                "DEDUPE_OUTPUT_TOPIC": "x-y-repartition",
+            },
+            "DEDUPE_OUTPUT_TOPIC",
+            "x-y-repartition",
+            id="derived",
+        ),
+        pytest.param(
+            {"DEDUPE_REPARTITION_TOPIC": "events-dlq"},
+            "DEDUPE_DLQ_TOPIC",
+            "events-dlq",
+            id="explicit-dlq",
+        ),
+        pytest.param(
+            {"DEDUPE_REPARTITION_TOPIC": "events"},
+            "DEDUPE_INPUT_TOPIC",
+            "events",
+            id="explicit-input",
+        ),
+        pytest.param(
+            {
+                "DEDUPE_APP_ID": "x",
+                "DEDUPE_INPUT_TOPIC": "y",
+                "DEDUPE_DLQ_TOPIC": "x-y-repartition",
+            },
+            "DEDUPE_DLQ_TOPIC",
+            "x-y-repartition",
+            id="derived-dlq",
+        ),
     ],
-    ids=["explicit", "derived"],
 )
-def test_repartition_topic_must_not_be_the_output_topic(environ: dict[str, str]) -> None:
-    with pytest.raises(SettingsError):
+def test_repartition_topic_must_not_be_the_output_topic(
+    environ: dict[str, str], other_env: str, topic: str
+) -> None:
+    """Re-keyed raw records (with duplicates) must never reach the clean, dead-letter or input
+    topic; the message names both variables and the shared value."""
+    with pytest.raises(SettingsError, match="topics must differ") as info:
         Settings.from_env(environ)
+    assert f"DEDUPE_REPARTITION_TOPIC={topic!r}" in str(info.value)
+    assert f"{other_env}={topic!r}" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app/settings.py: the derived repartition topic '<app id>-<input>-repartition' is "
-    "never validated (validation runs before it is derived); with 200-char names it is 413 "
-    "chars, over Kafka's 249-char topic limit, so the broker refuses it at start-up",
-)
 def test_derived_repartition_topic_is_a_valid_kafka_topic() -> None:
-    with pytest.raises(SettingsError):
+    """'<app id>-<input>-repartition' is derived before validation and validated like the
+    other topics: with 200-char names it is 413 chars, so start-up refuses it."""
+    derived = "a" * 200 + "-" + "b" * 200 + "-repartition"
+    with pytest.raises(SettingsError) as info:
         Settings(app_id="a" * 200, input_topic="b" * 200)
+    assert f"DEDUPE_REPARTITION_TOPIC={derived!r}: use 1-200 of [A-Za-z0-9._-]" in str(info.value)
+    assert "DEDUPE_APP_ID" not in str(info.value)
+    assert "DEDUPE_INPUT_TOPIC" not in str(info.value)
 
 
 # --- documentation of the fields -------------------------------------------------------------

@@ -62,12 +62,12 @@ def store(harness: Harness) -> TransactionalStore:
     return harness.new_store()
 
 
-def on_disk(store: TransactionalStore, partition: int) -> dict[bytes, bytes]:
-    """What a separate read-only handle sees in the partition's database: the ids, plus the
-    stored changelog offset (kept in its own column family) under OFFSET_KEY."""
+def on_disk_split(store: TransactionalStore, partition: int) -> tuple[dict[bytes, bytes], Any]:
+    """What a separate read-only handle sees in the partition's database: the ids (default
+    column family) and the stored changelog offset (META_CF, OFFSET_KEY; None if absent)."""
     path = store.partition_path(partition)
     if not path.exists():
-        return {}
+        return {}, None
     db = Rdict(
         str(path),
         Options(raw_mode=True),
@@ -76,14 +76,19 @@ def on_disk(store: TransactionalStore, partition: int) -> dict[bytes, bytes]:
     )
     meta = db.get_column_family(META_CF)
     try:
-        out = dict(db.items())
-        offset = meta.get(OFFSET_KEY)
-        if offset is not None:
-            out[OFFSET_KEY] = offset
-        return out
+        return dict(db.items()), meta.get(OFFSET_KEY)
     finally:
         meta.close()
         db.close()
+
+
+def on_disk(store: TransactionalStore, partition: int) -> dict[bytes, bytes]:
+    """What a separate read-only handle sees in the partition's database: the ids, plus the
+    stored changelog offset (kept in its own column family) under OFFSET_KEY."""
+    out, offset = on_disk_split(store, partition)
+    if offset is not None:
+        out[OFFSET_KEY] = offset
+    return out
 
 
 def through_marker(changelog_offset: int) -> bytes:
@@ -99,10 +104,14 @@ def offset_bytes(offset: int) -> bytes:
 def locked_by_this_process(path: Path) -> bool:
     """True while some handle in this process holds the database open (RocksDB's LOCK)."""
     try:
-        db = Rdict(str(path), Options(raw_mode=True))
+        db = Rdict(
+            str(path), Options(raw_mode=True), column_families={META_CF: Options(raw_mode=True)}
+        )
     except Exception as exc:
         assert "lock" in str(exc).lower(), exc
         return True
+    meta = db.get_column_family(META_CF)
+    meta.close()
     db.close()
     return False
 
@@ -172,8 +181,8 @@ def test_staged_writes_are_not_on_disk_until_commit(
     store.commit_partition(2, 41)
 
     assert store.staged_count(2) == 0
-    assert on_disk(store, 2) == {b"id-1": b"v1", b"id-2": b"v2", OFFSET_KEY: offset_bytes(41)}
-    assert store.persisted_offset(tp(2)) == 41
+    assert on_disk(store, 2) == {b"id-1": b"v1", b"id-2": b"v2", OFFSET_KEY: through_marker(41)}
+    assert store.persisted_offset(tp(2)) == 42
     assert read(harness, store, 2, b"id-1") == b"v1"
 
 
@@ -199,8 +208,8 @@ def test_commit_partition_applies_writes_deletes_and_offset(
 ) -> None:
     commit(harness, store, 1, before, 10)
     commit(harness, store, 1, writes, 11)
-    assert on_disk(store, 1) == {**after, OFFSET_KEY: offset_bytes(11)}
-    assert store.persisted_offset(tp(1)) == 11
+    assert on_disk(store, 1) == {**after, OFFSET_KEY: through_marker(11)}
+    assert store.persisted_offset(tp(1)) == 12
     for key in {*before, *writes}:
         assert read(harness, store, 1, key) == after.get(key)
 
@@ -225,15 +234,17 @@ def test_later_staged_write_to_same_key_wins(harness: Harness, store: Transactio
     store[b"b"] = b"3"
     assert store.staged_count(0) == 2
     store.commit_partition(0, 9)
-    assert on_disk(store, 0) == {b"a": b"2", b"b": b"3", OFFSET_KEY: offset_bytes(9)}
+    assert on_disk(store, 0) == {b"a": b"2", b"b": b"3", OFFSET_KEY: through_marker(9)}
 
 
 @pytest.mark.parametrize(
     ("writes", "offset", "expected"),
     [
         pytest.param({}, None, None, id="nothing"),
-        pytest.param({b"a": b"1"}, None, {b"a": b"1", OFFSET_KEY: offset_bytes(3)}, id="no-offset"),
-        pytest.param({}, 7, {b"k": b"v", OFFSET_KEY: offset_bytes(7)}, id="offset-only"),
+        pytest.param(
+            {b"a": b"1"}, None, {b"a": b"1", OFFSET_KEY: through_marker(3)}, id="no-offset"
+        ),
+        pytest.param({}, 7, {b"k": b"v", OFFSET_KEY: through_marker(7)}, id="offset-only"),
     ],
 )
 def test_commit_partition_without_offset_or_writes(
@@ -246,7 +257,7 @@ def test_commit_partition_without_offset_or_writes(
     commit(harness, store, 0, {b"k": b"v"}, 3)
     commit(harness, store, 0, writes, offset)
     if expected is None:
-        expected = {b"k": b"v", OFFSET_KEY: offset_bytes(3)}
+        expected = {b"k": b"v", OFFSET_KEY: through_marker(3)}
     else:
         expected = {b"k": b"v", **expected}
     assert on_disk(store, 0) == expected
@@ -265,7 +276,7 @@ def test_commit_only_touches_its_partition(harness: Harness, store: Transactiona
     harness.at(1)
     store[b"b"] = b"1"
     store.commit_partition(0, 4)
-    assert on_disk(store, 0) == {b"a": b"0", OFFSET_KEY: offset_bytes(4)}
+    assert on_disk(store, 0) == {b"a": b"0", OFFSET_KEY: through_marker(4)}
     assert on_disk(store, 1) == {}
     assert store.staged_count(1) == 1
     assert read(harness, store, 1, b"b") == b"1"
@@ -289,8 +300,8 @@ def test_discard_partition_drops_staged_writes(harness: Harness, store: Transact
     assert read(harness, store, 0, b"kept") == b"1"
     assert read(harness, store, 1, b"other") == b"3"  # other partitions keep theirs
     store.commit_partition(0, None)
-    assert on_disk(store, 0) == {b"kept": b"1", OFFSET_KEY: offset_bytes(2)}
-    assert store.persisted_offset(tp(0)) == 2
+    assert on_disk(store, 0) == {b"kept": b"1", OFFSET_KEY: through_marker(2)}
+    assert store.persisted_offset(tp(0)) == 3
 
 
 def test_discard_of_untouched_partition_is_harmless(store: TransactionalStore) -> None:
@@ -346,8 +357,11 @@ def test_apply_changelog_batch_deletes_committed_keys(
     harness: Harness, store: TransactionalStore
 ) -> None:
     commit(harness, store, 3, {b"a": b"1", b"b": b"2"}, 10)
-    store.apply_changelog_batch([changelog_event(3, 11, b"a", None)], identity, identity)
-    assert on_disk(store, 3) == {b"b": b"2", OFFSET_KEY: offset_bytes(11)}
+    assert store.persisted_offset(tp(3)) == 11  # through the commit marker at 11
+    # The next transaction's record follows the marker; a batch stores its last record's offset.
+    store.apply_changelog_batch([changelog_event(3, 12, b"a", None)], identity, identity)
+    assert on_disk(store, 3) == {b"b": b"2", OFFSET_KEY: offset_bytes(12)}
+    assert store.persisted_offset(tp(3)) == 12
     assert read(harness, store, 3, b"a") is None
 
 
@@ -384,9 +398,9 @@ async def test_committed_state_survives_reopen_staged_does_not(
         await store.on_rebalance(set(), {tp(p) for p in range(4)}, set())
 
     reopened = harness.new_store()
-    assert reopened.persisted_offset(tp(0)) == 7
-    assert reopened.persisted_offset(tp(1)) == 8
-    assert reopened.persisted_offset(tp(2)) == 30
+    assert reopened.persisted_offset(tp(0)) == 8  # commit_partition: through the marker
+    assert reopened.persisted_offset(tp(1)) == 9
+    assert reopened.persisted_offset(tp(2)) == 30  # apply_changelog_batch: the last record
     assert reopened.persisted_offset(tp(3)) is None
     assert read(harness, reopened, 0, b"a") == b"1"
     assert read(harness, reopened, 1, b"b") == b"2"
@@ -448,15 +462,7 @@ def test_reset_state_removes_the_databases(harness: Harness, store: Transactiona
     [
         "other",
         "seen_ids",
-        pytest.param(
-            "seen-v2",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="tables/store.py reset_state globs '<table>-*.db', so resetting table "
-                "'seen' also deletes the databases of a table named 'seen-v2' in the same "
-                "tabledir (latent: the app has one table today)",
-            ),
-        ),
+        "seen-v2",  # reset_state removes only '<table>-<digits>.db', not 'seen-v2-0.db'
     ],
 )
 async def test_reset_state_keeps_other_tables(harness: Harness, other_name: str) -> None:
@@ -467,7 +473,7 @@ async def test_reset_state_keeps_other_tables(harness: Harness, other_name: str)
     await other.on_stop()  # closed, so removing its files cannot break the teardown
     seen.reset_state()
     assert not seen.partition_path(0).exists()
-    assert on_disk(other, 0) == {b"b": b"2", OFFSET_KEY: offset_bytes(2)}
+    assert on_disk(other, 0) == {b"b": b"2", OFFSET_KEY: through_marker(2)}
 
 
 def test_partition_path_layout(store: TransactionalStore) -> None:
@@ -510,21 +516,51 @@ def test_listing_shows_committed_not_staged(harness: Harness, store: Transaction
     assert list(store.keys()) == [b"a"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG tables/store.py _get/_contains: the changelog-offset record is readable as a "
-    "table key. OFFSET_KEY's comment says no UTF-8 messageId can start with NUL, but "
-    "app.rules.inspect accepts the JSON messageId '\\u0000dedupe.changelog-offset' whose "
-    "id_bytes == OFFSET_KEY, so seen_ids.lookup() finds the offset and the agent drops a "
-    "never-seen event as a duplicate",
-)
 def test_offset_key_is_not_readable_as_a_table_key(
     harness: Harness, store: TransactionalStore
 ) -> None:
+    """The offset lives in META_CF, so it is never read as an id, and an id whose bytes equal
+    OFFSET_KEY (any byte string is a valid messageId) is an ordinary id."""
+    first_seen = (1_700_000_000_000).to_bytes(8, "big")  # a table value, unlike any offset here
     commit(harness, store, 0, {b"a": b"1"}, 3)
     harness.at(0)
     assert OFFSET_KEY not in store
     assert read(harness, store, 0, OFFSET_KEY) is None
+
+    # Staged: visible to its partition, nothing on disk changes yet.
+    harness.at(0)
+    store[OFFSET_KEY] = first_seen
+    assert OFFSET_KEY in store
+    assert read(harness, store, 0, OFFSET_KEY) == first_seen
+    assert on_disk_split(store, 0) == ({b"a": b"1"}, through_marker(3))
+    assert store.persisted_offset(tp(0)) == 4
+
+    # Committed: an ordinary id next to the offset, neither overwriting the other.
+    store.commit_partition(0, 5)
+    assert store.staged_count(0) == 0
+    assert on_disk_split(store, 0) == ({b"a": b"1", OFFSET_KEY: first_seen}, through_marker(5))
+    assert store.persisted_offset(tp(0)) == 6
+    harness.at(0)
+    assert OFFSET_KEY in store
+    assert read(harness, store, 0, OFFSET_KEY) == first_seen
+    assert sorted(store.keys()) == sorted([b"a", OFFSET_KEY])
+    assert dict(store.items()) == {b"a": b"1", OFFSET_KEY: first_seen}
+
+    # Moving the offset leaves the id alone, and deleting the id leaves the offset alone.
+    store.set_persisted_offset(tp(0), 40)
+    assert read(harness, store, 0, OFFSET_KEY) == first_seen
+    commit(harness, store, 0, {OFFSET_KEY: None}, 41)
+    assert read(harness, store, 0, OFFSET_KEY) is None
+    assert on_disk_split(store, 0) == ({b"a": b"1"}, through_marker(41))
+    assert store.persisted_offset(tp(0)) == 42
+
+    # Recovery replays such an id from the changelog like any other.
+    store.apply_changelog_batch(
+        [changelog_event(1, 20, OFFSET_KEY, first_seen)], identity, identity
+    )
+    assert on_disk_split(store, 1) == ({OFFSET_KEY: first_seen}, offset_bytes(20))
+    assert store.persisted_offset(tp(1)) == 20
+    assert read(harness, store, 1, OFFSET_KEY) == first_seen
 
 
 # --- unsupported operations ------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""Fault-injection points for the fault tests: off unless ``DEDUPE_FAULT_INJECTION`` is set.
+
+``DEDUPE_FAULT_INJECTION="<point>=<action>@<n>"`` makes the worker act the ``n``-th time it
+reaches ``point`` (once). Points:
+
+- ``commit``: just before a task's commit request (EndTxn).
+- ``processed``: after a record's sends and changelog records were handed to the producer.
+- ``committed``: right after a commit succeeded, before the store applied it.
+
+Actions:
+
+- ``kill``: SIGKILL this process (a crash at an exact point);
+- ``lose-response`` (``commit`` only): send the commit request, then behave as if its answer
+  was lost (a timeout): the outcome is unknown to the worker, though the broker commits;
+- ``lose-request`` (``commit`` only): behave as if the request timed out without sending it:
+  the outcome is unknown to the worker, and the transaction did not commit.
+
+Production never sets it; the check is one attribute read per point.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from dataclasses import dataclass
+
+POINTS = {"commit", "processed", "committed"}
+ACTIONS = {"kill", "lose-response", "lose-request"}
+_SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
+
+
+@dataclass
+class FaultPlan:
+    point: str
+    action: str
+    at: int
+    reached: int = 0
+    fired: bool = False
+
+    def reach(self, point: str) -> str | None:
+        """Count a visit to ``point``; the action to take now, if any (``kill`` never returns)."""
+        if self.fired or point != self.point:
+            return None
+        self.reached += 1
+        if self.reached < self.at:
+            return None
+        self.fired = True
+        if self.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.action
+
+
+def parse(spec: str) -> FaultPlan | None:
+    """``"commit=lose-response@5"`` -> a plan; ``""`` -> None. Raises ValueError when malformed."""
+    if not spec:
+        return None
+    match = _SPEC.match(spec)
+    if match is None or match["point"] not in POINTS or match["action"] not in ACTIONS:
+        raise ValueError(
+            f"{spec!r}: use <point>=<action>@<n> with point in {sorted(POINTS)} and action "
+            f"in {sorted(ACTIONS)}"
+        )
+    if match["action"] != "kill" and match["point"] != "commit":
+        raise ValueError(f"{spec!r}: {match['action']} only applies to the commit point")
+    return FaultPlan(match["point"], match["action"], int(match["n"]))

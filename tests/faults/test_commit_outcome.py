@@ -1,0 +1,110 @@
+"""Transaction errors in the middle of the stream keep exactly-once.
+
+- A commit whose answer is lost (its outcome unknown to the worker), made deterministic with the
+  worker's fault-injection point: the request reached the broker (it committed) or never left
+  (it did not). The worker must recreate the producer with the same transactional id, never
+  abort, learn from the group's committed offsets which it was, and go on accordingly.
+- The broker stops answering (SIGSTOP, longer than the commit timeout) at random moments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from scripts.streams import build_stream, produce
+from scripts.topic_reader import read_topic
+from scripts.verify import check
+from tests.support import Broker, Names, Worker, wait_drained
+
+pytestmark = pytest.mark.faults
+
+
+def broker_pid(broker: Broker) -> int:
+    result = broker.script("pid")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return int(result.stdout.strip())
+
+
+@pytest.mark.parametrize(
+    "fault, outcome",
+    [
+        ("commit=lose-response@30", "the transaction did commit"),
+        ("commit=lose-request@30", "the transaction did not commit (outcome was unknown)"),
+    ],
+    ids=["committed", "not-committed"],
+)
+def test_a_commit_with_unknown_outcome_is_resolved_not_aborted(
+    broker: Broker, names: Names, workers: list[Worker], fault: str, outcome: str
+) -> None:
+    worker = Worker(broker, names, extra_env={"DEDUPE_FAULT_INJECTION": fault})
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    stream = build_stream(30_000, 0.1, seed=13)
+    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+    wait_drained(broker, names, timeout=300, workers=workers)
+    log = worker.log_text()
+    assert log.count("commit outcome unknown") == 1
+    assert outcome in log
+    assert worker.alive() and worker.starts == 1
+    records = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
+    report = check(names.output_topic, records, {m.encode(): v for m, v in stream.unique.items()})
+    print(f"\n{fault}: {outcome!r}; {report.line()}")
+    assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)
+
+
+def test_broker_pauses_keep_exactly_once(
+    broker: Broker, names: Names, workers: list[Worker]
+) -> None:
+    rng = random.Random(8)
+    worker = Worker(
+        broker,
+        names,
+        extra_env={"DEDUPE_COMMIT_TIMEOUT": "2s", "DEDUPE_SESSION_TIMEOUT": "10s"},
+    )
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    stream = build_stream(60_000, 0.1, seed=12)
+    done: list[int] = []
+    feeder = threading.Thread(
+        target=lambda: done.append(
+            asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+        )
+    )
+    feeder.start()
+    pid = broker_pid(broker)
+    pauses = 3
+    try:
+        for _ in range(pauses):
+            time.sleep(rng.uniform(1.5, 3.0))
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(rng.uniform(4.0, 6.0))  # > DEDUPE_COMMIT_TIMEOUT
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    feeder.join()
+    assert done == [len(stream.records)]
+    wait_drained(broker, names, timeout=600, workers=workers)
+
+    log = worker.log_text()
+    unknown = log.count("commit outcome unknown")
+    failed_before = log.count("transaction failed before the commit")
+    records = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
+    report = check(names.output_topic, records, {m.encode(): v for m, v in stream.unique.items()})
+    print(
+        f"\nevents={len(stream.records)} broker pauses={pauses} "
+        f"unknown-outcome commits={unknown} failed-before-commit={failed_before} "
+        f"did-commit={log.count('the transaction did commit')} "
+        f"did-not-commit={log.count('did not commit (outcome was unknown)')} "
+        f"worker starts={worker.starts} duplicates={report.duplicates} missing={report.missing}"
+    )
+    assert unknown + failed_before >= 1, "no transaction met a pause: nothing was exercised"
+    assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)

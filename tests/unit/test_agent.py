@@ -1,0 +1,164 @@
+"""The agent's per-record handling (``Deduplicator.handle``), with the transaction and the table
+replaced by in-memory fakes: which record goes where, with which key, bytes and headers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from app import rules
+from app.agents import Deduplicator, Outcome
+from app.settings import Settings
+
+SETTINGS = Settings.from_env({"DEDUPE_PARTITIONS": "8"})
+
+
+@dataclass
+class Msg:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    timestamp: float = 1_790_000_000.123
+
+
+@dataclass
+class Sent:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int | None
+    partition: int | None
+
+
+class FakeTxn:
+    def __init__(self) -> None:
+        self.sent: list[Sent] = []
+
+    async def send(self, topic, *, key, value, headers, timestamp_ms, partition):  # type: ignore[no-untyped-def]
+        self.sent.append(Sent(topic, key, value, list(headers or []), timestamp_ms, partition))
+
+
+class FakeTable(dict):  # type: ignore[type-arg]
+    def lookup(self, key: bytes) -> bytes | None:
+        return self.get(key)
+
+
+def event(mid: object) -> bytes:
+    return json.dumps({"type": "track", "messageId": mid}).encode()
+
+
+def placed(mid: str, value: bytes | None = None, **kw: object) -> Msg:
+    """A record keyed by its messageId in the partition its key hashes to."""
+    p = rules.partition_for(mid.encode(), SETTINGS.partitions)
+    return Msg(SETTINGS.input_topic, p, 7, mid.encode(), value or event(mid), **kw)  # type: ignore[arg-type]
+
+
+async def run(*msgs: Msg) -> tuple[list[str], FakeTxn, FakeTable]:
+    table = FakeTable()
+    dedup = Deduplicator(SETTINGS, table)  # type: ignore[arg-type]
+    txn = FakeTxn()
+    outcomes = [await dedup.handle(txn, m) for m in msgs]  # type: ignore[arg-type]
+    return outcomes, txn, table
+
+
+async def test_first_sighting_is_forwarded_and_remembered() -> None:
+    msg = placed("m-1", headers=[("h", b"1")])
+    outcomes, txn, table = await run(msg)
+    assert outcomes == [Outcome.FORWARDED]
+    assert txn.sent == [
+        Sent(
+            SETTINGS.output_topic,
+            b"m-1",
+            msg.value,
+            [("h", b"1")],
+            1_790_000_000_123,
+            msg.partition,
+        )
+    ]
+    assert table == {b"m-1": rules.encode_first_seen(1_790_000_000_123)}
+
+
+async def test_repeats_are_dropped_and_do_not_move_the_first_seen_time() -> None:
+    first = placed("m-1")
+    later = placed("m-1", timestamp=1_790_000_999.0)
+    outcomes, txn, table = await run(first, later, later)
+    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
+    assert len(txn.sent) == 1
+    assert rules.decode_first_seen(table[b"m-1"]) == 1_790_000_000_123
+
+
+@pytest.mark.parametrize(
+    "key, partition_shift",
+    [(None, 0), (b"other", 0), ("same", 1)],
+    ids=["null-key", "other-key", "wrong-partition"],
+)
+async def test_misplaced_records_are_rekeyed_not_decided(
+    key: bytes | str | None, partition_shift: int
+) -> None:
+    mid = "m-2"
+    right = rules.partition_for(mid.encode(), SETTINGS.partitions)
+    k = mid.encode() if key == "same" else key
+    msg = Msg(SETTINGS.input_topic, (right + partition_shift) % 8, 3, k, event(mid), [("a", b"b")])  # type: ignore[arg-type]
+    outcomes, txn, table = await run(msg)
+    assert outcomes == [Outcome.REKEYED]
+    assert txn.sent == [
+        Sent(
+            SETTINGS.repartition_topic, mid.encode(), event(mid), [("a", b"b")], msg_ts(msg), right
+        )
+    ]
+    assert table == {}
+
+
+def msg_ts(msg: Msg) -> int:
+    return round(msg.timestamp * 1000)
+
+
+async def test_records_from_the_repartition_topic_are_decided_where_they_land() -> None:
+    mid = "m-3"
+    p = rules.partition_for(mid.encode(), SETTINGS.partitions)
+    rekeyed = Msg(SETTINGS.repartition_topic, p, 0, mid.encode(), event(mid))
+    outcomes, txn, _ = await run(rekeyed, placed(mid))
+    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE]
+    assert [s.topic for s in txn.sent] == [SETTINGS.output_topic]
+
+
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        (None, "null_value"),
+        (b"nope", "not_json"),
+        (b"\xff", "not_utf8"),
+        (b"[]", "not_object"),
+        (b"{}", "no_message_id"),
+        (event(5), "message_id_not_string"),
+        (event(""), "empty_message_id"),
+        (event("x" * 300), "message_id_too_long"),
+        (event("big") + b" " * 40_000, "too_large"),
+    ],
+)
+async def test_bad_input_goes_to_the_dead_letter_topic_with_its_reason(
+    value: bytes | None, reason: str
+) -> None:
+    msg = Msg(SETTINGS.input_topic, 5, 42, b"k", value, [("orig", b"1")])
+    outcomes, txn, table = await run(msg)
+    assert outcomes == [Outcome.DEAD_LETTERED]
+    [sent] = txn.sent
+    assert (sent.topic, sent.key, sent.value, sent.partition) == (
+        SETTINGS.dlq_topic,
+        b"k",
+        value,
+        5,
+    )
+    assert sent.headers[0] == ("orig", b"1")
+    headers = dict(sent.headers)
+    assert headers[rules.ERROR_HEADER] == reason.encode()
+    assert headers[rules.SOURCE_TOPIC_HEADER] == SETTINGS.input_topic.encode()
+    assert headers[rules.SOURCE_PARTITION_HEADER] == b"5"
+    assert headers[rules.SOURCE_OFFSET_HEADER] == b"42"
+    assert table == {}
