@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "dlq_max_message_bytes": 8 * 1024 * 1024,
     "session_timeout": 10.0,
     "standby_replicas": 0,
+    "fault_injection": "",
     "log_level": "info",
 }
 
@@ -98,6 +99,7 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "dlq_max_message_bytes": ("2097152", 2097152),
     "session_timeout": ("20", 20.0),
     "standby_replicas": ("1", 1),
+    "fault_injection": ("commit=kill@3", "commit=kill@3"),
     "log_level": ("debug", "debug"),
 }
 
