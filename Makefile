@@ -39,7 +39,7 @@ kafka-down: ## Stop the local broker on $KAFKA_PORT (9092)
 
 run: $(STAMP) kafka-jars ## Set up everything and run a worker in the foreground
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(KAFKA) up; fi
-	$(PY) -m app worker -l info
+	$(PY) -m app worker
 
 demo: $(STAMP) ## Send a realistic stream with client retries into the running pipeline
 	$(PY) -m scripts.demo

@@ -1,7 +1,12 @@
-"""``python -m app worker -l info``: start a dedup worker (Faust's worker command line).
+"""``python -m app worker``: start a dedup worker (Faust's worker command line).
 
-Settings come from the environment (README, "Settings"). Two workers on one machine differ only
-in DEDUPE_DATA_DIR and DEDUPE_WEB_PORT.
+Settings come from the environment (README, "Settings"); an invalid one stops the worker at once
+with exit status 2 and a message naming the variable. The log level is DEDUPE_LOG_LEVEL unless
+``-l``/``--loglevel`` is given. Two workers on one machine differ only in DEDUPE_DATA_DIR and
+DEDUPE_WEB_PORT.
+
+You should see Faust's start-up banner, "created ... topic" lines on the first start, then
+"transactional producers ready for N partitions" and "[^Worker]: Ready".
 """
 
 from __future__ import annotations
@@ -13,10 +18,15 @@ from app.settings import SettingsError
 
 def main() -> None:
     try:
-        from app.main import app
+        from app.main import app, pipeline
     except SettingsError as exc:
         print(f"dedupe: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    args = sys.argv[1:]
+    if args[:1] == ["worker"] and not any(
+        a in ("-l", "--loglevel") or a.startswith("--loglevel=") for a in args
+    ):
+        sys.argv.append(f"--loglevel={pipeline.settings.log_level}")
     app.main()
 
 

@@ -1,0 +1,36 @@
+"""Print the README's settings table from ``app.settings.Settings`` (the one source of truth).
+
+    python -m scripts.settings_table
+
+``tests/unit/test_readme.py`` fails when README.md does not contain exactly this table.
+"""
+
+from __future__ import annotations
+
+from app.settings import Settings
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
+def table() -> str:
+    """The markdown table: variable, default, meaning; one row per settings field."""
+    defaults = Settings()
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, _, doc in Settings.documented():
+        value = getattr(defaults, name)
+        if name == "repartition_topic":
+            shown = "`<app id>-<input topic>-repartition`"
+        elif name == "data_dir":
+            shown = "`./data`"
+        elif isinstance(value, float):
+            shown = f"`{_duration(value)}`"
+        else:
+            shown = f"`{value}`" if value != "" else "(empty)"
+        rows.append(f"| `{doc.env}` | {shown} | {doc.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(table())
