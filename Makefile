@@ -58,7 +58,7 @@ format: $(STAMP) ## Format and auto-fix
 
 # Each tier is its own pytest run; a tier with no test files yet is skipped, not failed.
 define pytest_tier
-	@if ls $(1)/test_*.py $(1)/*/test_*.py >/dev/null 2>&1; then \
+	@if find $(1) -name 'test_*.py' | grep -q .; then \
 	  DEDUPE_TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) $(PY) -m pytest $(1) $(2); \
 	else echo "no tests in $(1)"; fi
 endef
