@@ -16,7 +16,7 @@ from faust.types import EventT, Message
 from app import rules
 from app.eos import TaskTransaction, TaskTransactionManager
 from app.settings import Settings
-from tables.transactional import TransactionalTable
+from tables.seen_ids import SeenIds
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +33,17 @@ class Outcome:
 class Deduplicator:
     """Handles one record inside its transaction. Counters are per partition, this process."""
 
-    def __init__(self, settings: Settings, seen_ids: TransactionalTable) -> None:
+    def __init__(self, settings: Settings, seen_ids: SeenIds) -> None:
         self.settings = settings
         self.seen_ids = seen_ids
         self.counts: dict[int, Counter[str]] = {}
+        self.max_future_ms = round(settings.max_future_skew * 1000)
 
     async def handle(self, txn: TaskTransaction, message: Message) -> str:
         s = self.settings
         value: bytes | None = message.value
         headers = list(message.headers or ())
-        timestamp_ms = round(message.timestamp * 1000)
+        timestamp_ms = round(message.timestamp * 1000) if message.timestamp >= 0 else None
         checked = rules.inspect(
             value, max_event_bytes=s.max_event_bytes, max_id_bytes=s.max_message_id_bytes
         )
@@ -70,9 +71,16 @@ class Deduplicator:
                 partition=rules.partition_for(checked.id_bytes, s.partitions),
             )
             return Outcome.REKEYED
-        if rules.is_duplicate(self.seen_ids.lookup(checked.id_bytes)):
+        kafka_ms = rules.clamp_ms(timestamp_ms or 0)
+        record_ms = (
+            kafka_ms
+            if s.time_source == "kafka"
+            else rules.event_time_ms(checked.event_timestamp, kafka_ms, self.max_future_ms)
+        )
+        first = self.seen_ids.first_sighting(checked.id_bytes, record_ms)
+        self.seen_ids.age_out(record_ms)
+        if not first:
             return Outcome.DUPLICATE
-        self.seen_ids[checked.id_bytes] = rules.encode_first_seen(timestamp_ms)
         await txn.send(
             s.output_topic,
             key=checked.id_bytes,
@@ -100,6 +108,7 @@ def register_agents(
     async def dedupe_events(stream: faust.StreamT[bytes]) -> None:
         # Looked up when the agent starts: the consumer must not exist before the worker does.
         transactions: TaskTransactionManager = app.consumer.transactions
+        transactions.register_store(dedup.seen_ids)
         event: EventT
         async for event in stream.events():
             message = event.message

@@ -407,11 +407,36 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
         )
 
+    async def _start_producer(self, partition: int) -> AIOKafkaProducer:
+        """A started producer for ``partition``, retried until the broker answers.
+
+        ``start()`` sends InitProducerId: it fences any older producer with this transactional
+        id and completes or aborts the transaction that one left open, so afterwards the
+        partition's offsets and changelog are final. While the cluster is unreachable aiokafka
+        fails in several ways (timeouts, connection errors, an assertion during bootstrap);
+        none of them is an answer, so try again with a fresh producer.
+        """
+        delay = 0.2
+        while True:
+            producer = self._new_producer(partition)
+            try:
+                await producer.start()
+                return producer
+            except Exception as exc:
+                log.warning(
+                    "partition %d: starting transactional producer failed (%r); retrying in %.1fs",
+                    partition,
+                    exc,
+                    delay,
+                )
+                await self._close_producer(producer)
+                if self.should_stop:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def _start_task(self, partition: int) -> None:
-        producer = self._new_producer(partition)
-        # InitProducerId: fences any older producer with this id and completes or aborts the
-        # transaction it left open, before we read offsets or the changelog of this partition.
-        await producer.start()
+        producer = await self._start_producer(partition)
         self.tasks[partition] = Task(partition, self.transactional_id(partition), producer)
 
     async def _drop_task(self, task: Task) -> None:
@@ -572,8 +597,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             # InitProducerId of a new producer aborts whatever this one left open.
             log.warning("partition %d: abort failed (%r); recreating producer", task.partition, exc)
             await self._close_producer(producer)
-            task.producer = self._new_producer(task.partition)
-            await task.producer.start()
+            task.producer = await self._start_producer(task.partition)
         self._discard_staged(task)
         task.reset_transaction()
 
@@ -590,17 +614,31 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         old = task.producer
         assert old is not None
         await self._close_producer(old)
-        producer = self._new_producer(task.partition)
-        # Blocks until the coordinator answers; the pending transaction is then complete.
-        await producer.start()
-        task.producer = producer
-        committed = await self._committed_offsets(list(offsets))
+        # Retries until the coordinator answers; the pending transaction is then complete.
+        task.producer = await self._start_producer(task.partition)
+        committed = await self._committed_offsets_retrying(list(offsets))
         if all(committed.get(tp) == off for tp, off in offsets.items()):
             log.warning("partition %d: the transaction did commit", task.partition)
             return True
         self._fail(task, "the transaction did not commit (outcome was unknown)")
         task.reset_transaction()
         return False
+
+    async def _committed_offsets_retrying(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        delay = 0.2
+        while True:
+            try:
+                return await self._committed_offsets(tps)
+            except Exception as exc:
+                log.warning("reading committed offsets failed (%r); retrying", exc)
+                if self._admin is not None:
+                    with contextlib.suppress(Exception):
+                        await self._admin.close()
+                    self._admin = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _committed_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         if self._admin is None:

@@ -17,7 +17,8 @@ from app.agents import Deduplicator, register_agents
 from app.eos import TaskTransactionManager, Transport
 from app.settings import Settings
 from app.topics import ensure_topics
-from tables.seen_ids import changelog_topic_name, declare_seen_ids
+from app.web import register_views
+from tables.seen_ids import SeenIds, changelog_topic_name, declare_seen_ids
 from tables.transactional import TransactionalTable
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ def create_app(settings: Settings) -> Pipeline:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-    dedup = Deduplicator(settings, seen_ids)
+    dedup = Deduplicator(settings, SeenIds(seen_ids, settings))
     register_agents(app, source, dedup)
+    register_views(app, dedup)
     return Pipeline(app, settings, seen_ids, dedup)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from aiokafka.partitioner import murmur2
 
@@ -39,10 +40,12 @@ class BadInput(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Valid:
-    """A well-formed event: its messageId as text and as the UTF-8 bytes used for keys."""
+    """A well-formed event: its messageId as text and as the UTF-8 bytes used for keys, and its
+    own ``timestamp`` field as found (for DEDUPE_TIME_SOURCE=event)."""
 
     message_id: str
     id_bytes: bytes
+    event_timestamp: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,7 @@ def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> 
             BadInput.MESSAGE_ID_TOO_LONG,
             f"messageId is {len(id_bytes)} bytes, limit {max_id_bytes}",
         )
-    return Valid(message_id, id_bytes)
+    return Valid(message_id, id_bytes, doc.get("timestamp"))
 
 
 def partition_for(id_bytes: bytes, partitions: int) -> int:
@@ -105,24 +108,92 @@ def needs_rekey(key: bytes | None, partition: int, event: Valid, partitions: int
     return key != event.id_bytes or partition != partition_for(event.id_bytes, partitions)
 
 
-# --- first sighting --------------------------------------------------------------------------
-# A held id maps to its first-seen time: the Kafka timestamp (ms) of the first copy, as 8 bytes
-# big-endian. A repeat never rewrites it (first-seen semantics).
+# --- first sighting and the time window -----------------------------------------------------
+# A held id maps to an Entry: its first-seen time (ms, the record time of the copy that was
+# forwarded) and its insertion sequence number in its partition. A record is a repeat when its
+# id is held and was first seen less than the window W before the record's time:
+#
+#     duplicate  <=>  held and record_ms - first_seen_ms < W
+#
+# so a copy at first_seen + W - 1 ms is dropped and one at first_seen + W is forwarded (W itself
+# is outside the window) and becomes the new first sighting. A repeat never moves first_seen.
+# The decision depends only on record times and held entries, never on the wall clock or on when
+# age-out ran, so a replay decides exactly as the first run did. (Copies with a time before the
+# first sighting, out-of-order, count as repeats.)
 
 
-def encode_first_seen(timestamp_ms: int) -> bytes:
-    """The table value for an id first seen at ``timestamp_ms``."""
-    return max(timestamp_ms, 0).to_bytes(8, "big")
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What ``seen_ids`` holds for an id."""
+
+    first_seen_ms: int
+    seq: int
+
+    def encode(self) -> bytes:
+        return self.first_seen_ms.to_bytes(8, "big") + self.seq.to_bytes(8, "big")
+
+    @classmethod
+    def decode(cls, value: bytes) -> Entry:
+        return cls(int.from_bytes(value[:8], "big"), int.from_bytes(value[8:16], "big"))
 
 
-def decode_first_seen(value: bytes) -> int:
-    """The first-seen timestamp (ms) stored for an id."""
-    return int.from_bytes(value, "big")
+def clamp_ms(timestamp_ms: int) -> int:
+    """Record times below zero (or absent, -1) count as 0."""
+    return max(timestamp_ms, 0)
 
 
-def is_duplicate(stored: bytes | None) -> bool:
-    """A record is a repeat when its id is already held."""
-    return stored is not None
+def is_duplicate(held: Entry | None, record_ms: int, window_ms: int) -> bool:
+    """A repeat: the id is held and was first seen less than ``window_ms`` before the record."""
+    return held is not None and record_ms - held.first_seen_ms < window_ms
+
+
+def bucket_start(timestamp_ms: int, bucket_ms: int) -> int:
+    """Start of the time bucket that holds ids first seen at ``timestamp_ms``."""
+    return timestamp_ms - timestamp_ms % bucket_ms
+
+
+def index_key(first_seen_ms: int, bucket_ms: int, seq: int) -> bytes:
+    """Key of an id in the age-out index: its time bucket, then its insertion sequence, so the
+    index lists ids oldest bucket first and, inside a bucket, in insertion order."""
+    return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + seq.to_bytes(8, "big")
+
+
+def bucket_of_index_key(key: bytes) -> int:
+    return int.from_bytes(key[:8], "big")
+
+
+def bucket_expired(
+    bucket: int, bucket_ms: int, stream_ms: int, window_ms: int, lateness_ms: int
+) -> bool:
+    """Every id of the bucket starting at ``bucket`` is out of the window of any record not
+    later than ``lateness_ms`` behind the partition's stream time: the bucket can go."""
+    return bucket + bucket_ms <= stream_ms - window_ms - lateness_ms
+
+
+def over_cap(held: int, cap: int) -> bool:
+    """The size cap is exceeded: the oldest ids must go."""
+    return held > cap
+
+
+def effective_window_ms(record_ms: int, oldest_first_seen_ms: int | None) -> int | None:
+    """How far back the partition still remembers ids, seen from ``record_ms``."""
+    return None if oldest_first_seen_ms is None else max(record_ms - oldest_first_seen_ms, 0)
+
+
+def event_time_ms(doc_timestamp: object, kafka_ms: int, max_future_ms: int) -> int:
+    """The event's own ``timestamp`` (ISO 8601) in ms, at most ``max_future_ms`` after the Kafka
+    timestamp; the Kafka timestamp when the field is missing or unparsable."""
+    if not isinstance(doc_timestamp, str):
+        return kafka_ms
+    try:
+        text = doc_timestamp.replace("Z", "+00:00")
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return kafka_ms
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    ms = int(parsed.timestamp() * 1000)
+    return clamp_ms(min(ms, kafka_ms + max_future_ms))
 
 
 # --- dead-letter headers ---------------------------------------------------------------------

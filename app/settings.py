@@ -133,6 +133,57 @@ class Settings:
         "max.message.bytes of the dead-letter topic (and the producer's request limit), so "
         "any input record fits there with its original bytes.",
     )
+    window: float = setting(
+        28 * 86400.0,
+        "DEDUPE_WINDOW",
+        "Dedup window W: a copy is a repeat when its id was first seen less than W before the "
+        "copy's record time (W itself is outside). Units s, m, h, d.",
+    )
+    bucket: float = setting(
+        3600.0,
+        "DEDUPE_BUCKET",
+        "Time bucket of the age-out index: ids leave at most one bucket after they could.",
+    )
+    allowed_lateness: float = setting(
+        3600.0,
+        "DEDUPE_ALLOWED_LATENESS",
+        "Ids are kept this long past the window, so records up to this far behind the "
+        "partition's newest first sighting are still judged against every id they should be.",
+    )
+    max_ids_per_partition: int = setting(
+        20_000_000,
+        "DEDUPE_MAX_IDS_PER_PARTITION",
+        "Size cap per partition: past it the oldest ids are evicted first and the effective "
+        "window shrinks.",
+    )
+    min_window: float = setting(
+        86400.0,
+        "DEDUPE_MIN_WINDOW",
+        "A warning is logged when the size cap makes a partition's effective window shorter "
+        "(than this, or than DEDUPE_WINDOW when that is shorter).",
+    )
+    eviction_batch: int = setting(
+        64,
+        "DEDUPE_EVICTION_BATCH",
+        "Most ids aged out per processed record (bounds the work added to any one record).",
+    )
+    time_source: str = setting(
+        "kafka",
+        "DEDUPE_TIME_SOURCE",
+        "Record time for the window: 'kafka' (the record's Kafka timestamp) or 'event' (the "
+        "event's own ISO-8601 'timestamp', falling back to the Kafka one).",
+    )
+    max_future_skew: float = setting(
+        3600.0,
+        "DEDUPE_MAX_FUTURE_SKEW",
+        "With DEDUPE_TIME_SOURCE=event: event times later than the Kafka timestamp plus this "
+        "are clamped to it.",
+    )
+    rocksdb_write_buffer_bytes: int = setting(
+        64 * 1024 * 1024,
+        "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES",
+        "RocksDB memtable size per partition database (column family); smaller flushes sooner.",
+    )
     session_timeout: float = setting(
         10.0,
         "DEDUPE_SESSION_TIMEOUT",
@@ -204,6 +255,24 @@ class Settings:
             out.append(f"{env('session_timeout')}={self.session_timeout}: must be 1s..300s")
         if not 0 <= self.standby_replicas <= 8:
             out.append(f"{env('standby_replicas')}={self.standby_replicas}: must be 0..8")
+        if not 1 <= self.window <= 3650 * 86400:
+            out.append(f"{env('window')}={self.window}s: must be 1s..3650d")
+        if not 0.001 <= self.bucket <= self.window:
+            out.append(f"{env('bucket')}={self.bucket}s: must be 1ms..DEDUPE_WINDOW")
+        if not 0 <= self.allowed_lateness <= 365 * 86400:
+            out.append(f"{env('allowed_lateness')}={self.allowed_lateness}s: must be 0..365d")
+        if not 1 <= self.max_ids_per_partition <= 10**12:
+            out.append(f"{env('max_ids_per_partition')}={self.max_ids_per_partition}: 1..10^12")
+        if not 0 <= self.min_window <= 3650 * 86400:
+            out.append(f"{env('min_window')}={self.min_window}s: must be 0..3650d")
+        if not 1 <= self.eviction_batch <= 100_000:
+            out.append(f"{env('eviction_batch')}={self.eviction_batch}: must be 1..100000")
+        if not 64 * 1024 <= self.rocksdb_write_buffer_bytes <= 2**31:
+            out.append(f"{env('rocksdb_write_buffer_bytes')}: must be 64KiB..2GiB")
+        if self.time_source not in {"kafka", "event"}:
+            out.append(f"{env('time_source')}={self.time_source!r}: use 'kafka' or 'event'")
+        if not 0 <= self.max_future_skew <= 365 * 86400:
+            out.append(f"{env('max_future_skew')}={self.max_future_skew}s: must be 0..365d")
         try:
             faults.parse(self.fault_injection)
         except ValueError as exc:

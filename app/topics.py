@@ -17,8 +17,10 @@ murmur2(X) % N, so every topic on the path must agree on N.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -50,6 +52,21 @@ def topic_specs(settings: Settings, changelog: str) -> list[TopicSpec]:
         TopicSpec(settings.output_topic, "output", {}),
         TopicSpec(settings.dlq_topic, "dead-letter", {"max.message.bytes": dlq_bytes}),
     ]
+
+
+async def _partition_counts(
+    admin: AIOKafkaAdminClient, names: list[str], created: set[str], timeout: float = 30.0
+) -> dict[str, int]:
+    """Partition count per topic. Topics created a moment ago may not show up in metadata at
+    once (no leader yet): wait for them, up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        described = await admin.describe_topics(names)
+        counts = {d["topic"]: len(d["partitions"]) for d in described if not d["error_code"]}
+        pending = [n for n in created if not counts.get(n)]
+        if not pending or time.monotonic() > deadline:
+            return counts
+        await asyncio.sleep(0.2)
 
 
 async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int = 30_000) -> None:
@@ -85,8 +102,7 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
                 )
             for s in missing:
                 log.info("created %s topic %r (%d partitions)", s.role, s.name, settings.partitions)
-        described = await admin.describe_topics([s.name for s in specs])
-        counts = {d["topic"]: len(d["partitions"]) for d in described if not d["error_code"]}
+        counts = await _partition_counts(admin, [s.name for s in specs], {s.name for s in missing})
         problems = [
             f"{s.role} topic {s.name!r} has {counts.get(s.name, 0)} partitions, "
             f"DEDUPE_PARTITIONS is {settings.partitions}"

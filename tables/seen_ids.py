@@ -1,26 +1,68 @@
-"""``seen_ids``: the ids this worker has forwarded, one RocksDB database per partition.
+"""``seen_ids``: the ids this worker has forwarded, with time-window and size-cap age-out.
+
+The table (replicated through its changelog, inside each partition's transaction):
 
 - Key: the ``messageId`` as UTF-8 bytes (at most ``DEDUPE_MAX_MESSAGE_ID_BYTES``).
-- Value: the first-seen time, the Kafka timestamp (ms) of the first copy, 8 bytes big-endian
-  (``app.rules.encode_first_seen``). A repeat never rewrites it.
+- Value: :class:`app.rules.Entry`: the first-seen time (ms, the record time of the forwarded
+  copy) and the id's insertion sequence number in its partition; 16 bytes.
 - Partitioning: co-partitioned with the input and repartition topics (same partition count, key
-  = messageId, Kafka's default murmur2 partitioner), so every copy of an id meets the same state.
-- Changelog: ``<app id>-seen_ids-changelog``, compacted, written inside each partition's
-  transaction (``tables.transactional``).
-- Retention: ids are held until age-out removes them. Age-out by time window and size cap is
-  not part of this version yet: the table grows with the number of distinct ids (about 60-80
-  bytes per id on disk after compaction, plus the compacted changelog). Trade-off: no id is
-  ever forgotten, so no late repeat slips through, at the cost of unbounded state.
+  = messageId, Kafka's murmur2 partitioner), so every copy of an id meets the same state.
+- Changelog: ``<app id>-seen_ids-changelog``, compacted; an id that ages out is deleted with a
+  tombstone in the same transaction, so a worker that rebuilds from the changelog holds exactly
+  the ids the live one held. Compaction then bounds the changelog to the ids held.
+
+Retention (how long an id is remembered):
+
+- **Time window** ``DEDUPE_WINDOW`` (28 days): a copy is a repeat when its id was first seen less
+  than W before the copy's own record time (``app.rules.is_duplicate``). Decisions use record
+  times only, never the wall clock, so a replay decides as the first run did.
+- **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest time
+  bucket, then insertion order), so a traffic spike shortens the window instead of exhausting
+  the disk. The effective window (record time minus the oldest held id's first sighting) is kept
+  per partition and a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
+- Trade-off: ids are kept ``DEDUPE_ALLOWED_LATENESS`` past the window, so a late record (behind
+  the partition's newest first sighting by at most that much) is still judged correctly; later
+  ones may find their id already gone and be forwarded again.
+
+How age-out stays cheap: each partition's database keeps a local secondary index (its own column
+family, derived from the table's writes in the same atomic batch, never replicated) keyed by
+(time bucket of the first sighting, insertion sequence). Age-out walks it from a persisted seek
+hint, so it never rescans tombstones, deletes in bounded batches (``DEDUPE_EVICTION_BATCH`` per
+processed record) and stops at the first id that may stay. Lookups stay one point read.
 """
 
 from __future__ import annotations
 
-import faust
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
+import faust
+from rocksdict import WriteBatch
+
+from app.rules import (
+    Entry,
+    bucket_expired,
+    bucket_of_index_key,
+    effective_window_ms,
+    index_key,
+    is_duplicate,
+    over_cap,
+)
 from app.settings import Settings
-from tables.transactional import TransactionalTable
+from tables.store import PartitionDB, TransactionalStore
+from tables.transactional import TransactionalTable, current_partition
+
+log = logging.getLogger(__name__)
 
 TABLE_NAME = "seen_ids"
+#: Column family of the local age-out index: index key -> messageId.
+INDEX_CF = "dedupe-age-index"
+#: Key (in META_CF) of the partition's summary: ids held, next sequence, newest first sighting,
+#: seek hint.
+SUMMARY_KEY = b"seen-ids-summary"
 
 
 def changelog_topic_name(settings: Settings) -> str:
@@ -28,14 +70,322 @@ def changelog_topic_name(settings: Settings) -> str:
     return f"{settings.app_id}-{TABLE_NAME}-changelog"
 
 
+@dataclass
+class Summary:
+    """Per partition, derived from the ids held (kept in the store's bookkeeping family)."""
+
+    held: int = 0
+    next_seq: int = 0
+    newest_ms: int = 0
+    #: Every index key below it is gone: age-out starts its walk here.
+    hint: bytes = b""
+
+    def encode(self) -> bytes:
+        return (
+            self.held.to_bytes(8, "big")
+            + self.next_seq.to_bytes(8, "big")
+            + self.newest_ms.to_bytes(8, "big")
+            + self.hint
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Summary:
+        if raw is None:
+            return cls()
+        return cls(
+            int.from_bytes(raw[0:8], "big"),
+            int.from_bytes(raw[8:16], "big"),
+            int.from_bytes(raw[16:24], "big"),
+            raw[24:],
+        )
+
+
+class SeenIdsStore(TransactionalStore):
+    """The transactional store plus the local age-out index and per-partition summary."""
+
+    extra_cfs = (INDEX_CF,)
+
+    def __init__(self, *args: Any, bucket_ms: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bucket_ms = bucket_ms
+        self._summaries: dict[int, Summary] = {}
+        self._pending_hints: dict[int, bytes] = {}
+
+    def summary(self, partition: int) -> Summary:
+        """The committed summary of ``partition``."""
+        summary = self._summaries.get(partition)
+        if summary is None:
+            raw = self.partition_db(partition).meta.get(SUMMARY_KEY)
+            summary = self._summaries[partition] = Summary.decode(raw)
+        return summary
+
+    def stage_hint(self, partition: int, hint: bytes) -> None:
+        """Age-out moved the seek hint; it is stored with the partition's next commit."""
+        self._pending_hints[partition] = hint
+
+    def index(self, partition: int, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Committed index entries ``(index key, messageId)`` from ``start`` on."""
+        it = self.partition_db(partition).extra[INDEX_CF].iter()
+        it.seek(start)
+        while it.valid():
+            yield it.key(), it.value()
+            it.next()
+
+    def extend_batch(
+        self,
+        partition: int,
+        pdb: PartitionDB,
+        batch: WriteBatch,
+        writes: list[tuple[bytes, bytes | None]],
+    ) -> None:
+        """Apply id writes and keep the index and summary in step (old entry out, new in)."""
+        super().extend_batch(partition, pdb, batch, writes)
+        summary = Summary(**vars(self.summary(partition)))
+        handle = pdb.handles[INDEX_CF]
+        keys: list[Any] = [k for k, _ in writes]
+        olds: list[bytes | None] = pdb.db.get(keys) or [] if keys else []
+        committed = dict(zip(keys, olds, strict=True))
+        current: dict[bytes, bytes | None] = {}
+        for key, new in writes:
+            old = current[key] if key in current else committed[key]
+            if old is not None:
+                was = Entry.decode(old)
+                batch.delete(index_key(was.first_seen_ms, self.bucket_ms, was.seq), handle)
+                summary.held -= 1
+            if new is not None:
+                now = Entry.decode(new)
+                ik = index_key(now.first_seen_ms, self.bucket_ms, now.seq)
+                batch.put(ik, key, handle)
+                summary.held += 1
+                summary.next_seq = max(summary.next_seq, now.seq + 1)
+                summary.newest_ms = max(summary.newest_ms, now.first_seen_ms)
+                if ik < summary.hint:
+                    summary.hint = ik  # a late first sighting below the hint: walk from it
+            current[key] = new
+        pending = self._pending_hints.pop(partition, None)
+        if pending is not None:
+            lowest_put = min(
+                (
+                    index_key(Entry.decode(v).first_seen_ms, self.bucket_ms, Entry.decode(v).seq)
+                    for _, v in writes
+                    if v is not None
+                ),
+                default=pending,
+            )
+            summary.hint = min(pending, lowest_put)
+        batch.put(SUMMARY_KEY, summary.encode(), pdb.meta_handle)
+        self._summaries[partition] = summary
+
+    def discard_partition(self, partition: int) -> None:
+        super().discard_partition(partition)
+        self._pending_hints.pop(partition, None)
+
+    def close_partition(self, partition: int) -> None:
+        self._summaries.pop(partition, None)
+        self._pending_hints.pop(partition, None)
+        super().close_partition(partition)
+
+
+@dataclass
+class _Live:
+    """What the open transaction changed in a partition, over its committed summary."""
+
+    held_delta: int = 0
+    next_seq: int | None = None
+    hint: bytes | None = None
+    stream_ms: int = 0
+    #: First-seen time of the oldest id held, once known (for the effective window).
+    oldest_ms: int | None = None
+    oldest_bucket: int | None = None
+    scanned: bool = False
+    #: (bucket, first-seen ms) of the oldest first sighting of the open transaction: not in the
+    #: committed index yet, so a scan cannot see it.
+    staged_oldest: tuple[int, int] | None = None
+
+
+class SeenIds:
+    """The dedup decision and age-out over ``seen_ids``, for the record being processed."""
+
+    def __init__(self, table: TransactionalTable, settings: Settings) -> None:
+        self.table = table
+        self.window_ms = round(settings.window * 1000)
+        self.bucket_ms = round(settings.bucket * 1000)
+        self.lateness_ms = round(settings.allowed_lateness * 1000)
+        self.min_window_ms = round(min(settings.min_window, settings.window) * 1000)
+        self.cap = settings.max_ids_per_partition
+        self.batch = settings.eviction_batch
+        self._live: dict[int, _Live] = {}
+        self.evicted: dict[int, int] = {}
+        self.expired: dict[int, int] = {}
+        self._warned_at: dict[int, float] = {}
+
+    @property
+    def store(self) -> SeenIdsStore:
+        store: SeenIdsStore = self.table.data
+        return store
+
+    def _state(self, partition: int) -> _Live:
+        live = self._live.get(partition)
+        if live is None:
+            live = self._live[partition] = _Live()
+            live.stream_ms = self.store.summary(partition).newest_ms
+        return live
+
+    def held(self, partition: int) -> int:
+        """Ids held in ``partition``, counting the open transaction."""
+        live = self._live.get(partition)
+        return self.store.summary(partition).held + (live.held_delta if live else 0)
+
+    # -- per record ----------------------------------------------------------------------------
+
+    def first_sighting(self, id_bytes: bytes, record_ms: int) -> bool:
+        """True (and the id is remembered) when the record is not a repeat within the window."""
+        raw = self.table.lookup(id_bytes)
+        held = None if raw is None else Entry.decode(raw)
+        partition = current_partition()
+        live = self._state(partition)
+        if is_duplicate(held, record_ms, self.window_ms):
+            return False
+        # Stream time is the newest first sighting held: derived from the state alone, so a
+        # worker restarted from the changelog ages out exactly as the live one did.
+        live.stream_ms = max(live.stream_ms, record_ms)
+        summary = self.store.summary(partition)
+        seq = summary.next_seq if live.next_seq is None else live.next_seq
+        live.next_seq = seq + 1
+        if held is None:
+            live.held_delta += 1
+        self.table[id_bytes] = Entry(record_ms, seq).encode()
+        mark = (record_ms - record_ms % self.bucket_ms, record_ms)
+        if live.staged_oldest is None or mark < live.staged_oldest:
+            live.staged_oldest = mark
+        self._fold_staged(live)
+        return True
+
+    @staticmethod
+    def _fold_staged(live: _Live) -> None:
+        """The oldest id held may be one first seen in the open transaction."""
+        mark = live.staged_oldest
+        if mark is None or not live.scanned:
+            return
+        if live.oldest_bucket is None or mark < (live.oldest_bucket, live.oldest_ms or 0):
+            live.oldest_bucket, live.oldest_ms = mark
+
+    def age_out(self, record_ms: int) -> int:
+        """Delete up to ``DEDUPE_EVICTION_BATCH`` ids that are out of the window or over the cap,
+        oldest first; returns how many went."""
+        partition = current_partition()
+        live = self._state(partition)
+        if not self._needs_age_out(partition, live):
+            self._check_window(partition, live, record_ms)
+            return 0
+        summary = self.store.summary(partition)
+        start = summary.hint if live.hint is None else live.hint
+        deleted = 0
+        live.scanned = True
+        live.oldest_ms = live.oldest_bucket = None
+        for visited, (key, id_bytes) in enumerate(self.store.index(partition, start), 1):
+            bucket = bucket_of_index_key(key)
+            expired = bucket_expired(
+                bucket, self.bucket_ms, live.stream_ms, self.window_ms, self.lateness_ms
+            )
+            capped = over_cap(self.held(partition), self.cap)
+            raw = self.table.lookup(id_bytes)
+            entry = None if raw is None else Entry.decode(raw)
+            current = entry is not None and entry.seq == int.from_bytes(key[8:16], "big")
+            if current and not (expired or capped):
+                assert entry is not None
+                live.oldest_bucket, live.oldest_ms = bucket, entry.first_seen_ms
+                break
+            if current:
+                del self.table[id_bytes]
+                live.held_delta -= 1
+                deleted += 1
+                counter = self.expired if expired else self.evicted
+                counter[partition] = counter.get(partition, 0) + 1
+            live.hint = key + b"\x00"  # everything up to this key is gone or superseded
+            if deleted >= self.batch or visited >= 4 * self.batch:
+                live.scanned = False  # more may be due: look again at the next record
+                break
+        if live.hint is not None:
+            self.store.stage_hint(partition, live.hint)
+        self._fold_staged(live)
+        self._check_window(partition, live, record_ms)
+        return deleted
+
+    def _needs_age_out(self, partition: int, live: _Live) -> bool:
+        if not live.scanned:
+            return True
+        if over_cap(self.held(partition), self.cap):
+            return True
+        return live.oldest_bucket is not None and bucket_expired(
+            live.oldest_bucket, self.bucket_ms, live.stream_ms, self.window_ms, self.lateness_ms
+        )
+
+    def status(self, partition: int) -> dict[str, int | None]:
+        """Figures for ``/stats``: ids held, effective window and its ends, ids aged out."""
+        live = self._live.get(partition)
+        return {
+            "ids_held": self.held(partition),
+            "effective_window_ms": self.effective_window_ms(partition),
+            "oldest_first_seen_ms": None if live is None else live.oldest_ms,
+            "newest_first_seen_ms": None if live is None else live.stream_ms,
+            "expired": self.expired.get(partition, 0),
+            "evicted": self.evicted.get(partition, 0),
+        }
+
+    def effective_window_ms(self, partition: int, record_ms: int | None = None) -> int | None:
+        """Record time (default: the partition's stream time) minus the oldest first sighting."""
+        live = self._live.get(partition)
+        if live is None:
+            return None
+        return effective_window_ms(
+            live.stream_ms if record_ms is None else record_ms, live.oldest_ms
+        )
+
+    def _check_window(self, partition: int, live: _Live, record_ms: int) -> None:
+        window = effective_window_ms(record_ms, live.oldest_ms)
+        if window is None or window >= self.min_window_ms or not self.evicted.get(partition):
+            return
+        now = time.monotonic()
+        if now - self._warned_at.get(partition, -1e9) >= 60:
+            self._warned_at[partition] = now
+            log.warning(
+                "partition %d: effective dedup window is %d ms (%.2f h), under "
+                "DEDUPE_MIN_WINDOW (%.1f h): the size cap (%d ids) evicts ids inside the window",
+                partition,
+                window,
+                window / 3_600_000,
+                self.min_window_ms / 3_600_000,
+                self.cap,
+            )
+
+    # -- transaction outcome (registered with the transaction manager after the store) ----------
+
+    def commit_partition(self, partition: int, changelog_offset: int | None) -> None:
+        live = self._live.get(partition)
+        if live is not None:
+            live.held_delta = 0
+            live.next_seq = None
+            live.hint = None
+            live.staged_oldest = None  # committed: the next scan sees it
+
+    def discard_partition(self, partition: int) -> None:
+        self._live.pop(partition, None)
+
+
 def declare_seen_ids(app: faust.App, settings: Settings) -> TransactionalTable:
     """Declare the table on ``app`` (one per app)."""
+    bucket_ms = round(settings.bucket * 1000)
+    buffer = settings.rocksdb_write_buffer_bytes
     table = TransactionalTable(
         app,
         name=TABLE_NAME,
         partitions=settings.partitions,
         beacon=app.tables.beacon,
-        help="messageId -> first-seen Kafka timestamp (ms) of the one forwarded copy",
+        store_factory=lambda *a, **kw: SeenIdsStore(
+            *a, bucket_ms=bucket_ms, write_buffer_bytes=buffer, **kw
+        ),
+        help="messageId -> first-seen time and insertion sequence of its one forwarded copy",
     )
     app.tables.add(table)
     return table

@@ -41,15 +41,19 @@ DEFAULT_BLOCK_CACHE_BYTES = 64 * 1024 * 1024
 BLOOM_BITS_PER_KEY = 10
 
 
-class _PartitionDB:
-    """One partition's database: the ids (default column family) and the bookkeeping."""
+class PartitionDB:
+    """One partition's database: the table's keys in the default column family, the store's
+    bookkeeping in :data:`META_CF`, and any column families a subclass derives locally."""
 
-    __slots__ = ("db", "meta", "meta_handle")
+    __slots__ = ("db", "extra", "handles", "meta", "meta_handle")
 
-    def __init__(self, path: Path, options: Options) -> None:
-        self.db = Rdict(str(path), options, column_families={META_CF: Options(raw_mode=True)})
+    def __init__(self, path: Path, options: Options, extra_cfs: tuple[str, ...] = ()) -> None:
+        families = {name: options for name in (META_CF, *extra_cfs)}
+        self.db = Rdict(str(path), options, column_families=families)
         self.meta = self.db.get_column_family(META_CF)
         self.meta_handle = self.db.get_column_family_handle(META_CF)
+        self.extra = {name: self.db.get_column_family(name) for name in extra_cfs}
+        self.handles = {name: self.db.get_column_family_handle(name) for name in extra_cfs}
 
     def offset(self) -> int | None:
         raw = self.meta.get(OFFSET_KEY)
@@ -62,12 +66,21 @@ class _PartitionDB:
         self.db.write(batch)
 
     def close(self) -> None:
+        for cf in self.extra.values():
+            cf.close()
         self.meta.close()
         self.db.close()
 
 
-def _options(cache: Cache) -> Options:
+def _options(cache: Cache, write_buffer_bytes: int) -> Options:
     opts = Options(raw_mode=True)
+    opts.set_write_buffer_size(write_buffer_bytes)
+    # The bookkeeping column family takes a few bytes per commit and would never fill its
+    # memtable, so RocksDB would keep every write-ahead log file for it: cap the WAL, which
+    # makes RocksDB flush the column families that hold old logs.
+    opts.set_max_total_wal_size(4 * write_buffer_bytes)
+    opts.set_max_log_file_size(16 * 1024 * 1024)
+    opts.set_keep_log_file_num(3)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     table = BlockBasedOptions()
@@ -80,17 +93,31 @@ def _options(cache: Cache) -> Options:
 
 
 class TransactionalStore(SerializedStore):  # type: ignore[misc]
-    """Per-partition RocksDB databases with writes staged per transaction (raw bytes only)."""
+    """Per-partition RocksDB databases with writes staged per transaction (raw bytes only).
+
+    Subclasses may keep local, derived column families (``extra_cfs``) in step with the table's
+    keys by overriding :meth:`extend_batch`; it runs for live commits and for changelog
+    recovery alike, so derived data is the same however the keys arrived.
+    """
+
+    extra_cfs: tuple[str, ...] = ()
 
     def __init__(
-        self, url: Any, app: Any, table: Any, *, partition_of: Callable[[], int], **kwargs: Any
+        self,
+        url: Any,
+        app: Any,
+        table: Any,
+        *,
+        partition_of: Callable[[], int],
+        write_buffer_bytes: int = 64 * 1024 * 1024,
+        **kwargs: Any,
     ) -> None:
         super().__init__(url, app, table, **kwargs)
         self._partition_of = partition_of
-        self._dbs: dict[int, _PartitionDB] = {}
+        self._dbs: dict[int, PartitionDB] = {}
         self._staged: dict[int, dict[bytes, bytes | None]] = {}
         self._cache = Cache(DEFAULT_BLOCK_CACHE_BYTES)
-        self._options = _options(self._cache)
+        self._options = _options(self._cache, write_buffer_bytes)
         self.directory = Path(app.conf.tabledir)
 
     # -- partitions ----------------------------------------------------------------------------
@@ -98,12 +125,12 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def partition_path(self, partition: int) -> Path:
         return self.directory / f"{self.table_name}-{partition}.db"
 
-    def partition_db(self, partition: int) -> _PartitionDB:
+    def partition_db(self, partition: int) -> PartitionDB:
         """The database of ``partition``, opened on first use."""
         pdb = self._dbs.get(partition)
         if pdb is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            pdb = _PartitionDB(self.partition_path(partition), self._options)
+            pdb = PartitionDB(self.partition_path(partition), self._options, self.extra_cfs)
             self._dbs[partition] = pdb
         return pdb
 
@@ -167,14 +194,32 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         staged = self._staged.pop(partition, None)
         if not staged and changelog_offset is None:
             return
+        through = None if changelog_offset is None else changelog_offset + 1
+        self.write_partition(partition, list((staged or {}).items()), through)
+
+    def write_partition(
+        self, partition: int, writes: list[tuple[bytes, bytes | None]], offset: int | None
+    ) -> None:
+        """Write ``writes`` (value None: delete), in order, with the changelog ``offset``, in one
+        atomic batch together with whatever :meth:`extend_batch` derives from them."""
+        pdb = self.partition_db(partition)
         batch = WriteBatch(raw_mode=True)
-        for key, value in (staged or {}).items():
+        self.extend_batch(partition, pdb, batch, writes)
+        pdb.write(batch, offset)
+
+    def extend_batch(
+        self,
+        partition: int,
+        pdb: PartitionDB,
+        batch: WriteBatch,
+        writes: list[tuple[bytes, bytes | None]],
+    ) -> None:
+        """Put ``writes`` into ``batch``; subclasses add their derived writes."""
+        for key, value in writes:
             if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        through = None if changelog_offset is None else changelog_offset + 1
-        self.partition_db(partition).write(batch, through)
 
     def discard_partition(self, partition: int) -> None:
         """The transaction of ``partition`` did not commit: forget its staged writes."""
@@ -197,18 +242,14 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         to_key: Callable[[Any], Any],
         to_value: Callable[[Any], Any],
     ) -> None:
-        batches: dict[int, tuple[WriteBatch, int]] = {}
+        writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        offsets: dict[int, int] = {}
         for event in batch:
             msg = event.message
-            entry = batches.get(msg.partition)
-            wb = entry[0] if entry is not None else WriteBatch(raw_mode=True)
-            if msg.value is None:
-                wb.delete(msg.key)
-            else:
-                wb.put(msg.key, msg.value)
-            batches[msg.partition] = (wb, msg.offset)
-        for partition, (wb, offset) in batches.items():
-            self.partition_db(partition).write(wb, offset)
+            writes.setdefault(msg.partition, []).append((msg.key, msg.value))
+            offsets[msg.partition] = msg.offset
+        for partition, items in writes.items():
+            self.write_partition(partition, items, offsets[partition])
 
     # -- the mapping interface (partition of the record being processed) ------------------------
 

@@ -13,6 +13,7 @@ being processed (``tm.processing(message)``); anything else raises.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -34,7 +35,15 @@ def current_partition() -> int:
 class TransactionalTable(faust.Table):  # type: ignore[misc]
     """``faust.Table`` with raw bytes keys/values, staged writes and transactional changelog."""
 
-    def __init__(self, app: faust.App, *, name: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: faust.App,
+        *,
+        name: str,
+        store_factory: Callable[..., TransactionalStore] = TransactionalStore,
+        **kwargs: Any,
+    ) -> None:
+        self.store_factory = store_factory
         super().__init__(
             app,
             name=name,
@@ -49,7 +58,7 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
         return tm
 
     def _new_store(self) -> StoreT:
-        store = TransactionalStore(
+        store = self.store_factory(
             self._store or self.app.conf.store,
             self.app,
             self,

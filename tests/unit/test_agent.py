@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import pytest
 
@@ -44,9 +45,24 @@ class FakeTxn:
         self.sent.append(Sent(topic, key, value, list(headers or []), timestamp_ms, partition))
 
 
-class FakeTable(dict):  # type: ignore[type-arg]
-    def lookup(self, key: bytes) -> bytes | None:
-        return self.get(key)
+class FakeSeenIds:
+    """``SeenIds``' contract in memory: first sightings within the window, ages out nothing."""
+
+    def __init__(self) -> None:
+        self.first: dict[bytes, int] = {}
+        self.aged_at: list[int] = []
+
+    def first_sighting(self, id_bytes: bytes, record_ms: int) -> bool:
+        held = self.first.get(id_bytes)
+        entry = None if held is None else rules.Entry(held, 0)
+        if rules.is_duplicate(entry, record_ms, round(SETTINGS.window * 1000)):
+            return False
+        self.first[id_bytes] = record_ms
+        return True
+
+    def age_out(self, record_ms: int) -> int:
+        self.aged_at.append(record_ms)
+        return 0
 
 
 def event(mid: object) -> bytes:
@@ -59,12 +75,12 @@ def placed(mid: str, value: bytes | None = None, **kw: object) -> Msg:
     return Msg(SETTINGS.input_topic, p, 7, mid.encode(), value or event(mid), **kw)  # type: ignore[arg-type]
 
 
-async def run(*msgs: Msg) -> tuple[list[str], FakeTxn, FakeTable]:
-    table = FakeTable()
-    dedup = Deduplicator(SETTINGS, table)  # type: ignore[arg-type]
+async def run(*msgs: Msg, settings: Settings = SETTINGS) -> tuple[list[str], FakeTxn, FakeSeenIds]:
+    seen = FakeSeenIds()
+    dedup = Deduplicator(settings, seen)  # type: ignore[arg-type]
     txn = FakeTxn()
     outcomes = [await dedup.handle(txn, m) for m in msgs]  # type: ignore[arg-type]
-    return outcomes, txn, table
+    return outcomes, txn, seen
 
 
 async def test_first_sighting_is_forwarded_and_remembered() -> None:
@@ -81,7 +97,8 @@ async def test_first_sighting_is_forwarded_and_remembered() -> None:
             msg.partition,
         )
     ]
-    assert table == {b"m-1": rules.encode_first_seen(1_790_000_000_123)}
+    assert table.first == {b"m-1": 1_790_000_000_123}
+    assert table.aged_at == [1_790_000_000_123]  # age-out runs after each decision
 
 
 async def test_repeats_are_dropped_and_do_not_move_the_first_seen_time() -> None:
@@ -90,7 +107,7 @@ async def test_repeats_are_dropped_and_do_not_move_the_first_seen_time() -> None
     outcomes, txn, table = await run(first, later, later)
     assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
     assert len(txn.sent) == 1
-    assert rules.decode_first_seen(table[b"m-1"]) == 1_790_000_000_123
+    assert table.first[b"m-1"] == 1_790_000_000_123
 
 
 @pytest.mark.parametrize(
@@ -112,7 +129,7 @@ async def test_misplaced_records_are_rekeyed_not_decided(
             SETTINGS.repartition_topic, mid.encode(), event(mid), [("a", b"b")], msg_ts(msg), right
         )
     ]
-    assert table == {}
+    assert table.first == {}
 
 
 def msg_ts(msg: Msg) -> int:
@@ -161,4 +178,26 @@ async def test_bad_input_goes_to_the_dead_letter_topic_with_its_reason(
     assert headers[rules.SOURCE_TOPIC_HEADER] == SETTINGS.input_topic.encode()
     assert headers[rules.SOURCE_PARTITION_HEADER] == b"5"
     assert headers[rules.SOURCE_OFFSET_HEADER] == b"42"
-    assert table == {}
+    assert table.first == {}
+
+
+async def test_a_copy_after_the_window_is_forwarded_again() -> None:
+    w = SETTINGS.window
+    outcomes, txn, _ = await run(
+        placed("m-4"),
+        placed("m-4", timestamp=1_790_000_000.123 + w - 0.001),
+        placed("m-4", timestamp=1_790_000_000.123 + w),
+    )
+    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.FORWARDED]
+    assert len(txn.sent) == 2
+
+
+async def test_event_time_can_drive_the_window() -> None:
+    settings = Settings.from_env({"DEDUPE_PARTITIONS": "8", "DEDUPE_TIME_SOURCE": "event"})
+    body = json.dumps(
+        {"messageId": "m-5", "timestamp": "2026-09-21T12:00:00Z", "type": "track"}
+    ).encode()
+    msg = placed("m-5", value=body)
+    _, _, seen = await run(msg, settings=settings)
+    noon = int(datetime(2026, 9, 21, 12, tzinfo=UTC).timestamp() * 1000)
+    assert seen.first[b"m-5"] == noon  # the event's time, not the Kafka timestamp

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from datetime import UTC, datetime
 
 import pytest
 
@@ -167,7 +168,9 @@ VALID_INPUT = [
 @pytest.mark.parametrize(("value", "message_id", "max_id"), VALID_INPUT)
 def test_inspect_accepts_valid_input(value: bytes, message_id: str, max_id: int) -> None:
     result = check(value, max_id=max_id)
-    assert result == Valid(message_id, message_id.encode("utf-8"))
+    assert isinstance(result, Valid)
+    assert (result.message_id, result.id_bytes) == (message_id, message_id.encode("utf-8"))
+    assert result.event_timestamp == json.loads(value).get("timestamp")
 
 
 @pytest.mark.parametrize(
@@ -332,56 +335,107 @@ def test_needs_rekey_uses_partition_count(partitions: int) -> None:
             assert rules.needs_rekey(EVENT.id_bytes, other, EVENT, partitions) is True
 
 
-# --- first sighting --------------------------------------------------------------------------
+# --- first sighting and the window ------------------------------------------------------------
+
+W = 60_000  # a 60 s window for the tables below
 
 
 @pytest.mark.parametrize(
-    ("timestamp_ms", "encoded"),
+    ("entry", "encoded"),
     [
-        (0, b"\x00" * 8),
-        (1, b"\x00" * 7 + b"\x01"),
-        (256, b"\x00" * 6 + b"\x01\x00"),
-        (1_714_564_800_000, (1_714_564_800_000).to_bytes(8, "big")),
-        (2**63 - 1, b"\x7f" + b"\xff" * 7),
-        (2**64 - 1, b"\xff" * 8),
+        (rules.Entry(0, 0), b"\x00" * 16),
+        (rules.Entry(1, 2), b"\x00" * 7 + b"\x01" + b"\x00" * 7 + b"\x02"),
+        (
+            rules.Entry(1_714_564_800_000, 2**63),
+            (1_714_564_800_000).to_bytes(8, "big") + b"\x80" + b"\x00" * 7,
+        ),
     ],
 )
-def test_encode_first_seen(timestamp_ms: int, encoded: bytes) -> None:
-    assert rules.encode_first_seen(timestamp_ms) == encoded
-    assert rules.decode_first_seen(encoded) == timestamp_ms
-
-
-@pytest.mark.parametrize("timestamp_ms", [-1, -1000, -(2**63)])
-def test_encode_first_seen_clamps_negative(timestamp_ms: int) -> None:
-    encoded = rules.encode_first_seen(timestamp_ms)
-    assert encoded == b"\x00" * 8
-    assert rules.decode_first_seen(encoded) == 0
+def test_entry_round_trip(entry: rules.Entry, encoded: bytes) -> None:
+    assert entry.encode() == encoded
+    assert rules.Entry.decode(encoded) == entry
 
 
 @pytest.mark.parametrize(
-    ("a", "b"),
+    ("held_ms", "record_ms", "duplicate"),
     [
-        (0, 1),
-        (1, 2),
-        (255, 256),
-        (65_535, 65_536),
-        (1_700_000_000_000, 1_700_000_000_001),
-        (-5, 1),
-        (2**32, 2**40),
+        (None, 5, False),  # never seen
+        (1_000, 1_000, True),  # immediate retry
+        (1_000, 1_000 + W // 2, True),
+        (1_000, 1_000 + W - 1, True),  # last ms inside the window
+        (1_000, 1_000 + W, False),  # W itself is outside: forwarded, a new first sighting
+        (1_000, 1_000 + W + 1, False),
+        (1_000, 0, True),  # a copy older than the first sighting (out of order) is a repeat
     ],
 )
-def test_encode_first_seen_preserves_order(a: int, b: int) -> None:
-    ea, eb = rules.encode_first_seen(a), rules.encode_first_seen(b)
-    assert len(ea) == len(eb) == 8
-    assert ea < eb
+def test_is_duplicate_within_the_window(
+    held_ms: int | None, record_ms: int, duplicate: bool
+) -> None:
+    held = None if held_ms is None else rules.Entry(held_ms, 7)
+    assert rules.is_duplicate(held, record_ms, W) is duplicate
 
 
 @pytest.mark.parametrize(
-    ("stored", "expected"),
-    [(None, False), (b"", True), (rules.encode_first_seen(0), True), (b"\x01", True)],
+    ("t", "bucket", "start"),
+    [(0, 1000, 0), (999, 1000, 0), (1000, 1000, 1000), (3_600_001, 3_600_000, 3_600_000)],
 )
-def test_is_duplicate(stored: bytes | None, expected: bool) -> None:
-    assert rules.is_duplicate(stored) is expected
+def test_bucket_start(t: int, bucket: int, start: int) -> None:
+    assert rules.bucket_start(t, bucket) == start
+
+
+def test_index_keys_order_by_bucket_then_sequence() -> None:
+    keys = [
+        rules.index_key(5_000, 1_000, 9),
+        rules.index_key(5_999, 1_000, 3),  # same bucket, earlier sequence
+        rules.index_key(1_000, 1_000, 100),  # older bucket, later sequence
+        rules.index_key(9_000, 1_000, 0),
+    ]
+    assert sorted(keys) == [keys[2], keys[1], keys[0], keys[3]]
+    assert rules.bucket_of_index_key(keys[1]) == 5_000
+
+
+@pytest.mark.parametrize(
+    ("bucket", "stream", "lateness", "expired"),
+    [
+        (0, W + 1_000, 0, True),  # bucket [0, 1000) ends exactly W before stream time
+        (0, W + 999, 0, False),
+        (0, W + 1_000, 500, False),  # kept for the allowed lateness
+        (0, W + 1_500, 500, True),
+    ],
+)
+def test_bucket_expired(bucket: int, stream: int, lateness: int, expired: bool) -> None:
+    assert rules.bucket_expired(bucket, 1_000, stream, W, lateness) is expired
+
+
+@pytest.mark.parametrize(("held", "cap", "over"), [(0, 0, False), (10, 10, False), (11, 10, True)])
+def test_over_cap(held: int, cap: int, over: bool) -> None:
+    assert rules.over_cap(held, cap) is over
+
+
+def test_effective_window() -> None:
+    assert rules.effective_window_ms(10_000, None) is None
+    assert rules.effective_window_ms(10_000, 4_000) == 6_000
+    assert rules.effective_window_ms(10_000, 12_000) == 0
+
+
+KAFKA_MS = 1_790_000_000_000
+NOON_MS = int(datetime(2026, 9, 21, 12, tzinfo=UTC).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        (None, KAFKA_MS),
+        (12345, KAFKA_MS),
+        ("not a time", KAFKA_MS),
+        ("2026-09-21T12:00:00.000Z", NOON_MS),
+        ("2026-09-21T12:00:00+00:00", NOON_MS),
+        ("2026-09-21T12:00:00", NOON_MS),  # no zone: UTC
+        ("2099-01-01T00:00:00Z", KAFKA_MS + 3_600_000),  # far future: clamped to Kafka + skew
+    ],
+)
+def test_event_time(field: object, expected: int) -> None:
+    assert rules.event_time_ms(field, KAFKA_MS, 3_600_000) == expected
 
 
 # --- dead-letter headers ---------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Benchmarks (speed, memory, state size), reported as ratios to a baseline run alongside."""

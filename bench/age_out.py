@@ -1,0 +1,193 @@
+"""Age-out benchmark: eviction rate per partition and disk bytes per id with N ids held.
+
+    python -m bench.age_out                 # 10,000,000 ids held (a few minutes)
+    python -m bench.age_out --ids 1000000   # quicker
+
+It loads N ids into one partition's store through the store's own write path (ids, the derived
+age-out index and summary, in write batches), compacts, and measures bytes on disk per id. Then
+it measures age-out through the worker's own code (``SeenIds.first_sighting`` + ``age_out`` +
+commits): (1) at the size cap, each new id evicts the oldest; (2) a whole time window expiring.
+The baseline, run in the same process on the same machine, is the limit: raw rocksdict deletes
+of the same number of keys in write batches. You should see a table like::
+
+    ids held                     10,000,000
+    disk bytes per id            41.3
+    evict at cap (ids/s)         61,000     0.08x raw deletes
+    expire window (ids/s)        95,000     0.12x raw deletes
+
+and the same lines appended to bench/results-age-out.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import shutil
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import faust
+from rocksdict import Options, Rdict, WriteBatch
+
+from app.rules import Entry
+from app.settings import Settings
+from tables import seen_ids as seen_module
+from tables.seen_ids import SeenIds, SeenIdsStore
+
+RESULTS = Path(__file__).with_name("results-age-out.md")
+T0 = 1_790_000_000_000
+
+
+class _Table:
+    """The table surface SeenIds uses, straight on the store (no Kafka in this benchmark)."""
+
+    def __init__(self, store: SeenIdsStore) -> None:
+        self.data = store
+
+    def lookup(self, key: bytes) -> bytes | None:
+        return self.data._get(key)
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.data._set(key, value)
+
+    def __delitem__(self, key: bytes) -> None:
+        self.data._del(key)
+
+
+def disk_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*.sst"))
+
+
+def raw_delete_rate(directory: Path, n: int) -> float:
+    """The limit: rocksdict puts then deletes ``n`` 36-byte keys in batches of 1,000."""
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    db = Rdict(str(directory / "raw.db"), opts)
+    keys = [f"{i:036d}".encode() for i in range(n)]
+    for start in range(0, n, 10_000):
+        wb = WriteBatch(raw_mode=True)
+        for k in keys[start : start + 10_000]:
+            wb.put(k, b"x" * 16)
+        db.write(wb)
+    started = time.perf_counter()
+    for start in range(0, n, 1_000):
+        wb = WriteBatch(raw_mode=True)
+        for k in keys[start : start + 1_000]:
+            wb.delete(k)
+        db.write(wb)
+    rate = n / (time.perf_counter() - started)
+    db.close()
+    return rate
+
+
+def run(ids: int, churn: int) -> list[tuple[str, str]]:
+    directory = Path(tempfile.mkdtemp(prefix="bench-age-out-"))
+    try:
+        app = faust.App("bench-age-out", store="rocksdb://", datadir=str(directory))
+        store = SeenIdsStore(
+            "rocksdb://",
+            app,
+            types.SimpleNamespace(name="seen_ids"),
+            partition_of=lambda: 0,
+            bucket_ms=3_600_000,
+            table_name="seen_ids",
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        seen_module.current_partition = lambda: 0  # type: ignore[assignment]
+        # -- load N ids (one per ms of record time, UUID-sized keys)
+        started = time.perf_counter()
+        batch = 10_000
+        for start in range(0, ids, batch):
+            writes: list[tuple[bytes, bytes | None]] = [
+                (f"{i:08x}-0000-4000-8000-{i:012x}".encode(), Entry(T0 + i, i).encode())
+                for i in range(start, min(start + batch, ids))
+            ]
+            store.write_partition(0, writes, start)
+            if start and start % 1_000_000 == 0:
+                print(f"  loaded {start:,} ids", flush=True)
+        load_rate = ids / (time.perf_counter() - started)
+        pdb = store.partition_db(0)
+        pdb.db.compact_range(None, None)
+        for cf in pdb.extra.values():
+            cf.compact_range(None, None)
+        bytes_per_id = disk_bytes(store.partition_path(0)) / ids
+        # -- at the cap: every new id evicts the oldest
+        settings = Settings.from_env(
+            {"DEDUPE_MAX_IDS_PER_PARTITION": str(ids), "DEDUPE_EVICTION_BATCH": "64"}
+        )
+        seen = SeenIds(_Table(store), settings)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        for i in range(churn):
+            record = T0 + ids + i
+            seen.first_sighting(f"new-{i:030d}".encode(), record)
+            seen.age_out(record)
+            if i % 1_000 == 999:
+                store.commit_partition(0, None)
+                seen.commit_partition(0, None)
+        store.commit_partition(0, None)
+        seen.commit_partition(0, None)
+        cap_rate = seen.evicted.get(0, 0) / (time.perf_counter() - started)
+        held_after_cap = seen.held(0)
+        # -- a window expires: stream time jumps past W for the oldest `churn` ids
+        window = Settings.from_env({}).window
+        settings = Settings.from_env(
+            {
+                "DEDUPE_MAX_IDS_PER_PARTITION": str(ids * 2),
+                "DEDUPE_EVICTION_BATCH": "1000",
+                "DEDUPE_ALLOWED_LATENESS": "0",
+            }
+        )
+        seen = SeenIds(_Table(store), settings)  # type: ignore[arg-type]
+        jump = T0 + ids + round(window * 1000) + 3_600_000 * 2
+        seen.first_sighting(b"jump", jump)
+        started = time.perf_counter()
+        expired = 0
+        while expired < churn:
+            gone = seen.age_out(jump)
+            store.commit_partition(0, None)
+            seen.commit_partition(0, None)
+            if not gone:
+                break
+            expired += gone
+        expire_rate = expired / (time.perf_counter() - started)
+        asyncio.run(store.on_stop())
+        baseline = raw_delete_rate(directory, churn)
+        return [
+            ("ids held", f"{ids:,}"),
+            ("load through the store (ids/s)", f"{load_rate:,.0f}"),
+            ("disk bytes per id (after compaction)", f"{bytes_per_id:.1f}"),
+            ("evict at cap (ids/s)", f"{cap_rate:,.0f}  ({cap_rate / baseline:.2f}x raw deletes)"),
+            ("ids held after cap churn", f"{held_after_cap:,}"),
+            ("expire window (ids/s)", f"{expire_rate:,.0f}  ({expire_rate / baseline:.2f}x raw)"),
+            ("raw rocksdict deletes (ids/s)", f"{baseline:,.0f}"),
+        ]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ids", type=int, default=10_000_000)
+    parser.add_argument("--churn", type=int, default=200_000)
+    args = parser.parse_args()
+    rows = run(args.ids, args.churn)
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    with RESULTS.open("a") as out:
+        out.write(
+            f"\n## {time.strftime('%Y-%m-%d %H:%M')} `python -m bench.age_out --ids {args.ids}"
+            f" --churn {args.churn}` ({platform.machine()}, {platform.python_version()})\n\n"
+            "| figure | value |\n|---|---|\n"
+        )
+        out.writelines(f"| {k} | {v} |\n" for k, v in rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Age-out in ``tables.seen_ids`` on a real RocksDB store: window, size cap (oldest first), seek
+hint, effective window, and that rebuilding from the changelog gives the same ids, index and
+summary as the live store."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import faust
+import pytest
+
+from app import rules
+from app.settings import Settings
+from tables import seen_ids as seen_module
+from tables.seen_ids import INDEX_CF, SeenIds, SeenIdsStore
+
+BUCKET_MS = 1_000
+WINDOW_MS = 10_000
+
+
+class StoreTable:
+    """What SeenIds needs of its table, over a real store; records the changelog it would send."""
+
+    def __init__(self, store: SeenIdsStore) -> None:
+        self.data = store
+        self.changelog: list[tuple[int, bytes, bytes | None]] = []
+        self.partition = 0
+
+    def lookup(self, key: bytes) -> bytes | None:
+        return self.data._get(key)
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.data._set(key, value)
+        self.changelog.append((self.partition, key, value))
+
+    def __delitem__(self, key: bytes) -> None:
+        self.data._del(key)
+        self.changelog.append((self.partition, key, None))
+
+
+class World:
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
+        self.app = faust.App("t-seen", store="rocksdb://", datadir=str(tmp_path))
+        self.tmp_path = tmp_path
+        self.stores: list[SeenIdsStore] = []
+        self.store = self.new_store("seen_ids")
+        self.table = StoreTable(self.store)
+        monkeypatch.setattr(seen_module, "current_partition", lambda: self.table.partition)
+        self.settings = Settings.from_env(
+            {
+                "DEDUPE_WINDOW": f"{WINDOW_MS}ms",
+                "DEDUPE_BUCKET": f"{BUCKET_MS}ms",
+                "DEDUPE_ALLOWED_LATENESS": "0",
+                "DEDUPE_MIN_WINDOW": "0",
+                **env,
+            }
+        )
+        self.seen = SeenIds(self.table, self.settings)  # type: ignore[arg-type]
+        self.offset = 0
+
+    def new_store(self, name: str) -> SeenIdsStore:
+        store = SeenIdsStore(
+            "rocksdb://",
+            self.app,
+            types.SimpleNamespace(name=name),
+            partition_of=lambda: self.table.partition,
+            bucket_ms=BUCKET_MS,
+            table_name=name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        self.stores.append(store)
+        return store
+
+    def record(self, id_: str, t: int) -> bool:
+        """Process one record (decide + age out) like the agent does."""
+        first = self.seen.first_sighting(id_.encode(), t)
+        self.seen.age_out(t)
+        return first
+
+    def commit(self) -> None:
+        p = self.table.partition
+        self.offset += 1
+        self.store.commit_partition(p, self.offset)
+        self.seen.commit_partition(p, self.offset)
+
+    def ids(
+        self, store: SeenIdsStore | None = None, partition: int = 0
+    ) -> dict[bytes, rules.Entry]:
+        s = store or self.store
+        return {k: rules.Entry.decode(v) for k, v in s.db(partition).items()}
+
+    def index(self, store: SeenIdsStore | None = None, partition: int = 0) -> list[bytes]:
+        s = store or self.store
+        return [k for k, _ in s.index(partition, b"")]
+
+
+@pytest.fixture
+async def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[World]:
+    w = World(tmp_path, monkeypatch)
+    yield w
+    for store in w.stores:
+        await store.on_stop()
+
+
+def test_repeats_inside_the_window_are_dropped_and_after_it_forwarded(world: World) -> None:
+    assert world.record("a", 1_000)
+    assert not world.record("a", 1_000 + WINDOW_MS - 1)
+    world.commit()
+    assert world.record("a", 1_000 + WINDOW_MS)  # W is outside: a new first sighting
+    world.commit()
+    assert world.ids()[b"a"].first_seen_ms == 1_000 + WINDOW_MS
+    assert len(world.index()) == 1  # the old index entry went with the re-insert
+
+
+def test_expired_buckets_are_removed_with_tombstones_and_counted(world: World) -> None:
+    for i in range(20):
+        assert world.record(f"old-{i}", 500 + i)  # bucket [0, 1000)
+    world.commit()
+    assert world.store.summary(0).held == 20
+    # stream time moves past the bucket's end + W: the next records age it out in batches
+    world.record("new-0", BUCKET_MS + WINDOW_MS)
+    for i in range(1, 5):
+        world.record(f"new-{i}", BUCKET_MS + WINDOW_MS + i)
+    world.commit()
+    assert set(world.ids()) == {f"new-{i}".encode() for i in range(5)}
+    assert world.store.summary(0).held == 5
+    tombstones = [k for _, k, v in world.table.changelog if v is None]
+    assert sorted(tombstones) == sorted(f"old-{i}".encode() for i in range(20))
+    assert world.seen.expired[0] == 20 and not world.seen.evicted.get(0)
+
+
+async def test_size_cap_evicts_oldest_first_and_reports_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = World(tmp_path, monkeypatch, DEDUPE_MAX_IDS_PER_PARTITION="10", DEDUPE_EVICTION_BATCH="2")
+    try:
+        for i in range(30):
+            assert w.record(f"id-{i:02d}", 1_000 + 100 * i)  # 10 per second, inside the window
+            w.commit()
+        held = w.ids()
+        assert sorted(held) == [f"id-{i:02d}".encode() for i in range(20, 30)]
+        assert w.store.summary(0).held == 10
+        assert w.seen.evicted[0] == 20
+        # the oldest held was first seen at 1000 + 100*20; seen from the last record (3900):
+        assert w.seen.effective_window_ms(0, 1_000 + 100 * 29) == 900
+        # an evicted id is forwarded again; a held one is not
+        assert w.record("id-05", 5_000)
+        assert not w.record("id-25", 5_000)
+    finally:
+        for store in w.stores:
+            await store.on_stop()
+
+
+def test_the_seek_hint_skips_what_was_deleted(world: World) -> None:
+    for i in range(10):
+        world.record(f"x{i}", 100 + i)
+    world.commit()
+    world.record("late", 2 * BUCKET_MS + WINDOW_MS)  # ages out bucket 0
+    world.commit()
+    hint = world.store.summary(0).hint
+    assert hint > rules.index_key(109, BUCKET_MS, 9)  # past every deleted key
+    assert all(k >= hint for k in world.index())
+
+
+def test_a_late_first_sighting_below_the_hint_lowers_it(world: World) -> None:
+    for i in range(5):
+        world.record(f"x{i}", 100 + i)  # bucket 0
+        world.record(f"y{i}", 1_100 + i)  # bucket 1
+    world.commit()
+    world.record("move", 3 * BUCKET_MS + WINDOW_MS)  # buckets 0..2 are out of the window
+    world.commit()
+    before = world.store.summary(0).hint
+    assert before > rules.index_key(1_104, BUCKET_MS, 9)
+    late_key = rules.index_key(600, BUCKET_MS, world.store.summary(0).next_seq)
+    assert late_key < before
+    assert world.record("late", 600)  # a first sighting in an old bucket (a late record)
+    world.commit()
+    assert world.store.summary(0).hint <= late_key  # so age-out will find it
+    world.record("next", 3 * BUCKET_MS + WINDOW_MS + 1)
+    world.commit()
+    assert b"late" not in world.ids()
+
+
+def test_a_discarded_transaction_leaves_no_trace(world: World) -> None:
+    world.record("kept", 100)
+    world.commit()
+    world.record("dropped", 200)
+    world.store.discard_partition(0)
+    world.seen.discard_partition(0)
+    assert set(world.ids()) == {b"kept"}
+    assert world.store.summary(0).held == 1
+    assert world.record("dropped", 300)  # never remembered: a first sighting again
+
+
+def test_rebuilding_from_the_changelog_gives_the_same_state(world: World) -> None:
+    for i in range(50):
+        world.record(f"id-{i}", 100 * i)
+        if i % 7 == 0:
+            world.record(f"id-{i // 2}", 100 * i)  # repeats
+        world.commit()
+    replica = world.new_store("seen_ids_replica")
+
+    class Msg:
+        def __init__(self, offset: int, key: bytes, value: bytes | None) -> None:
+            self.partition, self.offset, self.key, self.value = 0, offset, key, value
+
+    events = [
+        types.SimpleNamespace(message=Msg(n, k, v))
+        for n, (_, k, v) in enumerate(world.table.changelog)
+    ]
+    for start in range(0, len(events), 13):  # recovery applies batches
+        replica.apply_changelog_batch(events[start : start + 13], None, None)  # type: ignore[arg-type]
+    assert world.ids(replica) == world.ids()
+    assert world.index(replica) == world.index()
+    live, rebuilt = world.store.summary(0), replica.summary(0)
+    assert (rebuilt.held, rebuilt.next_seq, rebuilt.newest_ms) == (
+        live.held,
+        live.next_seq,
+        live.newest_ms,
+    )
+    assert INDEX_CF in replica.extra_cfs
