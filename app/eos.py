@@ -69,6 +69,7 @@ from faust.types import TP, Message
 from mode import Service
 
 from app import faults
+from app.metrics import COMMIT_SECONDS
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -143,6 +144,8 @@ class Task:
     #: Next offset to commit, per source partition, for records in the open transaction.
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     records: int = 0
+    #: Next offset to read, per source partition: the last processed record's offset + 1.
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
     # figures for status and metrics
     commits: int = 0
     committed_records: int = 0
@@ -246,7 +249,8 @@ class _ProcessingScope:
             if exc is None:
                 await manager._flush_outbox(task)
                 message = self._message
-                task.offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
+                tp = TopicPartition(message.topic, message.partition)
+                task.offsets[tp] = task.positions[tp] = message.offset + 1
                 task.records += 1
                 if manager.faults is not None:
                     manager.faults.reach("processed")
@@ -581,6 +585,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         task.committed_records += task.records
         task.last_commit_at = time.time()
         task.last_commit_seconds = time.monotonic() - started
+        COMMIT_SECONDS.observe(task.last_commit_seconds)
         task.reset_transaction()
 
     async def _abort(self, task: Task) -> None:

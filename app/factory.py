@@ -77,6 +77,8 @@ def create_app(settings: Settings) -> Pipeline:
         consumer_max_fetch_size=max(settings.dlq_max_message_bytes, 4 * 1024 * 1024),
         web_enabled=True,
         web_host=settings.web_host,
+        # Other workers forward /messages/{id} requests here (Faust's router).
+        canonical_url=f"http://{settings.web_host}:{settings.web_port}",
         web_bind=settings.web_host,
         web_port=settings.web_port,
         web_tables_enabled=False,

@@ -1,28 +1,59 @@
 """The worker's web views (Faust's web server, on DEDUPE_WEB_HOST:DEDUPE_WEB_PORT).
 
-- ``GET /health``: 200 ``{"status": "ok"}`` while the worker runs.
+- ``GET /health``: 200 ``{"status": "ok"}`` while the worker process runs.
+- ``GET /ready``: 200 once partitions are assigned and their state recovered, else 503.
+- ``GET /messages/{messageId}``: is the id held, when was it first seen, where did its one
+  forwarded copy go (clean topic partition and offset), how many repeats were dropped; 404 when
+  unknown. Any worker answers: a request for an id of a partition another worker owns is
+  forwarded to that worker (Faust's router).
 - ``GET /stats``: per partition this worker owns: ids held, effective window, oldest and newest
-  first sighting, ids aged out (window) and evicted (size cap), records forwarded / dropped /
-  dead-lettered / re-keyed by this process, transaction commits.
+  first sighting, ids expired and evicted, records forwarded / dropped / dead-lettered /
+  re-keyed by this process, consumer lag, commits and the last commit.
+- ``GET /metrics``: the same figures for Prometheus, plus commit latency (``app/metrics.py``).
 
-Try it with a worker running (``make run``)::
+Faust's own pages that expose table contents are turned off in ``app/factory.py``. Try it with
+a worker running (``make run``)::
 
     curl -s localhost:6066/stats | python -m json.tool
+    curl -s localhost:6066/messages/<a messageId from the demo>
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
+from faust.exceptions import SameNode
 from faust.web import Request, Response, View
 
+from app import metrics
 from app.agents import Deduplicator
 from app.eos import TaskTransactionManager
+from app.lookup import OutputLocator
+from app.rules import partition_for
+from tables.seen_ids import TABLE_NAME
 
 
-def partition_stats(dedup: Deduplicator, tm: TaskTransactionManager) -> dict[str, Any]:
-    """The figures of ``/stats`` (a plain function, so tests and metrics can share it)."""
+def _lag(app: faust.App, tm: TaskTransactionManager, topic: str, partition: int) -> int | None:
+    """Offsets between the last processed record and the partition's end (last stable offset).
+
+    Exact for the input topic. The repartition topic is written in transactions, so its end
+    also counts commit markers: at rest it shows a small remainder, not unprocessed records.
+    """
+    task = tm.tasks.get(partition)
+    if task is None:
+        return None
+    tp = faust.types.TP(topic, partition)
+    high: int | None = app.consumer.highwater(tp)
+    if high is None or high < 0:
+        return None
+    return max(high - task.positions.get(tp, high), 0)
+
+
+def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
+    """The figures of ``/stats`` and ``/metrics``."""
+    tm: TaskTransactionManager = app.consumer.transactions
     seen = dedup.seen_ids
     partitions: dict[str, Any] = {}
     for p, task in sorted(tm.tasks.items()):
@@ -34,6 +65,8 @@ def partition_stats(dedup: Deduplicator, tm: TaskTransactionManager) -> dict[str
             "duplicates_dropped": counts.get("duplicates_dropped", 0),
             "dead_lettered": counts.get("dead_lettered", 0),
             "rekeyed": counts.get("rekeyed", 0),
+            "consumer_lag": _lag(app, tm, tm.settings.input_topic, p),
+            "repartition_lag": _lag(app, tm, tm.settings.repartition_topic, p),
             "commits": task.commits,
             "last_commit_at": task.last_commit_at,
             "last_commit_seconds": task.last_commit_seconds,
@@ -41,13 +74,80 @@ def partition_stats(dedup: Deduplicator, tm: TaskTransactionManager) -> dict[str
     return {"partitions": partitions}
 
 
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
 def register_views(app: faust.App, dedup: Deduplicator) -> None:
+    settings = dedup.settings
+    locator = OutputLocator(settings.bootstrap_servers, settings.output_topic)
+    metrics.register(lambda: partition_stats(app, dedup))
+
     @app.page("/health")
     class Health(View):  # type: ignore[misc]
         async def get(self, request: Request) -> Response:
             return self.json({"status": "ok"})
 
+    @app.page("/ready")
+    class Ready(View):  # type: ignore[misc]
+        async def get(self, request: Request) -> Response:
+            recovery = app.tables.recovery
+            ready = bool(
+                app.consumer.assignment()
+                and recovery.completed.is_set()
+                and not recovery.in_recovery
+            )
+            body = {"ready": ready, "partitions": sorted(app.consumer.transactions.tasks)}
+            return self.json(body, status=200 if ready else 503)
+
     @app.page("/stats")
     class Stats(View):  # type: ignore[misc]
         async def get(self, request: Request) -> Response:
-            return self.json(partition_stats(dedup, app.consumer.transactions))
+            return self.json(partition_stats(app, dedup))
+
+    @app.page("/metrics")
+    class Metrics(View):  # type: ignore[misc]
+        async def get(self, request: Request) -> Response:
+            return self.bytes(
+                metrics.exposition(), content_type="text/plain; version=0.0.4"
+            )
+
+    @app.page("/messages/{message_id}")
+    class Messages(View):  # type: ignore[misc]
+        async def get(self, request: Request, message_id: str) -> Response:
+            id_bytes = message_id.encode("utf-8")
+            try:
+                routed: Response = await app.router.route_req(
+                    TABLE_NAME, id_bytes, self.web, request
+                )
+                return routed
+            except SameNode:
+                pass  # this worker owns the id's partition
+            partition = partition_for(id_bytes, settings.partitions)
+            if partition not in app.consumer.transactions.tasks:
+                return self.json(
+                    {"error": f"partition {partition} is being reassigned; retry shortly"},
+                    status=503,
+                )
+            entry = dedup.seen_ids.committed_entry(partition, id_bytes)
+            if entry is None:
+                return self.json(
+                    {"messageId": message_id, "held": False, "partition": partition}, status=404
+                )
+            skew = 0 if settings.time_source == "kafka" else round(settings.max_future_skew * 1e3)
+            offset = await locator.locate(id_bytes, partition, entry.first_seen_ms - skew)
+            return self.json(
+                {
+                    "messageId": message_id,
+                    "held": True,
+                    "first_seen_ms": entry.first_seen_ms,
+                    "first_seen": _iso(entry.first_seen_ms),
+                    "repeats_dropped": entry.repeats,
+                    "partition": partition,
+                    "output": {
+                        "topic": settings.output_topic,
+                        "partition": partition,
+                        "offset": offset,
+                    },
+                }
+            )

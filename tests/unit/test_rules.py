@@ -343,17 +343,26 @@ W = 60_000  # a 60 s window for the tables below
 @pytest.mark.parametrize(
     ("entry", "encoded"),
     [
-        (rules.Entry(0, 0), b"\x00" * 16),
-        (rules.Entry(1, 2), b"\x00" * 7 + b"\x01" + b"\x00" * 7 + b"\x02"),
+        (rules.Entry(0, 0), b"\x00" * 20),
+        (
+            rules.Entry(1, 2, 3),
+            b"\x00" * 7 + b"\x01" + b"\x00" * 7 + b"\x02" + b"\x00" * 3 + b"\x03",
+        ),
         (
             rules.Entry(1_714_564_800_000, 2**63),
-            (1_714_564_800_000).to_bytes(8, "big") + b"\x80" + b"\x00" * 7,
+            (1_714_564_800_000).to_bytes(8, "big") + b"\x80" + b"\x00" * 11,
         ),
     ],
 )
 def test_entry_round_trip(entry: rules.Entry, encoded: bytes) -> None:
     assert entry.encode() == encoded
     assert rules.Entry.decode(encoded) == entry
+
+
+def test_a_repeat_counts_without_moving_the_first_sighting() -> None:
+    entry = rules.Entry(1_000, 7)
+    assert entry.repeated().repeated() == rules.Entry(1_000, 7, 2)
+    assert rules.Entry.decode(entry.encode()[:16]) == entry  # 16-byte entries read as 0 repeats
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,80 @@
+"""Prometheus metrics of the worker (``GET /metrics``), read from the live figures at scrape time.
+
+Per partition this worker owns (label ``partition``):
+
+- ``dedupe_records_total{outcome=forwarded|duplicates_dropped|dead_lettered|rekeyed}``
+- ``dedupe_ids_held``, ``dedupe_effective_window_seconds``, ``dedupe_consumer_lag``
+- ``dedupe_aged_out_total{reason=expired|evicted}``
+- ``dedupe_commits_total``, ``dedupe_last_commit_timestamp_seconds``
+
+and ``dedupe_commit_seconds`` (histogram of transaction commit latency, all partitions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# No auto-describe: collecting at registration would build Faust's consumer before the worker.
+REGISTRY = CollectorRegistry()
+
+COMMIT_SECONDS = Histogram(
+    "dedupe_commit_seconds",
+    "Latency of a partition's transaction commit: sends acknowledged, offsets, EndTxn.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+
+
+class PartitionCollector(Collector):
+    """Builds the per-partition families from ``stats()`` (the same figures as ``/stats``)."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        records = CounterMetricFamily(
+            "dedupe_records", "Records handled by this process", labels=["partition", "outcome"]
+        )
+        aged = CounterMetricFamily(
+            "dedupe_aged_out", "Ids removed by age-out", labels=["partition", "reason"]
+        )
+        commits = CounterMetricFamily(
+            "dedupe_commits", "Transactions committed", labels=["partition"]
+        )
+        held = GaugeMetricFamily("dedupe_ids_held", "Ids held", labels=["partition"])
+        window = GaugeMetricFamily(
+            "dedupe_effective_window_seconds", "Effective dedup window", labels=["partition"]
+        )
+        lag = GaugeMetricFamily(
+            "dedupe_consumer_lag", "Records not yet processed", labels=["partition"]
+        )
+        last = GaugeMetricFamily(
+            "dedupe_last_commit_timestamp_seconds", "Time of the last commit", labels=["partition"]
+        )
+        for p, s in self.stats()["partitions"].items():
+            for outcome in ("forwarded", "duplicates_dropped", "dead_lettered", "rekeyed"):
+                records.add_metric([p, outcome], s[outcome])
+            aged.add_metric([p, "expired"], s["expired"])
+            aged.add_metric([p, "evicted"], s["evicted"])
+            commits.add_metric([p], s["commits"])
+            held.add_metric([p], s["ids_held"])
+            if s["effective_window_ms"] is not None:
+                window.add_metric([p], s["effective_window_ms"] / 1000)
+            if s["consumer_lag"] is not None:
+                lag.add_metric([p], s["consumer_lag"])
+            if s["last_commit_at"] is not None:
+                last.add_metric([p], s["last_commit_at"])
+        yield from (records, aged, commits, held, window, lag, last)
+
+
+def register(stats: Callable[[], dict[str, Any]]) -> None:
+    REGISTRY.register(PartitionCollector(stats))
+
+
+def exposition() -> bytes:
+    return generate_latest(REGISTRY)
