@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,12 +40,25 @@ class StockNames:
         return f"{self.app_id}-seen-changelog"
 
 
-async def create_topics(bootstrap: str, topics: Iterable[str], partitions: int) -> None:
+async def create_topics(
+    bootstrap: str,
+    topics: Iterable[str],
+    partitions: int,
+    configs: Mapping[str, str] | None = None,
+) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics(
-            [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics]
+            [
+                NewTopic(
+                    t,
+                    num_partitions=partitions,
+                    replication_factor=1,
+                    topic_configs=dict(configs or {}),
+                )
+                for t in topics
+            ]
         )
     finally:
         await admin.close()
@@ -100,6 +114,7 @@ class StockWorker:
                 "-m",
                 "tests.integration.stock_faust.stock_app",
                 "worker",
+                "--without-web",  # the CLI's default --with-web overrides web_enabled=False
                 "-l",
                 "info",
             ],
@@ -110,6 +125,26 @@ class StockWorker:
         )
         log.close()
         self.starts += 1
+
+    def start_ready(self, timeout: float = 60, **extra_env: str) -> None:
+        """Start and wait until Faust logs "Ready" or the process exits after its first partition
+        assignment (a test hook may kill it that early; the caller looks at what it left).
+
+        A worker that exits before it was ever assigned a partition (seen once: a transient
+        broker connection error while Faust creates its leader topic) has processed nothing and
+        opened no transaction, so it is simply started again, at most twice."""
+        for attempt in range(3):
+            self.start(**extra_env)
+            deadline = time.monotonic() + timeout
+            while "[^Worker]: Ready" not in self.this_start_log() and self.alive():
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"worker not ready after {timeout}s:\n{self.tail()}")
+                time.sleep(0.2)
+            if self.alive() or "_on_partitions_assigned" in self.this_start_log():
+                return
+            if attempt == 2:
+                raise AssertionError(f"worker exited while starting:\n{self.tail()}")
+            time.sleep(1.0)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -175,3 +210,59 @@ def read_store(data_dir: Path, table: str, partition: int) -> dict[bytes, bytes]
         return dict(db.items())
     finally:
         db.close()
+
+
+def ends_of(positions: Mapping[bytes, tuple[int, int]]) -> dict[int, int]:
+    """Per input partition, the offset after the last record produced (what a drained group has)."""
+    ends: dict[int, int] = {}
+    for partition, offset in positions.values():
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    return ends
+
+
+async def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The offsets ``group`` has committed for ``topic``, by partition."""
+    from scripts.topic_reader import committed_offsets
+
+    return {
+        tp.partition: o
+        for tp, o in (await committed_offsets(bootstrap, group)).items()
+        if tp.topic == topic
+    }
+
+
+def wait_drained(worker: StockWorker, ends: Mapping[int, int], timeout: float = 60) -> None:
+    """Block until the worker's group has committed every input record up to ``ends``."""
+
+    def drained() -> bool:
+        if not worker.alive():
+            raise AssertionError(f"worker exited before draining:\n{worker.tail()}")
+        got = run(group_offsets(worker.bootstrap, worker.names.app_id, worker.names.input_topic))
+        return all(got.get(p, 0) >= end for p, end in ends.items())
+
+    wait_until(drained, timeout, f"group {worker.names.app_id} to commit up to {dict(ends)}")
+
+
+def transactional_ids(log: str) -> set[str]:
+    """The transactional ids Faust's producers registered, as logged by aiokafka."""
+    return set(re.findall(r"Discovered coordinator \d+ for transactional id (\S+)", log))
+
+
+async def init_producer_ids(bootstrap: str, tids: Iterable[str]) -> None:
+    """InitProducerId for each transactional id, exactly as a restarted worker would do first:
+    it fences the previous producer with that id and aborts its open transaction."""
+    for tid in sorted(tids):
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
+        await producer.start()
+        await asyncio.sleep(0)
+        await producer.stop()
+
+
+def recovery_table(log: str, title: str) -> dict[int, int]:
+    """A per-partition table of the last recovery Faust logged in ``log``: ``"Highwater -
+    Active"`` (changelog highwaters, -1: unknown) or ``"Reading Starts At - Active"`` (the offset
+    recovery starts reading from, -1: the beginning)."""
+    table = log.rsplit(title, 1)[1].split("\n[", 1)[0]
+    rows = re.findall(r"^\|\s*\S+\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|", table, re.M)
+    assert rows, f"no {title!r} table in:\n{table}"
+    return {int(p): int(o) for p, o in rows}
