@@ -14,7 +14,8 @@ TEST_KAFKA_PORT ?= 19092
 
 .DEFAULT_GOAL := help
 .PHONY: help install kafka-jars kafka-up kafka-down run demo verify lint format \
-        test test-unit test-integration test-faults test-spark clean
+        test test-unit test-integration test-faults test-spark test-ingest web clean \
+        spark-jars spark audit
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
@@ -41,11 +42,23 @@ run: $(STAMP) kafka-jars ## Set up everything and run a worker in the foreground
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(KAFKA) up; fi
 	$(PY) -m app worker
 
+web: $(STAMP) ## Run the HTTP ingest service (Segment-compatible) on PORT (default 8080)
+	$(PY) -m ingest
+
 demo: $(STAMP) ## Send a realistic stream with client retries into the running pipeline
 	$(PY) -m scripts.demo
 
 verify: $(STAMP) ## Read the clean topic (read_committed): total, distinct ids, duplicates
 	$(PY) -m scripts.verify
+
+spark-jars: $(STAMP) ## Resolve Spark's Kafka connector jars from Maven Central (cached in .cache/spark-jars/)
+	$(PY) -m spark.jars
+
+spark: $(STAMP) spark-jars ## Run the Spark job: clean topic -> Parquet lake ($DEDUPE_LAKE_DIR, ./lake)
+	$(PY) -m spark.job
+
+audit: $(STAMP) ## Audit the lake (Spark batch job): rows, distinct messageIds, duplicates
+	$(PY) -m spark.audit
 
 lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on app/ tables/ spark/)
 	$(VENV)/bin/ruff format --check .
@@ -72,10 +85,13 @@ test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses
 	$(call pytest_tier,tests/faults,-q -s)
 
-test-spark: $(STAMP) ## Spark tests (real Spark session)
-	$(call pytest_tier,tests/spark,-q)
+test-spark: $(STAMP) kafka-jars spark-jars ## Spark tests: transforms, audit, worker -> Spark -> lake, kill -9
+	$(call pytest_tier,tests/spark,-q -s)
 
-test: lint test-unit test-integration test-faults test-spark ## Lint and every test tier
+test-ingest: $(STAMP) kafka-jars ## HTTP ingest tests: real service, broker, workers, Segment SDK
+	$(call pytest_tier,tests/ingest,-q -s)
+
+test: lint test-unit test-integration test-faults test-spark test-ingest ## Lint and every test tier
 
 clean: ## Remove local data (not the jar cache or .venv)
 	rm -rf data lake .pytest_cache .mypy_cache .ruff_cache

@@ -13,7 +13,7 @@ from collections import Counter
 import faust
 from faust.types import EventT, Message
 
-from app import rules
+from app import faults, rules
 from app.eos import TaskTransaction, TaskTransactionManager
 from app.settings import Settings
 from tables.seen_ids import SeenIds
@@ -38,6 +38,7 @@ class Deduplicator:
         self.seen_ids = seen_ids
         self.counts: dict[int, Counter[str]] = {}
         self.max_future_ms = round(settings.max_future_skew * 1000)
+        self.faults = faults.parse(settings.fault_injection)
 
     async def handle(self, txn: TaskTransaction, message: Message) -> str:
         s = self.settings
@@ -81,6 +82,8 @@ class Deduplicator:
         self.seen_ids.age_out(record_ms)
         if not first:
             return Outcome.DUPLICATE
+        if self.faults is not None:
+            self.faults.reach("stored")
         await txn.send(
             s.output_topic,
             key=checked.id_bytes,
@@ -89,6 +92,8 @@ class Deduplicator:
             timestamp_ms=timestamp_ms,
             partition=message.partition,
         )
+        if self.faults is not None:
+            self.faults.reach("sent")
         return Outcome.FORWARDED
 
     def count(self, partition: int, outcome: str) -> None:

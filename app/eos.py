@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     InvalidProducerEpoch,
@@ -63,7 +63,7 @@ from aiokafka.errors import (
 from aiokafka.structs import RecordMetadata, TopicPartition
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+from faust.transport.drivers.aiokafka import Consumer as FaustKafkaConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from faust.types import TP, Message
 from mode import Service
@@ -226,6 +226,9 @@ class _ProcessingScope:
             task.lock.release()
             return None
         try:
+            if not await self._manager._in_sequence(task, self._message):
+                task.lock.release()
+                return None
             if not task.in_transaction:
                 await task.producer.begin_transaction()
                 task.in_transaction = True
@@ -250,6 +253,9 @@ class _ProcessingScope:
                 await manager._flush_outbox(task)
                 message = self._message
                 tp = TopicPartition(message.topic, message.partition)
+                if tp not in manager.first_offsets:
+                    manager.first_offsets[tp] = message.offset
+                    log.info("%s-%d: first record processed at offset %d", *tp, message.offset)
                 task.offsets[tp] = task.positions[tp] = message.offset + 1
                 task.records += 1
                 if manager.faults is not None:
@@ -286,7 +292,10 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self.stores: list[StagedState] = []
         self._wakeup = asyncio.Event()
         self._admin: AIOKafkaAdminClient | None = None
+        self._gap_reader: AIOKafkaConsumer | None = None
         self.rejoins_requested = 0
+        #: First offset processed per source partition since the last rebalance (for the log).
+        self.first_offsets: dict[TopicPartition, int] = {}
         self.faults = faults.parse(self.app.dedupe_settings.fault_injection)
 
     # -- configuration -------------------------------------------------------------------------
@@ -343,6 +352,61 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     def commit_soon(self) -> None:
         self._wakeup.set()
 
+    async def _in_sequence(self, task: Task, message: Message) -> bool:
+        """True when ``message`` is the next record of its partition, so processing it and then
+        committing ``offset + 1`` covers no record that was never processed.
+
+        Faust's consumer does not deliver every partition gap-free: around recovery and seeks
+        it drops records it believes it already delivered ("DROPPED MESSAGE ROFF") and streams
+        skip records of another generation, and the records after them still arrive. Committing
+        after such a skip would lose the skipped record. So each task knows the next offset of
+        each source partition (from the committed offset at assignment, then from each record):
+        a record below it was delivered again and is skipped; a record above it leaves a gap,
+        which the broker is asked about (read_committed): commit markers and aborted records
+        are fine, a real record means the partition is re-read from its committed offset.
+        """
+        tp = TopicPartition(message.topic, message.partition)
+        expected = task.positions.get(tp)
+        if expected is None or message.offset == expected:
+            return True
+        if message.offset < expected:
+            return False  # delivered again: already processed in this or a committed transaction
+        missed = await self._records_between(tp, expected, message.offset)
+        if missed is None:
+            return True
+        self._fail(
+            task,
+            f"the consumer skipped record {missed} of {tp.topic}-{tp.partition} "
+            f"(expected offset {expected}, got {message.offset})",
+        )
+        return False
+
+    async def _records_between(self, tp: TopicPartition, start: int, end: int) -> int | None:
+        """Offset of the first record a read_committed reader sees in [start, end), if any."""
+        if self._gap_reader is None:
+            self._gap_reader = AIOKafkaConsumer(
+                bootstrap_servers=self.settings.bootstrap_servers,
+                isolation_level="read_committed",
+                enable_auto_commit=False,
+            )
+            await self._gap_reader.start()
+            await asyncio.sleep(0)  # aiokafka 0.14: let its background task start
+        reader = self._gap_reader
+        reader.assign([tp])
+        reader.seek(tp, start)
+        while await reader.position(tp) < end:
+            batch = await reader.getmany(tp, timeout_ms=int(self.settings.commit_timeout * 1000))
+            records = batch.get(tp, [])
+            for record in records:
+                if record.offset < end:
+                    found: int = record.offset
+                    return found
+            if not records and await reader.position(tp) < end:
+                # Nothing visible yet below ``end``: only possible while a transaction is still
+                # open there, which cannot be the case for records already delivered after it.
+                return start
+        return None
+
     # -- Faust's side: rebalances and the commit calls we take over ----------------------------
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
@@ -363,8 +427,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             for tp in assigned
             if tp.topic in self.source_topics and not self.app.assignor.is_standby(tp)
         }
+        if self.faults is not None:
+            self.faults.reach("rebalance")
         for p in sorted(set(self.tasks) - wanted):
             await self._drop_task(self.tasks[p])
+        self.first_offsets.clear()
         to_start = [p for p in sorted(wanted) if p not in self.tasks]
         if to_start:
             log.info("starting transactional producers for partitions %s", to_start)
@@ -374,6 +441,20 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 "transactional producers ready for %d partitions in %.2fs",
                 len(to_start),
                 time.monotonic() - started,
+            )
+        if wanted:
+            # Faust seeks every assigned partition to its committed offset after a rebalance:
+            # that is where each task's next record must be.
+            tps = [TopicPartition(t, p) for t in sorted(self.source_topics) for p in sorted(wanted)]
+            committed = await self._committed_offsets_retrying(tps)
+            starts = await self._start_offsets(tps, committed)
+            for p in wanted:
+                task = self.tasks[p]
+                task.positions = {tp: off for tp, off in starts.items() if tp.partition == p}
+            log.info(
+                "assigned partitions %s; starting at offsets %s",
+                sorted(wanted),
+                {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(starts.items())},
             )
 
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
@@ -524,6 +605,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             await self._drop_task(task)
         if self._admin is not None:
             await self._admin.close()
+        if self._gap_reader is not None:
+            await self._gap_reader.stop()
 
     async def _commit_tasks(self, tasks: Iterable[Task]) -> None:
         await asyncio.gather(*(self._commit_task(t) for t in tasks))
@@ -629,6 +712,22 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         task.reset_transaction()
         return False
 
+    async def _start_offsets(
+        self, tps: list[TopicPartition], committed: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Committed offset, or the log start for a partition the group never committed."""
+        starts = {tp: off for tp, off in committed.items() if off is not None and off >= 0}
+        fresh = [tp for tp in tps if tp not in starts]
+        if fresh:
+            reader = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers)
+            await reader.start()
+            await asyncio.sleep(0)
+            try:
+                starts.update(await reader.beginning_offsets(fresh))
+            finally:
+                await reader.stop()
+        return starts
+
     async def _committed_offsets_retrying(
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
@@ -667,7 +766,7 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         return offsets
 
 
-class Consumer(AIOKafkaConsumer):  # type: ignore[misc]
+class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 

@@ -3,9 +3,12 @@
 ``DEDUPE_FAULT_INJECTION="<point>=<action>@<n>"`` makes the worker act the ``n``-th time it
 reaches ``point`` (once). Points:
 
-- ``commit``: just before a task's commit request (EndTxn).
+- ``stored``: a record's table write is staged, its output not sent yet.
+- ``sent``: the record's output was handed to the producer, its changelog record not yet.
 - ``processed``: after a record's sends and changelog records were handed to the producer.
+- ``commit``: just before a task's commit request (EndTxn), after its offsets were sent.
 - ``committed``: right after a commit succeeded, before the store applied it.
+- ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
 
 Actions:
 
@@ -25,7 +28,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-POINTS = {"commit", "processed", "committed"}
+POINTS = {"stored", "sent", "processed", "commit", "committed", "rebalance"}
 ACTIONS = {"kill", "lose-response", "lose-request"}
 _SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
 

@@ -108,9 +108,7 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
     @app.page("/metrics")
     class Metrics(View):  # type: ignore[misc]
         async def get(self, request: Request) -> Response:
-            return self.bytes(
-                metrics.exposition(), content_type="text/plain; version=0.0.4"
-            )
+            return self.bytes(metrics.exposition(), content_type="text/plain; version=0.0.4")
 
     @app.page("/messages/{message_id}")
     class Messages(View):  # type: ignore[misc]

@@ -1,29 +1,47 @@
-"""Verify the clean topic: read it with read_committed and count totals, distinct ids, duplicates.
+"""Verify the pipeline: read the clean topic with read_committed and check it is exactly once.
 
 Run it against the running pipeline (defaults from the same environment as the worker)::
 
-    python -m scripts.verify                    # reads $DEDUPE_OUTPUT_TOPIC
-    python -m scripts.verify --topic events-clean --bootstrap localhost:9092
+    python -m scripts.verify                 # the clean topic: total, distinct ids, duplicates
+    python -m scripts.verify --full          # everything below, against the input topic
 
 You should see one line such as::
 
     events-clean: total=10060 distinct=10060 duplicates=0 (read_committed)
 
-The exit status is 1 when any messageId appears more than once, 0 otherwise. As a library,
-:func:`check` also compares against the expected set (missing, unexpected, changed bytes).
+and with ``--full`` one line per check, ending in ``exactly-once: OK``. The exit status is 1
+when any check fails (any id twice, and with ``--full`` any failed check).
+
+``--full`` derives what the clean and dead-letter topics must hold from the input topic itself,
+with the worker's own validation rules (an independent oracle for a run whose repeats all fall
+inside the window and under the size cap), and checks:
+
+- each expected id exactly once in the clean topic, nothing unexpected, the value bytes of a
+  copy of that id (every copy carries the same bytes in our streams; ``--first-copy`` requires
+  the bytes of the first copy in input order);
+- the dead-letter topic holds each bad input record exactly once (by source partition/offset);
+- the group's committed offsets reach the input topic's end offsets (nothing left unprocessed);
+- no transaction of the app is left open (Kafka's own transactions tool, when available).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from aiokafka.structs import TopicPartition
+
+from app import rules
 from app.settings import Settings
-from scripts.topic_reader import Record, read_topic
+from scripts.topic_reader import Record, committed_offsets, end_offsets, read_topic
+
+KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
 
 
 @dataclass
@@ -99,12 +117,165 @@ async def verify_topic(
     return check(topic, await read_topic(bootstrap, topic), expected)
 
 
+# --- the full check ------------------------------------------------------------------------
+
+
+@dataclass
+class Expected:
+    """What the clean and dead-letter topics must hold, derived from the input topic."""
+
+    values: dict[bytes, bytes]
+    bad: set[tuple[int, int]]  # (input partition, offset) of each bad record
+
+
+def expected_from_input(records: list[Record], settings: Settings) -> Expected:
+    """The worker's rules applied to the input in order: the first valid copy of each id is
+    forwarded, every bad record dead-lettered (repeats assumed inside the window and cap)."""
+    values: dict[bytes, bytes] = {}
+    bad: set[tuple[int, int]] = set()
+    for r in records:
+        checked = rules.inspect(
+            r.value,
+            max_event_bytes=settings.max_event_bytes,
+            max_id_bytes=settings.max_message_id_bytes,
+        )
+        if isinstance(checked, rules.Invalid):
+            bad.add((r.partition, r.offset))
+        else:
+            values.setdefault(checked.id_bytes, r.value or b"")
+    return Expected(values, bad)
+
+
+@dataclass
+class FullReport:
+    clean: Report
+    dead_letters: int
+    dead_letter_problems: list[str]
+    unprocessed: dict[str, int]
+    open_transactions: list[str] | None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.clean.exactly_once
+            and not self.dead_letter_problems
+            and not self.unprocessed
+            and not self.open_transactions
+        )
+
+    def lines(self) -> list[str]:
+        out = [self.clean.line(), *("  " + e for e in self.clean.examples)]
+        out.append(
+            f"dead-letter: {self.dead_letters} records, "
+            + ("OK" if not self.dead_letter_problems else "; ".join(self.dead_letter_problems[:5]))
+        )
+        out.append(
+            "committed offsets: "
+            + ("reach the input's end" if not self.unprocessed else f"behind {self.unprocessed}")
+        )
+        if self.open_transactions is None:
+            out.append("open transactions: not checked (no Kafka tools)")
+        else:
+            out.append(f"open transactions: {self.open_transactions or 'none'}")
+        out.append(f"exactly-once: {'OK' if self.ok else 'FAILED'}")
+        return out
+
+
+def open_transactions(bootstrap: str, prefix: str) -> list[str] | None:
+    """Transactional ids starting with ``prefix`` whose state is Ongoing/Prepare* (kafka-tools)."""
+    if not KAFKA_SCRIPT.exists():
+        return None
+    result = subprocess.run(
+        [str(KAFKA_SCRIPT), "transactions", "--bootstrap-server", bootstrap, "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        return None
+    out = []
+    for line in result.stdout.splitlines()[1:]:
+        parts = line.split()
+        if (
+            parts
+            and parts[0].startswith(prefix)
+            and parts[-1]
+            not in {
+                "Empty",
+                "CompleteCommit",
+                "CompleteAbort",
+            }
+        ):
+            out.append(f"{parts[0]}={parts[-1]}")
+    return out
+
+
+async def verify_pipeline(
+    settings: Settings, *, first_copy: bool = False, check_transactions: bool = True
+) -> FullReport:
+    """Every check of ``--full`` for the pipeline of ``settings``."""
+    bootstrap = settings.bootstrap_servers
+    inputs = await read_topic(bootstrap, settings.input_topic)
+    expected = expected_from_input(inputs, settings)
+    clean_records = await read_topic(bootstrap, settings.output_topic)
+    if first_copy:
+        clean = check(settings.output_topic, clean_records, expected.values)
+    else:
+        clean = check(settings.output_topic, clean_records, None)
+        ids = {r.key for r in clean_records}
+        missing = [k for k in expected.values if k not in ids]
+        unexpected = [k for k in ids if k not in expected.values]
+        by_id = {r.key: r.value for r in inputs if r.key is not None}
+        changed = [
+            r.key
+            for r in clean_records
+            if r.key in expected.values
+            and r.value != expected.values[r.key]
+            and r.value != by_id.get(r.key)
+        ]
+        clean.missing, clean.unexpected, clean.changed = len(missing), len(unexpected), len(changed)
+        clean.examples += [f"missing: {k!r}" for k in missing[:5]]
+        clean.examples += [f"unexpected: {k!r}" for k in unexpected[:5]]
+    dlq = await read_topic(bootstrap, settings.dlq_topic)
+    sources = Counter(
+        (
+            int(dict(r.headers)[rules.SOURCE_PARTITION_HEADER]),
+            int(dict(r.headers)[rules.SOURCE_OFFSET_HEADER]),
+        )
+        for r in dlq
+        if dict(r.headers).get(rules.SOURCE_TOPIC_HEADER) == settings.input_topic.encode()
+    )
+    problems = [f"{src} x{n}" for src, n in sources.items() if n > 1]
+    problems += [f"missing {src}" for src in sorted(expected.bad - set(sources))[:5]]
+    problems += [f"unexpected {src}" for src in sorted(set(sources) - expected.bad)[:5]]
+    committed = await committed_offsets(bootstrap, settings.app_id)
+    unprocessed = {
+        f"{settings.input_topic}-{p}": end
+        - committed.get(TopicPartition(settings.input_topic, p), 0)
+        for p, end in (await end_offsets(bootstrap, settings.input_topic)).items()
+        if committed.get(TopicPartition(settings.input_topic, p), 0) < end
+    }
+    transactions = (
+        open_transactions(bootstrap, f"{settings.app_id}-{settings.input_topic}-")
+        if check_transactions
+        else None
+    )
+    return FullReport(clean, len(dlq), problems, unprocessed, transactions)
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=settings.bootstrap_servers)
     parser.add_argument("--topic", default=settings.output_topic)
+    parser.add_argument("--full", action="store_true", help="every check, against the input")
+    parser.add_argument("--first-copy", action="store_true", help="with --full: exact bytes")
     args = parser.parse_args(argv)
+    if args.full:
+        full = asyncio.run(verify_pipeline(settings, first_copy=args.first_copy))
+        print("\n".join(full.lines()))
+        return 0 if full.ok else 1
     report = asyncio.run(verify_topic(args.bootstrap, args.topic))
     print(report.line())
     for example in report.examples:

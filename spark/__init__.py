@@ -1,1 +1,1 @@
-"""Spark Structured Streaming jobs that read the clean topic into the lake (not built yet)."""
+"""The lake: Spark Structured Streaming from the clean topic into Parquet, exactly once (job.py)."""

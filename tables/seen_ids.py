@@ -4,7 +4,7 @@ The table (replicated through its changelog, inside each partition's transaction
 
 - Key: the ``messageId`` as UTF-8 bytes (at most ``DEDUPE_MAX_MESSAGE_ID_BYTES``).
 - Value: :class:`app.rules.Entry`: the first-seen time (ms, the record time of the forwarded
-  copy) and the id's insertion sequence number in its partition; 16 bytes.
+  copy), the id's insertion sequence number in its partition and the repeats dropped; 20 bytes.
 - Partitioning: co-partitioned with the input and repartition topics (same partition count, key
   = messageId, Kafka's murmur2 partitioner), so every copy of an id meets the same state.
 - Changelog: ``<app id>-seen_ids-changelog``, compacted; an id that ages out is deleted with a
@@ -245,6 +245,8 @@ class SeenIds:
         partition = current_partition()
         live = self._state(partition)
         if is_duplicate(held, record_ms, self.window_ms):
+            assert held is not None
+            self.table[id_bytes] = held.repeated().encode()
             return False
         # Stream time is the newest first sighting held: derived from the state alone, so a
         # worker restarted from the changelog ages out exactly as the live one did.
@@ -320,6 +322,11 @@ class SeenIds:
         return live.oldest_bucket is not None and bucket_expired(
             live.oldest_bucket, self.bucket_ms, live.stream_ms, self.window_ms, self.lateness_ms
         )
+
+    def committed_entry(self, partition: int, id_bytes: bytes) -> Entry | None:
+        """What the committed state holds for an id (what read_committed readers can see)."""
+        raw = self.store.db(partition).get(id_bytes)
+        return None if raw is None else Entry.decode(raw)
 
     def status(self, partition: int) -> dict[str, int | None]:
         """Figures for ``/stats``: ids held, effective window and its ends, ids aged out."""

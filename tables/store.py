@@ -20,8 +20,10 @@ partition).
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from typing import Any
 from faust.stores.base import SerializedStore
 from faust.types import TP, EventT
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
+
+log = logging.getLogger(__name__)
 
 #: Column family for the store's own bookkeeping, apart from the ids (any byte string is a
 #: valid messageId, so no key in the default column family could be reserved safely).
@@ -130,7 +134,25 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         pdb = self._dbs.get(partition)
         if pdb is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            pdb = PartitionDB(self.partition_path(partition), self._options, self.extra_cfs)
+            path = self.partition_path(partition)
+            try:
+                pdb = PartitionDB(path, self._options, self.extra_cfs)
+            except Exception as exc:
+                if "lock" in str(exc).lower():
+                    raise  # another process uses this data dir: never touch its files
+                # Damaged files (deleted, truncated, corrupt): the changelog holds everything
+                # this database held, so set it aside and let recovery rebuild it.
+                aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+                log.error(
+                    "partition %d: %s is damaged (%s); moved to %s, rebuilding it "
+                    "from the changelog",
+                    partition,
+                    path,
+                    exc,
+                    aside.name,
+                )
+                path.rename(aside)
+                pdb = PartitionDB(path, self._options, self.extra_cfs)
             self._dbs[partition] = pdb
         return pdb
 

@@ -1,0 +1,204 @@
+"""The HTTP ingest service: Segment's HTTP Tracking API in front of the dedup worker's input.
+
+``create_app(settings)`` builds the aiohttp application; ``python -m ingest`` runs it (see
+``ingest/__main__.py``). The service is stateless: run as many as you like behind a load
+balancer; each has one shared idempotent Kafka producer.
+
+Endpoints (all JSON):
+
+- ``POST /v1/batch``, ``/v1/track``, ``/v1/identify``, ``/v1/page``, ``/v1/screen``,
+  ``/v1/group``, ``/v1/alias``: 200 ``{"success": true}`` once Kafka acknowledged (acks=all)
+  every event of the request. Errors are ``{"success": false, "code": ..., "error": ...,
+  "message": ...}`` (``message`` repeats ``error``: Segment's SDKs read ``code`` and ``message``):
+  400 malformed JSON or gzip, a bad event (the message names its index), an event over 32 KB;
+  401 missing or unknown write key (when ``DEDUPE_WRITE_KEYS`` is set); 413 a body over 500 KB
+  after decompression; 415 not ``application/json`` or an unsupported Content-Encoding; 503
+  Kafka did not acknowledge every event in time (retry: copies are dropped downstream).
+- ``GET /health``: 200 ``{"status": "ok"}`` while the process serves.
+
+A request is read, decompressed, parsed and checked whole (``ingest/events.py``) before its
+first event is sent, so a rejected request sends nothing. How retries stay free of duplicates
+is explained in ``ingest/events.py`` (message ids) and ``ingest/sink.py`` (the producer).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+
+from aiohttp import hdrs, web
+from aiokafka.errors import KafkaError
+
+from ingest.events import (
+    EVENT_TYPES,
+    Limits,
+    Rejected,
+    authorize,
+    basic_auth_user,
+    body_write_key,
+    check_content_type,
+    gunzip,
+    is_gzip,
+    parse_json,
+    prepare,
+    raw_body_limit,
+    received_at_text,
+    too_large,
+)
+from ingest.settings import IngestSettings
+from ingest.sink import EventSink, KafkaSink
+
+log = logging.getLogger(__name__)
+
+SETTINGS = web.AppKey("settings", IngestSettings)
+LIMITS = web.AppKey("limits", Limits)
+SINK = web.AppKey[EventSink]("sink")
+ACKED = web.AppKey("acked", list[int])  # [requests acknowledged by Kafka], for fault tests
+
+#: Path of the ingest endpoints: /v1/batch and one per Segment call type.
+ROUTE = "/v1/{kind:" + "|".join(("batch", *EVENT_TYPES)) + "}"
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> web.Application:
+    """The ingest application. Without ``sink`` it starts (and at cleanup stops) its own
+    :class:`KafkaSink`; tests may pass another sink, which they start and stop themselves."""
+    # Bodies are decompressed here (ingest/events.gunzip), bounded by the batch limit.
+    app = web.Application(middlewares=[json_errors], handler_args={"auto_decompress": False})
+    app[SETTINGS] = settings
+    app[LIMITS] = Limits(
+        max_event_bytes=settings.max_event_bytes,
+        max_message_id_bytes=settings.max_message_id_bytes,
+        max_batch_bytes=settings.max_batch_bytes,
+        max_batch_events=settings.max_batch_events,
+    )
+    if sink is None:
+        app.cleanup_ctx.append(_kafka_sink)
+    else:
+        app[SINK] = sink
+    app[ACKED] = [0]
+    app.on_startup.append(_warn_when_open)
+    app.router.add_post(ROUTE, ingest)
+    app.router.add_get("/health", health)
+    return app
+
+
+async def _kafka_sink(app: web.Application) -> AsyncIterator[None]:
+    sink = KafkaSink(app[SETTINGS])
+    await sink.start()
+    app[SINK] = sink
+    yield
+    await sink.stop()
+
+
+async def _warn_when_open(app: web.Application) -> None:
+    if not app[SETTINGS].write_key_list:
+        log.warning(
+            "DEDUPE_WRITE_KEYS is empty: the ingest service accepts events from anyone "
+            "(no authentication)"
+        )
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    headers = {"WWW-Authenticate": 'Basic realm="dedupe-ingest"'} if status == 401 else None
+    body = {"success": False, "code": code, "error": message, "message": message}
+    return web.json_response(body, status=status, headers=headers)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Every error is answered as JSON with a code and a sentence naming the problem."""
+    try:
+        return await handler(request)
+    except Rejected as exc:
+        level = logging.WARNING if exc.status >= 500 else logging.INFO
+        log.log(
+            level,
+            "%s %s -> %d %s: %s",
+            request.method,
+            request.path,
+            exc.status,
+            exc.code,
+            exc.message,
+        )
+        return error_response(exc.status, exc.code, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
+        response = error_response(
+            exc.status, code, f"{exc.reason}: {request.method} {request.path}"
+        )
+        if hdrs.ALLOW in exc.headers:
+            response.headers[hdrs.ALLOW] = exc.headers[hdrs.ALLOW]
+        return response
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, "internal_error", "internal error (see the service log)")
+
+
+async def _read_body(request: web.Request, limit: int, too_big: Rejected) -> bytes:
+    """The raw body, at most ``limit`` bytes (413 beyond it, before reading when declared)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def ingest(request: web.Request) -> web.Response:
+    """POST /v1/<kind>: check the whole request, send every event, answer once all are acked."""
+    settings = request.app[SETTINGS]
+    limits = request.app[LIMITS]
+    accepted = settings.write_key_list
+    header_key = basic_auth_user(request.headers.get(hdrs.AUTHORIZATION))
+    if header_key is not None:
+        authorize(header_key, accepted)  # a bad key fails before its body is read
+    mimetype = request.content_type if hdrs.CONTENT_TYPE in request.headers else ""
+    check_content_type(mimetype, request.charset)
+    gzip = is_gzip(request.headers.get(hdrs.CONTENT_ENCODING))
+    raw = await _read_body(request, raw_body_limit(limits, gzip), too_large(limits))
+    body = gunzip(raw, limits) if gzip else raw
+    doc = parse_json(body)
+    write_key = header_key if header_key is not None else body_write_key(doc)
+    authorize(write_key, accepted)
+    received_at = received_at_text(datetime.now(UTC))
+    records = prepare(request.match_info["kind"], doc, write_key, received_at, limits)
+    try:
+        await request.app[SINK].send_all(records, settings.ack_timeout)
+    except (KafkaError, TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise Rejected(
+            503,
+            "kafka_unavailable",
+            f"Kafka did not acknowledge every event of the request ({reason}); "
+            "retry the same request: events already written are dropped as duplicates "
+            "downstream",
+        ) from None
+    _maybe_crash(request.app)
+    return web.json_response({"success": True})
+
+
+def _maybe_crash(app: web.Application) -> None:
+    """DEDUPE_INGEST_CRASH_AFTER_ACKS (fault tests): die between Kafka's ack and the answer,
+    the moment where a client must retry events that are already written."""
+    crash_after = app[SETTINGS].crash_after_acks
+    if crash_after:
+        app[ACKED][0] += 1
+        if app[ACKED][0] == crash_after:
+            log.warning("fault injection: exiting after %d acknowledged requests", crash_after)
+            logging.shutdown()
+            os._exit(137)
+
+
+async def health(request: web.Request) -> web.Response:
+    """GET /health: the process is up and serving."""
+    return web.json_response({"status": "ok"})

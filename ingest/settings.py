@@ -1,0 +1,216 @@
+"""The settings of the HTTP ingest service, read from the environment and validated at start-up.
+
+Same pattern as the worker's ``app/settings.py``: one field per knob, each with its environment
+variable, default and meaning; ``IngestSettings.from_env()`` is called by ``python -m ingest``
+(never at class-definition time), so tests build apps with their own settings. An invalid value
+stops the process with exit status 2 and a message that names the variable.
+
+Three variables are shared with the worker on purpose, so the two processes agree by
+construction: ``KAFKA_BOOTSTRAP_SERVERS``, ``DEDUPE_INPUT_TOPIC`` (the ingest service produces
+to the topic the worker reads) and ``DEDUPE_MAX_EVENT_BYTES`` / ``DEDUPE_MAX_MESSAGE_ID_BYTES``
+(an event the ingest service accepts is never dead-lettered by the worker for its size or id).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from app.settings import Setting, SettingsError, parse_duration, setting
+
+__all__ = ["IngestSettings", "SettingsError"]
+
+#: Segment's documented limits: 32 KB per event, 500 KB per batch request, 2500 events a batch.
+SEGMENT_MAX_EVENT_BYTES = 32 * 1024
+SEGMENT_MAX_BATCH_BYTES = 500 * 1024
+SEGMENT_MAX_BATCH_EVENTS = 2500
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """Every setting of the ingest service. Build with :meth:`from_env`; validated on creation."""
+
+    host: str = setting(
+        "127.0.0.1",
+        "DEDUPE_INGEST_HOST",
+        "Address the ingest service binds to (0.0.0.0 for every interface).",
+    )
+    port: int = setting(8080, "PORT", "TCP port the ingest service listens on.")
+    bootstrap_servers: str = setting(
+        "localhost:9092", "KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, comma-separated host:port."
+    )
+    input_topic: str = setting(
+        "events",
+        "DEDUPE_INPUT_TOPIC",
+        "Topic the events are produced to (the worker's input), keyed by messageId.",
+    )
+    write_keys: str = setting(
+        "",
+        "DEDUPE_WRITE_KEYS",
+        "Accepted write keys, comma-separated (HTTP Basic user name or the body's 'writeKey'). "
+        "Empty: no authentication, and a warning at start-up.",
+    )
+    max_event_bytes: int = setting(
+        SEGMENT_MAX_EVENT_BYTES,
+        "DEDUPE_MAX_EVENT_BYTES",
+        "Largest event, serialized as produced to Kafka (Segment's 32 KB); a larger one fails "
+        "its request with 400. Shared with the worker.",
+    )
+    max_message_id_bytes: int = setting(
+        256,
+        "DEDUPE_MAX_MESSAGE_ID_BYTES",
+        "Longest accepted messageId, in UTF-8 bytes; a longer one fails its request with 400. "
+        "Shared with the worker.",
+    )
+    max_batch_bytes: int = setting(
+        SEGMENT_MAX_BATCH_BYTES,
+        "DEDUPE_INGEST_MAX_BATCH_BYTES",
+        "Largest request body after gzip decompression (Segment's 500 KB); larger is 413.",
+    )
+    max_batch_events: int = setting(
+        SEGMENT_MAX_BATCH_EVENTS,
+        "DEDUPE_INGEST_MAX_BATCH_EVENTS",
+        "Most events in one /v1/batch request (Segment's 2500); more is 400.",
+    )
+    ack_timeout: float = setting(
+        10.0,
+        "DEDUPE_INGEST_ACK_TIMEOUT",
+        "How long a request waits for Kafka to acknowledge all its events before it answers "
+        "503 (the client retries; copies are dropped downstream). Keep it below the clients' "
+        "HTTP timeout (15s in Segment's SDKs).",
+    )
+    startup_timeout: float = setting(
+        60.0,
+        "DEDUPE_INGEST_STARTUP_TIMEOUT",
+        "How long start-up waits for Kafka and the input topic (the first worker creates it) "
+        "before the service exits with an error.",
+    )
+    linger: float = setting(
+        0.005,
+        "DEDUPE_INGEST_LINGER",
+        "Producer linger: how long the producer waits to fill a Kafka batch (duration).",
+    )
+    log_level: str = setting("info", "DEDUPE_LOG_LEVEL", "Log level of the ingest service.")
+    crash_after_acks: int = setting(
+        0,
+        "DEDUPE_INGEST_CRASH_AFTER_ACKS",
+        "Fault tests only: the process exits at once (like kill -9) right after Kafka "
+        "acknowledged its Nth successful request, before answering it. 0 (off) in production.",
+    )
+
+    def __post_init__(self) -> None:
+        problems = self._problems()
+        if problems:
+            raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
+
+    def _problems(self) -> list[str]:
+        out: list[str] = []
+
+        def env(name: str) -> str:
+            return self.describe(name).env
+
+        if not self.host.strip():
+            out.append(f"{env('host')} must name an address to bind to (e.g. 127.0.0.1)")
+        if not 0 < self.port < 65536:
+            out.append(f"{env('port')}={self.port}: must be a TCP port (1..65535)")
+        if not any(part.strip() for part in self.bootstrap_servers.split(",")):
+            out.append(f"{env('bootstrap_servers')} must name at least one broker")
+        if not _TOPIC.match(self.input_topic):
+            out.append(f"{env('input_topic')}={self.input_topic!r}: use 1-200 of [A-Za-z0-9._-]")
+        for key in self.write_key_list:
+            if ":" in key or any(c.isspace() for c in key):
+                out.append(
+                    f"{env('write_keys')}: a key may not contain ':' or blanks "
+                    "(it is sent as the HTTP Basic user name)"
+                )
+                break
+        if not 64 <= self.max_event_bytes <= 16 * 1024 * 1024:
+            out.append(f"{env('max_event_bytes')}={self.max_event_bytes}: must be 64..16MiB")
+        if not 1 <= self.max_message_id_bytes <= 4096:
+            out.append(
+                f"{env('max_message_id_bytes')}={self.max_message_id_bytes}: must be 1..4096"
+            )
+        if not self.max_event_bytes <= self.max_batch_bytes <= 64 * 1024 * 1024:
+            out.append(
+                f"{env('max_batch_bytes')}={self.max_batch_bytes}: must be "
+                f"{env('max_event_bytes')} ({self.max_event_bytes})..64MiB"
+            )
+        if not 1 <= self.max_batch_events <= 100_000:
+            out.append(f"{env('max_batch_events')}={self.max_batch_events}: must be 1..100000")
+        if not 0.1 <= self.ack_timeout <= 300:
+            out.append(f"{env('ack_timeout')}={self.ack_timeout}s: must be 100ms..300s")
+        if not 1 <= self.startup_timeout <= 3600:
+            out.append(f"{env('startup_timeout')}={self.startup_timeout}s: must be 1s..3600s")
+        if not 0 <= self.linger <= 1:
+            out.append(f"{env('linger')}={self.linger}s: must be 0..1s")
+        if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
+            out.append(f"{env('log_level')}={self.log_level!r}: debug|info|warning|error|critical")
+        if self.crash_after_acks < 0:
+            out.append(
+                f"{env('crash_after_acks')}={self.crash_after_acks}: must be 0 (off) or more"
+            )
+        return out
+
+    @property
+    def write_key_list(self) -> frozenset[str]:
+        """The accepted write keys; empty means the service is open."""
+        return frozenset(k.strip() for k in self.write_keys.split(",") if k.strip())
+
+    @classmethod
+    def describe(cls, name: str) -> Setting:
+        """The documentation of field ``name``."""
+        for f in fields(cls):
+            if f.name == name:
+                doc: Setting = f.metadata["setting"]
+                return doc
+        raise KeyError(name)
+
+    @classmethod
+    def documented(cls) -> list[tuple[str, str, Setting]]:
+        """(field, default, doc) for every field, in declaration order (used by the README)."""
+        return [(f.name, str(f.default), f.metadata["setting"]) for f in fields(cls)]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> IngestSettings:
+        """Read every field from its environment variable; unset variables keep their defaults."""
+        env = os.environ if environ is None else environ
+        converters: dict[str, Callable[[str], Any]] = {
+            "int": int,
+            "float": parse_duration,
+            "str": str,
+        }
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            doc: Setting = f.metadata["setting"]
+            raw = env.get(doc.env)
+            if raw is None or raw == "":
+                continue
+            kind = f.type if isinstance(f.type, str) else f.type.__name__
+            try:
+                values[f.name] = converters[kind](raw.strip())
+            except ValueError as exc:
+                raise SettingsError(f"{doc.env}={raw!r}: {exc}") from None
+        return cls(**values)
+
+
+def settings_table() -> str:
+    """The README's markdown table of these settings (``python -m ingest.settings`` prints it)."""
+    defaults = IngestSettings()
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, _, doc in IngestSettings.documented():
+        value = getattr(defaults, name)
+        if isinstance(value, float):
+            shown = f"`{value * 1000:g}ms`" if value < 1 else f"`{value:g}s`"
+        else:
+            shown = f"`{value}`" if value != "" else "(empty)"
+        rows.append(f"| `{doc.env}` | {shown} | {doc.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m ingest.settings: print the README's table
+    print(settings_table())

@@ -1,0 +1,221 @@
+"""The lake job: Spark Structured Streaming from the clean topic into Parquet tables, exactly once.
+
+Run it next to the worker (settings from the same environment; see the README, "Spark
+pipeline")::
+
+    make spark-jars          # once: the Kafka connector jars from Maven Central into .cache/
+    python -m spark.job      # or `make spark`; Ctrl-C stops it (a restart continues exactly)
+
+You should see, after about ten seconds of JVM start-up::
+
+    spark-lake: Spark 4.0.0 on local[2] reading 'events-clean' at localhost:9092 (read_committed)
+    spark-lake: events -> /.../lake/events (checkpoint /.../lake/_checkpoints/events)
+    spark-lake: event_counts -> /.../lake/event_counts (1-minute windows, watermark 600s)
+    spark-lake: events batch 0: 10000 rows
+    spark-lake: event_counts batch 0: 10000 events, watermark 1970-01-01T00:00:00.000Z
+
+then one line per micro-batch that read something. Two queries run in one session, each with its
+own checkpoint:
+
+- ``events``: :func:`spark.transforms.parse_events` -> Parquet under ``<lake>/events``,
+  partitioned by ``event_date``. Exactly once: the Kafka offsets of each micro-batch are logged
+  in the checkpoint before it runs, and the batch's files become part of the table only when the
+  file sink commits them to ``<lake>/events/_spark_metadata``. A job killed mid-batch re-runs
+  that batch with the same offsets after a restart; the files the killed attempt wrote are never
+  committed, and readers that read the table through ``_spark_metadata``
+  (``spark.read.parquet("<lake>/events")``, like ``python -m spark.audit``) never see them.
+- ``event_counts``: :func:`spark.transforms.count_per_minute` -> Parquet under
+  ``<lake>/event_counts``: each minute written once, after the watermark passed it.
+
+Kafka source: ``kafka.isolation.level=read_committed``, so aborted records and open transactions
+are never read; the offsets a batch covers end at the last stable offset. Transactional topics
+have offsets without a readable record (commit/abort markers, aborted records): Spark's
+consumer skips such invisible offsets whatever ``failOnDataLoss`` says, so the default
+``failOnDataLoss=true`` is kept: it fails the query only when records the job has not read yet
+were deleted (retention ran ahead of the job), which would silently drop events otherwise.
+
+Exit status: 0 after Ctrl-C/SIGTERM, 1 when a query fails, 2 on a configuration problem.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from spark.jars import JarsMissingError
+from spark.lake import LakeStateError, check_consistent
+from spark.session import SparkVersionError, build_session
+from spark.settings import SparkSettings, SparkSettingsError
+from spark.transforms import count_per_minute, parse_events
+
+APP_NAME = "dedupe-lake"
+PREFIX = "spark-lake:"
+
+
+def read_clean_topic(spark: SparkSession, settings: SparkSettings) -> DataFrame:
+    """The clean topic as a streaming DataFrame of Kafka rows, read_committed."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+        .option("subscribe", settings.topic)
+        .option("kafka.isolation.level", "read_committed")
+        .option("startingOffsets", settings.starting_offsets)
+        .option("failOnDataLoss", "true")
+    )
+    if settings.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    return reader.load()
+
+
+def start_queries(spark: SparkSession, settings: SparkSettings) -> list[StreamingQuery]:
+    """Start the events and the per-minute counts queries; returns them running.
+
+    Raises :class:`spark.lake.LakeStateError` (before starting anything) when a table and its
+    checkpoint do not belong together.
+    """
+    check_consistent(spark, settings.events_path, settings.events_checkpoint)
+    check_consistent(spark, settings.counts_path, settings.counts_checkpoint)
+    events = (
+        parse_events(read_clean_topic(spark, settings))
+        .writeStream.queryName("events")
+        .format("parquet")
+        .outputMode("append")
+        .partitionBy("event_date")
+        .option("path", settings.events_path)
+        .option("checkpointLocation", settings.events_checkpoint)
+        .trigger(processingTime=settings.trigger)
+        .start()
+    )
+    counts = (
+        count_per_minute(parse_events(read_clean_topic(spark, settings)), settings.watermark_delay)
+        .writeStream.queryName("event_counts")
+        .format("parquet")
+        .outputMode("append")
+        .partitionBy("event_date")
+        .option("path", settings.counts_path)
+        .option("checkpointLocation", settings.counts_checkpoint)
+        .trigger(processingTime=settings.trigger)
+        .start()
+    )
+    return [events, counts]
+
+
+class ProgressPrinter:
+    """Prints one line per finished micro-batch that read any row."""
+
+    def __init__(self) -> None:
+        self.last_batch: dict[str, int] = {}
+
+    def print_new(self, query: StreamingQuery) -> None:
+        """Print the query's last progress if it is new (polled twice a second, so a batch
+        that finished within the same half second as the next one is not printed)."""
+        name = query.name or query.id
+        progress = query.lastProgress
+        if progress is None or progress.batchId <= self.last_batch.get(name, -1):
+            return
+        self.last_batch[name] = progress.batchId
+        rows = progress.numInputRows
+        if rows == 0:
+            return
+        if name == "event_counts":
+            watermark = progress.eventTime.get("watermark", "-")
+            line = f"{name} batch {progress.batchId}: {rows} events, watermark {watermark}"
+        else:
+            line = f"{name} batch {progress.batchId}: {rows} rows"
+        print(f"{PREFIX} {line}", flush=True)
+
+
+@dataclass
+class StopRequest:
+    """Set by the signal handler, which does nothing else: a ``threading.Event`` set, or a
+    print, from a handler can deadlock or fail if the signal lands while the main thread holds
+    the same lock or stream."""
+
+    signal: int = 0
+
+    @property
+    def requested(self) -> bool:
+        return self.signal != 0
+
+
+def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
+    """Run both queries until a stop is requested (0) or one of them fails (1)."""
+    print(
+        f"{PREFIX} Spark {spark.version} on {spark.sparkContext.master} reading "
+        f"{settings.topic!r} at {settings.bootstrap_servers} (read_committed)"
+    )
+    try:
+        queries = start_queries(spark, settings)
+    except LakeStateError as exc:
+        print(f"{PREFIX} {exc}", file=sys.stderr)
+        return 2
+    print(f"{PREFIX} events -> {settings.events_path} (checkpoint {settings.events_checkpoint})")
+    print(
+        f"{PREFIX} event_counts -> {settings.counts_path} "
+        f"(1-minute windows, watermark {settings.watermark:g}s)",
+        flush=True,
+    )
+    printer = ProgressPrinter()
+    status = 0
+    try:
+        while not stop.requested:
+            time.sleep(0.5)
+            for query in queries:
+                printer.print_new(query)
+                if not query.isActive:
+                    error = query.exception()
+                    print(f"{PREFIX} query {query.name} stopped: {error}", file=sys.stderr)
+                    status = 1
+            if status:
+                break
+        if stop.requested:
+            print(f"{PREFIX} {signal.Signals(stop.signal).name}: stopping", flush=True)
+    finally:
+        for query in queries:
+            try:
+                query.stop()
+            except PySparkException as exc:  # a failed query may raise again on stop
+                print(f"{PREFIX} stopping {query.name}: {exc}", file=sys.stderr)
+    if status == 0:
+        print(f"{PREFIX} stopped; a restart continues from the checkpoints", flush=True)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    del argv  # every option comes from the environment (spark/settings.py)
+    try:
+        settings = SparkSettings.from_env()
+    except SparkSettingsError as exc:
+        print(f"{PREFIX} {exc}", file=sys.stderr)
+        return 2
+    try:
+        spark = build_session(settings, APP_NAME, kafka=True)
+    except (JarsMissingError, SparkVersionError) as exc:
+        print(f"{PREFIX} {exc}", file=sys.stderr)
+        return 2
+    stop = StopRequest()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        del frame
+        stop.signal = signum
+
+    # After the session: SparkContext installs a SIGINT handler that calls into the JVM from
+    # the signal handler and raises KeyboardInterrupt in the middle of a py4j call. Here a
+    # signal only sets the flag; the main loop stops the queries.
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        return run(spark, settings, stop)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""One settings object for the Spark jobs, read from the environment and validated at start-up.
+
+Same style as the worker's ``app.settings``: every knob is one field with its environment
+variable, default and meaning; ``SparkSettings.from_env()`` is called by the entry points (never
+at import time); an invalid value stops the job with a message naming the variable, the value and
+what is accepted. ``KAFKA_BOOTSTRAP_SERVERS`` and ``DEDUPE_OUTPUT_TOPIC`` are the worker's own
+variables, so the worker and the job agree on the clean topic by construction.
+
+PySpark itself reads ``SPARK_HOME``, ``SPARK_CONF_DIR``, ``PYSPARK_PYTHON`` and
+``PYSPARK_SUBMIT_ARGS``; leave them unset when running ``python -m spark.job`` (a ``SPARK_HOME`` of
+another Spark release would not match the connector jars; the job checks and refuses to start).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.settings import parse_duration
+
+T = TypeVar("T")
+
+#: The repository root; the default jar cache lives below it (``make spark-jars`` fills it).
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class SparkSettingsError(ValueError):
+    """A setting of the Spark jobs is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Documentation of one field: its environment variable and meaning (shown in the README)."""
+
+    env: str
+    help: str
+
+
+def setting(default: T, env: str, help: str) -> T:
+    """A settings field: its default, environment variable and documentation."""
+    return field(default=default, metadata={"setting": Setting(env, help)})
+
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_MEMORY = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
+_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\d+)?\])?|(spark|yarn|k8s|mesos)(://.+)?)$")
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Every setting of the lake job and the audit. Build with :meth:`from_env`."""
+
+    bootstrap_servers: str = setting(
+        "localhost:9092", "KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, comma-separated host:port."
+    )
+    topic: str = setting(
+        "events-clean",
+        "DEDUPE_OUTPUT_TOPIC",
+        "The worker's clean topic, which the job reads with read_committed.",
+    )
+    lake_dir: str = setting(
+        "./lake",
+        "DEDUPE_LAKE_DIR",
+        "Root of the lake: Parquet tables events/ and event_counts/. A local path, or any "
+        "Hadoop URI (hdfs://, s3a://...) shared by the cluster.",
+    )
+    checkpoint_dir: str = setting(
+        "",
+        "DEDUPE_SPARK_CHECKPOINT_DIR",
+        "Checkpoints of the two queries (Kafka offsets, watermark, aggregation state). "
+        "They belong to the tables: keep, move or delete them together (the job refuses "
+        "to start on a table without its checkpoint, and the reverse).",
+    )
+    master: str = setting(
+        "local[2]",
+        "DEDUPE_SPARK_MASTER",
+        "Spark master for `python -m spark.job` (local[2]: two cores of this machine). "
+        "Under spark-submit, its --master is used instead.",
+    )
+    trigger_interval: float = setting(
+        10.0,
+        "DEDUPE_SPARK_TRIGGER_INTERVAL",
+        "How often a micro-batch starts (duration; 0 = as soon as the previous one ends). "
+        "Each batch writes new Parquet files, so shorter means fresher and smaller files.",
+    )
+    max_offsets_per_trigger: int = setting(
+        100_000,
+        "DEDUPE_SPARK_MAX_OFFSETS_PER_TRIGGER",
+        "Most Kafka offsets one micro-batch reads, so a backlog is read in steps (0 = no limit).",
+    )
+    starting_offsets: str = setting(
+        "earliest",
+        "DEDUPE_SPARK_STARTING_OFFSETS",
+        "Where a query with a new checkpoint starts: earliest (the whole topic) or latest. "
+        "A restarted query always continues from its checkpoint.",
+    )
+    watermark: float = setting(
+        600.0,
+        "DEDUPE_SPARK_WATERMARK",
+        "How late (event time behind the newest event seen) an event may be and still be "
+        "counted in its minute; a minute's count is written once the watermark passes it.",
+    )
+    shuffle_partitions: int = setting(
+        4,
+        "DEDUPE_SPARK_SHUFFLE_PARTITIONS",
+        "spark.sql.shuffle.partitions: state partitions of the per-minute counts. Fixed by "
+        "the checkpoint at the first start.",
+    )
+    driver_memory: str = setting(
+        "1g",
+        "DEDUPE_SPARK_DRIVER_MEMORY",
+        "spark.driver.memory for `python -m spark.job` (under spark-submit: --driver-memory).",
+    )
+    jars_dir: Path = setting(
+        ROOT / ".cache" / "spark-jars",
+        "DEDUPE_SPARK_JARS_DIR",
+        "Cache of the Kafka connector jars, filled by `make spark-jars` (Maven Central); "
+        "the job loads them from here and downloads nothing.",
+    )
+    log_level: str = setting(
+        "warn", "DEDUPE_SPARK_LOG_LEVEL", "Log level of Spark's JVM (error, warn, info, debug)."
+    )
+
+    def __post_init__(self) -> None:
+        problems = self._problems()
+        if problems:
+            raise SparkSettingsError("invalid settings:\n  " + "\n  ".join(problems))
+
+    def _problems(self) -> list[str]:
+        out: list[str] = []
+
+        def env(name: str) -> str:
+            return self.describe(name).env
+
+        servers = [s.strip() for s in self.bootstrap_servers.split(",")]
+        if not all(re.fullmatch(r"[^\s:/]+:\d{1,5}", s) for s in servers):
+            out.append(
+                f"{env('bootstrap_servers')}={self.bootstrap_servers!r}: "
+                "use comma-separated host:port"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", self.topic):
+            out.append(f"{env('topic')}={self.topic!r}: use 1-200 of [A-Za-z0-9._-]")
+        if not self.lake_dir.strip():
+            out.append(f"{env('lake_dir')} must not be empty")
+        if not _MASTER.match(self.master):
+            out.append(
+                f"{env('master')}={self.master!r}: use local[N], local[*], spark://host:port, "
+                "yarn or k8s://..."
+            )
+        if not 0 <= self.trigger_interval <= 3600:
+            out.append(f"{env('trigger_interval')}={self.trigger_interval:g}s: must be 0..1h")
+        if not 0 <= self.max_offsets_per_trigger <= 1_000_000_000:
+            out.append(
+                f"{env('max_offsets_per_trigger')}={self.max_offsets_per_trigger}: "
+                "must be 0 (no limit) or a positive count"
+            )
+        if self.starting_offsets not in ("earliest", "latest"):
+            out.append(f"{env('starting_offsets')}={self.starting_offsets!r}: earliest|latest")
+        if not 1 <= self.watermark <= 7 * 86400:
+            out.append(f"{env('watermark')}={self.watermark:g}s: must be 1s..7d")
+        if not 1 <= self.shuffle_partitions <= 10_000:
+            out.append(f"{env('shuffle_partitions')}={self.shuffle_partitions}: must be 1..10000")
+        if not _MEMORY.match(self.driver_memory):
+            out.append(f"{env('driver_memory')}={self.driver_memory!r}: use e.g. 512m, 1g, 4g")
+        if self.log_level.lower() not in {"error", "warn", "info", "debug"}:
+            out.append(f"{env('log_level')}={self.log_level!r}: error|warn|info|debug")
+        return out
+
+    # Derived locations ----------------------------------------------------------------------
+
+    @property
+    def lake_root(self) -> str:
+        """The lake root: a URI as given, a local path made absolute (logs show where data is)."""
+        return _absolute(self.lake_dir)
+
+    @property
+    def checkpoint_root(self) -> str:
+        if self.checkpoint_dir:
+            return _absolute(self.checkpoint_dir)
+        return _join(self.lake_root, "_checkpoints")
+
+    @property
+    def events_path(self) -> str:
+        """The events table: one row per messageId, partitioned by event_date."""
+        return _join(self.lake_root, "events")
+
+    @property
+    def counts_path(self) -> str:
+        """The per-minute counts table, partitioned by event_date."""
+        return _join(self.lake_root, "event_counts")
+
+    @property
+    def events_checkpoint(self) -> str:
+        return _join(self.checkpoint_root, "events")
+
+    @property
+    def counts_checkpoint(self) -> str:
+        return _join(self.checkpoint_root, "event_counts")
+
+    @property
+    def trigger(self) -> str:
+        """The processing-time trigger as Spark spells it."""
+        return f"{round(self.trigger_interval * 1000)} milliseconds"
+
+    @property
+    def watermark_delay(self) -> str:
+        return f"{round(self.watermark * 1000)} milliseconds"
+
+    # Documentation and construction -----------------------------------------------------------
+
+    @classmethod
+    def describe(cls, name: str) -> Setting:
+        """The documentation of field ``name``."""
+        for f in fields(cls):
+            if f.name == name:
+                doc: Setting = f.metadata["setting"]
+                return doc
+        raise KeyError(name)
+
+    @classmethod
+    def documented(cls) -> list[tuple[str, Setting]]:
+        """(field, doc) for every field, in declaration order (used by the README)."""
+        return [(f.name, f.metadata["setting"]) for f in fields(cls)]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkSettings:
+        """Read every field from its environment variable; unset variables keep their defaults."""
+        env = os.environ if environ is None else environ
+        converters: dict[str, Callable[[str], Any]] = {
+            "int": int,
+            "float": parse_duration,
+            "Path": Path,
+            "str": str,
+        }
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            doc: Setting = f.metadata["setting"]
+            raw = env.get(doc.env)
+            if raw is None or raw.strip() == "":
+                continue
+            kind = f.type if isinstance(f.type, str) else f.type.__name__
+            try:
+                values[f.name] = converters[kind](raw.strip())
+            except ValueError as exc:
+                raise SparkSettingsError(f"{doc.env}={raw!r}: {exc}") from None
+        return cls(**values)
+
+
+def _absolute(path: str) -> str:
+    if _URI.match(path):
+        return path.rstrip("/")
+    return os.path.abspath(path)
+
+
+def _join(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}"
+
+
+def _shown_default(name: str, value: object) -> str:
+    if name == "checkpoint_dir":
+        return "`<lake>/_checkpoints`"
+    if name == "jars_dir":
+        return "`.cache/spark-jars` (in the repository)"
+    if isinstance(value, float):
+        if value < 1:
+            return f"`{value * 1000:g}ms`"
+        return f"`{value / 60:g}m`" if value >= 60 and value % 60 == 0 else f"`{value:g}s`"
+    return f"`{value}`"
+
+
+def markdown_table() -> str:
+    """The README's table of the Spark settings: variable, default, meaning."""
+    defaults = SparkSettings()
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, doc in SparkSettings.documented():
+        shown = _shown_default(name, getattr(defaults, name))
+        rows.append(f"| `{doc.env}` | {shown} | {doc.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

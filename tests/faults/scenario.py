@@ -1,0 +1,61 @@
+"""Building blocks of the fault tests: a scaled stream fed in the background, and the full
+verification of a run (``scripts.verify.verify_pipeline``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from app.settings import Settings
+from scripts.streams import Stream, build_stream, produce
+from scripts.verify import FullReport, verify_pipeline
+from tests.faults.conftest import SCALE
+from tests.support import Broker, Names, Worker, wait_drained
+
+
+def scaled_stream(unique: int, seed: int, duplicates: float = 0.1) -> Stream:
+    return build_stream(unique * SCALE, duplicates, seed=seed)
+
+
+class Feeder:
+    """Produces a stream from a background thread while the test injects faults."""
+
+    def __init__(self, broker: Broker, names: Names, stream: Stream) -> None:
+        self.sent: list[int] = []
+        self.thread = threading.Thread(
+            target=lambda: self.sent.append(
+                asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+            ),
+            daemon=True,
+        )
+        self.thread.start()
+
+    def join(self, timeout: float = 600) -> int:
+        self.thread.join(timeout)
+        assert self.sent, "the producer did not finish"
+        return self.sent[0]
+
+
+def settings_of(broker: Broker, names: Names, partitions: int) -> Settings:
+    return Settings.from_env(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
+            "DEDUPE_APP_ID": names.app_id,
+            "DEDUPE_INPUT_TOPIC": names.input_topic,
+            "DEDUPE_OUTPUT_TOPIC": names.output_topic,
+            "DEDUPE_DLQ_TOPIC": names.dlq_topic,
+            "DEDUPE_PARTITIONS": str(partitions),
+        }
+    )
+
+
+def drain_and_verify(
+    broker: Broker, names: Names, workers: list[Worker], partitions: int = 4, timeout: float = 900
+) -> tuple[FullReport, float]:
+    """Wait until everything was committed, then run every check; returns (report, seconds)."""
+    started = time.monotonic()
+    wait_drained(broker, names, timeout=timeout, workers=workers)
+    waited = time.monotonic() - started
+    report = asyncio.run(verify_pipeline(settings_of(broker, names, partitions), first_copy=True))
+    return report, waited

@@ -1,0 +1,73 @@
+"""F2: kill -9 the worker at exact points of a record's life and of its transaction, then
+restart it on the same data dir and on a wiped one. Exactly-once must hold at every point."""
+
+from __future__ import annotations
+
+import signal
+import time
+import zlib
+
+import pytest
+
+from tests.faults.conftest import Reliability
+from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream
+from tests.support import Broker, Names, Worker
+
+pytestmark = pytest.mark.faults
+
+# (point, n-th visit): per record for stored/sent/processed, per commit for commit/committed,
+# per rebalance for rebalance (the 2nd: when a second worker joins mid-stream).
+POINTS = [
+    ("stored", 4_000),
+    ("sent", 4_000),
+    ("processed", 4_000),
+    ("commit", 15),
+    ("committed", 15),
+    ("rebalance", 2),
+]
+
+
+@pytest.mark.parametrize("wipe", [False, True], ids=["same-dir", "wiped-dir"])
+@pytest.mark.parametrize(("point", "at"), POINTS, ids=[p for p, _ in POINTS])
+def test_kill_at_an_exact_point(
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    point: str,
+    at: int,
+    wipe: bool,
+) -> None:
+    fault = f"{point}=kill@{at}"
+    worker = Worker(broker, names, extra_env={"DEDUPE_FAULT_INJECTION": fault})
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    stream = scaled_stream(20_000, seed=zlib.crc32(point.encode()) % 1000)
+    feeder = Feeder(broker, names, stream)
+    if point == "rebalance":
+        time.sleep(2)
+        helper = Worker(broker, names, index=1)
+        workers.append(helper)
+        helper.start()  # joining makes the first worker rebalance
+    assert worker.proc is not None
+    code = worker.proc.wait(300)
+    assert code == -signal.SIGKILL, f"the worker did not die at {fault}: exit {code}"
+    if wipe:
+        import shutil
+
+        shutil.rmtree(worker.data_dir)
+    worker.extra_env = {}
+    worker.start()
+    feeder.join()
+    report, waited = drain_and_verify(broker, names, workers)
+    print(f"\n{fault} wipe={wipe}: " + " | ".join(report.lines()))
+    reliability.record(
+        "F2 kill -9 at exact points (same and wiped dir)",
+        events=len(stream.records),
+        injected=1,
+        duplicates=report.clean.duplicates,
+        missing=report.clean.missing,
+        recover_s=waited,
+    )
+    assert report.ok, "\n".join(report.lines())

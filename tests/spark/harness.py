@@ -1,0 +1,223 @@
+"""Test harness of the Spark tier: the lake job as a real process, and what its files say.
+
+``LakeJob`` runs ``python -m spark.job`` (the Procfile's command) in its own process group, so a
+test can SIGKILL the Python driver and its Spark JVM together, exactly like a machine crash, and
+start it again on the same lake and checkpoints.
+
+The readers below look at the job's files directly (local filesystem, no Spark), the way the
+file sink and the checkpoint define them:
+
+- ``<checkpoint>/offsets/<n>``: the Kafka offsets batch n covers, logged before it runs;
+- ``<checkpoint>/commits/<n>``: written after batch n was committed to the sink;
+- ``<table>/_spark_metadata/<n>[.compact]``: the files batch n added to the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from tests.support import ROOT, Broker
+
+_LOG_FILE = re.compile(r"^\d+(\.compact)?$")
+
+
+def _log_ids(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def committed_offsets(checkpoint: Path) -> dict[int, int]:
+    """Per partition, the offset up to which the query has committed (empty before batch 0)."""
+    commits = _log_ids(checkpoint / "commits")
+    if not commits:
+        return {}
+    lines = (checkpoint / "offsets" / str(commits[-1])).read_text().splitlines()
+    # "v1", the batch metadata, then one line per source: {"<topic>": {"<partition>": offset}}
+    source: dict[str, dict[str, int]] = json.loads(lines[2])
+    (partitions,) = source.values()
+    return {int(p): off for p, off in partitions.items()}
+
+
+def batch_in_flight(checkpoint: Path) -> bool:
+    """True when a batch was planned (offsets logged) and not committed yet."""
+    return max(_log_ids(checkpoint / "offsets"), default=-1) > max(
+        _log_ids(checkpoint / "commits"), default=-1
+    )
+
+
+def committed_batches(checkpoint: Path) -> int:
+    return len(_log_ids(checkpoint / "commits"))
+
+
+def sink_files(table: Path) -> set[str]:
+    """Names of the files the sink log lists as committed."""
+    log = table / "_spark_metadata"
+    names: set[str] = set()
+    if not log.is_dir():
+        return names
+    for entry in log.iterdir():
+        if not _LOG_FILE.match(entry.name):
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            if line.strip():
+                record = json.loads(line)
+                if record.get("action", "add") == "add":
+                    names.add(Path(urlparse(record["path"]).path).name)
+    return names
+
+
+def data_files(table: Path) -> set[str]:
+    """Names of the data files on disk below ``table`` (hidden and ``_`` entries are not data)."""
+    if not table.is_dir():
+        return set()
+    return {
+        p.name
+        for p in table.rglob("*")
+        if p.is_file()
+        and not any(part.startswith(("_", ".")) for part in p.relative_to(table).parts)
+    }
+
+
+def uncommitted_files(table: Path) -> set[str]:
+    """Data files of micro-batches not committed (yet, or ever: an attempt that was killed).
+    The disk is listed before the log is read, so a file committed meanwhile is not counted."""
+    on_disk = data_files(table)
+    return on_disk - sink_files(table)
+
+
+@dataclass
+class LakeJob:
+    """One lake job process; ``start`` again after a kill restarts it on the same lake."""
+
+    broker: Broker
+    topic: str
+    lake: Path
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def events_table(self) -> Path:
+        return self.lake / "events"
+
+    @property
+    def counts_table(self) -> Path:
+        return self.lake / "event_counts"
+
+    @property
+    def events_checkpoint(self) -> Path:
+        return self.lake / "_checkpoints" / "events"
+
+    @property
+    def counts_checkpoint(self) -> Path:
+        return self.lake / "_checkpoints" / "event_counts"
+
+    @property
+    def log_path(self) -> Path:
+        return self.lake.parent / f"{self.lake.name}-job.log"
+
+    def env(self) -> dict[str, str]:
+        inherited = ("DEDUPE_", "SPARK_", "PYSPARK_")
+        return {
+            **{k: v for k, v in os.environ.items() if not k.startswith(inherited)},
+            "KAFKA_BOOTSTRAP_SERVERS": self.broker.bootstrap,
+            "DEDUPE_OUTPUT_TOPIC": self.topic,
+            "DEDUPE_LAKE_DIR": str(self.lake),
+            "DEDUPE_SPARK_TRIGGER_INTERVAL": "500ms",
+            "DEDUPE_SPARK_WATERMARK": "1h",
+            "DEDUPE_SPARK_SHUFFLE_PARTITIONS": "2",
+            "DEDUPE_SPARK_DRIVER_MEMORY": "768m",
+            **self.extra_env,
+        }
+
+    def start(self) -> None:
+        assert not self.alive(), "job already running"
+        self.lake.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        log.write(f"\n===== start {self.starts} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spark.job"],
+            env=self.env(),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the driver and its JVM
+        )
+        self.starts += 1
+
+    def kill(self) -> None:
+        """SIGKILL the Python driver and the Spark JVM at once (a crash of the machine)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM (a graceful stop); returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(f"job ignored SIGTERM:\n{self.log_text()[-4000:]}") from None
+        # the JVM exits with its driver; make sure nothing of the group is left
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.returncode
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def caught_up(self, ends: Mapping[int, int]) -> bool:
+        """Both queries committed every offset up to ``ends`` (read_committed end offsets)."""
+        for checkpoint in (self.events_checkpoint, self.counts_checkpoint):
+            done = committed_offsets(checkpoint)
+            if any(end and done.get(p, 0) < end for p, end in ends.items()):
+                return False
+        return True
+
+    def wait_caught_up(self, ends: Mapping[int, int], timeout: float) -> float:
+        """Block until :meth:`caught_up`; returns the seconds waited. Fails if the job died."""
+        started = time.monotonic()
+        while not self.caught_up(ends):
+            if not self.alive():
+                raise AssertionError(f"the job exited:\n{self.log_text()[-6000:]}")
+            if time.monotonic() - started > timeout:
+                raise AssertionError(
+                    f"not caught up with {dict(ends)} after {timeout}s "
+                    f"(events at {committed_offsets(self.events_checkpoint)}, counts at "
+                    f"{committed_offsets(self.counts_checkpoint)}):\n{self.log_text()[-6000:]}"
+                )
+            time.sleep(0.5)
+        return time.monotonic() - started
+
+    def wait_batches(self, at_least: int, timeout: float) -> None:
+        """Block until the events query committed ``at_least`` batches in all."""
+        started = time.monotonic()
+        while committed_batches(self.events_checkpoint) < at_least:
+            if not self.alive():
+                raise AssertionError(f"the job exited:\n{self.log_text()[-6000:]}")
+            if time.monotonic() - started > timeout:
+                raise AssertionError(
+                    f"no batch {at_least} in {timeout}s:\n{self.log_text()[-6000:]}"
+                )
+            time.sleep(0.1)
