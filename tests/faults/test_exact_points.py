@@ -3,6 +3,7 @@ restart it on the same data dir and on a wiped one. Exactly-once must hold at ev
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 import zlib
@@ -18,11 +19,11 @@ pytestmark = pytest.mark.faults
 # (point, n-th visit): per record for stored/sent/processed, per commit for commit/committed,
 # per rebalance for rebalance (the 2nd: when a second worker joins mid-stream).
 POINTS = [
-    ("stored", 4_000),
-    ("sent", 4_000),
-    ("processed", 4_000),
-    ("commit", 15),
-    ("committed", 15),
+    ("stored", 3_000),
+    ("sent", 3_000),
+    ("processed", 3_000),
+    ("commit", 12),
+    ("committed", 12),
     ("rebalance", 2),
 ]
 
@@ -43,7 +44,7 @@ def test_kill_at_an_exact_point(
     workers.append(worker)
     worker.start()
     worker.wait_ready()
-    stream = scaled_stream(20_000, seed=zlib.crc32(point.encode()) % 1000)
+    stream = scaled_stream(10_000, seed=zlib.crc32(point.encode()) % 1000)
     feeder = Feeder(broker, names, stream)
     if point == "rebalance":
         time.sleep(2)
@@ -54,8 +55,6 @@ def test_kill_at_an_exact_point(
     code = worker.proc.wait(300)
     assert code == -signal.SIGKILL, f"the worker did not die at {fault}: exit {code}"
     if wipe:
-        import shutil
-
         shutil.rmtree(worker.data_dir)
     worker.extra_env = {}
     worker.start()
