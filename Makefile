@@ -13,7 +13,7 @@ KAFKA := scripts/kafka-local.sh
 TEST_KAFKA_PORT ?= 19092
 
 .DEFAULT_GOAL := help
-.PHONY: help install kafka-jars kafka-up kafka-down run demo verify lint format \
+.PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest web clean \
         spark-jars spark audit
 
@@ -84,6 +84,9 @@ test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 
 test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses
 	$(call pytest_tier,tests/faults,-q -s)
+
+soak: $(STAMP) kafka-jars ## The fault tier at 10x the events (writes docs/reliability.md)
+	DEDUPE_FAULT_SCALE=10 $(MAKE) test-faults
 
 test-spark: $(STAMP) kafka-jars spark-jars ## Spark tests: transforms, audit, worker -> Spark -> lake, kill -9
 	$(call pytest_tier,tests/spark,-q -s)

@@ -21,6 +21,7 @@ import pytest
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
 from scripts.verify import check
+from tests.faults.conftest import Reliability
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.faults
@@ -41,7 +42,12 @@ def broker_pid(broker: Broker) -> int:
     ids=["committed", "not-committed"],
 )
 def test_a_commit_with_unknown_outcome_is_resolved_not_aborted(
-    broker: Broker, names: Names, workers: list[Worker], fault: str, outcome: str
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    fault: str,
+    outcome: str,
 ) -> None:
     worker = Worker(broker, names, extra_env={"DEDUPE_FAULT_INJECTION": fault})
     workers.append(worker)
@@ -57,11 +63,19 @@ def test_a_commit_with_unknown_outcome_is_resolved_not_aborted(
     records = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
     report = check(names.output_topic, records, {m.encode(): v for m, v in stream.unique.items()})
     print(f"\n{fault}: {outcome!r}; {report.line()}")
+    reliability.record(
+        "F8a commit outcome unknown (answer lost, committed or not)",
+        events=len(stream.records),
+        injected=1,
+        duplicates=report.duplicates,
+        missing=report.missing,
+        recover_s=0.0,
+    )
     assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)
 
 
 def test_broker_pauses_keep_exactly_once(
-    broker: Broker, names: Names, workers: list[Worker]
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
     rng = random.Random(8)
     worker = Worker(
@@ -92,7 +106,7 @@ def test_broker_pauses_keep_exactly_once(
         os.kill(pid, signal.SIGCONT)
     feeder.join()
     assert done == [len(stream.records)]
-    wait_drained(broker, names, timeout=600, workers=workers)
+    waited = wait_drained(broker, names, timeout=600, workers=workers)
 
     log = worker.log_text()
     unknown = log.count("commit outcome unknown")
@@ -105,6 +119,14 @@ def test_broker_pauses_keep_exactly_once(
         f"did-commit={log.count('the transaction did commit')} "
         f"did-not-commit={log.count('did not commit (outcome was unknown)')} "
         f"worker starts={worker.starts} duplicates={report.duplicates} missing={report.missing}"
+    )
+    reliability.record(
+        "F8 broker SIGSTOP longer than the commit timeout (x3)",
+        events=len(stream.records),
+        injected=pauses,
+        duplicates=report.duplicates,
+        missing=report.missing,
+        recover_s=waited,
     )
     assert unknown + failed_before >= 1, "no transaction met a pause: nothing was exercised"
     assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)

@@ -16,6 +16,7 @@ import pytest
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
 from scripts.verify import check
+from tests.faults.conftest import Reliability
 from tests.support import Broker, Names, Worker, drained, wait_drained
 
 pytestmark = pytest.mark.faults
@@ -25,7 +26,11 @@ KILLS = 6
 
 @pytest.mark.parametrize("wipe_on_restart", [None, 3], ids=["same-dir", "wipe-once"])
 def test_kill_9_at_random_moments(
-    broker: Broker, names: Names, workers: list[Worker], wipe_on_restart: int | None
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    wipe_on_restart: int | None,
 ) -> None:
     rng = random.Random(20261121 + (wipe_on_restart or 0))
     stream = build_stream(200_000, 0.05, seed=11)
@@ -65,6 +70,15 @@ def test_kill_9_at_random_moments(
         f"duplicates={report.duplicates} missing={report.missing} "
         f"unexpected={report.unexpected} changed={report.changed} "
         f"elapsed={elapsed:.0f}s drain_after_last_restart={waited:.0f}s"
+    )
+    reliability.record(
+        "F1 kill -9 at random moments (x6, 200k events)"
+        + (", data dir wiped on one restart" if wipe_on_restart is not None else ""),
+        events=len(stream.records),
+        injected=KILLS,
+        duplicates=report.duplicates,
+        missing=report.missing,
+        recover_s=waited,
     )
     assert kills_mid_stream >= 5, "the kills must hit a worker that still had work"
     assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)
