@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 from app import faults
 
@@ -52,8 +52,50 @@ def setting(default: T, env: str, help: str) -> T:
     return field(default=default, metadata={"setting": Setting(env, help)})
 
 
+class EnvSettings:
+    """Base of the settings dataclasses (worker, ingest): fields declared with :func:`setting`,
+    read from their environment variables by :meth:`from_env`."""
+
+    @classmethod
+    def describe(cls, name: str) -> Setting:
+        """The documentation of field ``name``."""
+        for f in fields(cast(Any, cls)):
+            if f.name == name:
+                doc: Setting = f.metadata["setting"]
+                return doc
+        raise KeyError(name)
+
+    @classmethod
+    def documented(cls) -> list[tuple[str, str, Setting]]:
+        """(field, default, doc) for every field, in declaration order (used by the README)."""
+        return [(f.name, str(f.default), f.metadata["setting"]) for f in fields(cast(Any, cls))]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """Read every field from its environment variable; unset variables keep their defaults."""
+        env = os.environ if environ is None else environ
+        converters: dict[str, Callable[[str], Any]] = {
+            "int": int,
+            "float": parse_duration,
+            "Path": Path,
+            "str": str,
+        }
+        values: dict[str, Any] = {}
+        for f in fields(cast(Any, cls)):
+            doc: Setting = f.metadata["setting"]
+            raw = env.get(doc.env)
+            if raw is None or raw == "":
+                continue
+            kind = f.type if isinstance(f.type, str) else f.type.__name__
+            try:
+                values[f.name] = converters[kind](raw.strip())
+            except ValueError as exc:
+                raise SettingsError(f"{doc.env}={raw!r}: {exc}") from None
+        return cls(**values)
+
+
 @dataclass(frozen=True)
-class Settings:
+class Settings(EnvSettings):
     """Every setting of the dedup worker. Build with :meth:`from_env`; validated on creation."""
 
     bootstrap_servers: str = setting(
@@ -280,46 +322,6 @@ class Settings:
         if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
             out.append(f"{env('log_level')}={self.log_level!r}: debug|info|warning|error|critical")
         return out
-
-    @classmethod
-    def describe(cls, name: str) -> Setting:
-        """The documentation of field ``name``."""
-        for f in fields(cls):
-            if f.name == name:
-                setting: Setting = f.metadata["setting"]
-                return setting
-        raise KeyError(name)
-
-    @classmethod
-    def documented(cls) -> list[tuple[str, str, Setting]]:
-        """(field, default, doc) for every field, in declaration order (used by the README)."""
-        out = []
-        for f in fields(cls):
-            out.append((f.name, str(f.default), f.metadata["setting"]))
-        return out
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read every field from its environment variable; unset variables keep their defaults."""
-        env = os.environ if environ is None else environ
-        converters: dict[str, Callable[[str], Any]] = {
-            "int": int,
-            "float": parse_duration,
-            "Path": Path,
-            "str": str,
-        }
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            setting: Setting = f.metadata["setting"]
-            raw = env.get(setting.env)
-            if raw is None or raw == "":
-                continue
-            kind = f.type if isinstance(f.type, str) else f.type.__name__
-            try:
-                values[f.name] = converters[kind](raw.strip())
-            except ValueError as exc:
-                raise SettingsError(f"{setting.env}={raw!r}: {exc}") from None
-        return cls(**values)
 
     @property
     def state_dir(self) -> Path:

@@ -13,13 +13,10 @@ to the topic the worker reads) and ``DEDUPE_MAX_EVENT_BYTES`` / ``DEDUPE_MAX_MES
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
-from app.settings import Setting, SettingsError, parse_duration, setting
+from app.settings import EnvSettings, SettingsError, setting
 
 __all__ = ["IngestSettings", "SettingsError"]
 
@@ -32,7 +29,7 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
 @dataclass(frozen=True)
-class IngestSettings:
+class IngestSettings(EnvSettings):
     """Every setting of the ingest service. Build with :meth:`from_env`; validated on creation."""
 
     host: str = setting(
@@ -160,42 +157,6 @@ class IngestSettings:
     def write_key_list(self) -> frozenset[str]:
         """The accepted write keys; empty means the service is open."""
         return frozenset(k.strip() for k in self.write_keys.split(",") if k.strip())
-
-    @classmethod
-    def describe(cls, name: str) -> Setting:
-        """The documentation of field ``name``."""
-        for f in fields(cls):
-            if f.name == name:
-                doc: Setting = f.metadata["setting"]
-                return doc
-        raise KeyError(name)
-
-    @classmethod
-    def documented(cls) -> list[tuple[str, str, Setting]]:
-        """(field, default, doc) for every field, in declaration order (used by the README)."""
-        return [(f.name, str(f.default), f.metadata["setting"]) for f in fields(cls)]
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> IngestSettings:
-        """Read every field from its environment variable; unset variables keep their defaults."""
-        env = os.environ if environ is None else environ
-        converters: dict[str, Callable[[str], Any]] = {
-            "int": int,
-            "float": parse_duration,
-            "str": str,
-        }
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            doc: Setting = f.metadata["setting"]
-            raw = env.get(doc.env)
-            if raw is None or raw == "":
-                continue
-            kind = f.type if isinstance(f.type, str) else f.type.__name__
-            try:
-                values[f.name] = converters[kind](raw.strip())
-            except ValueError as exc:
-                raise SettingsError(f"{doc.env}={raw!r}: {exc}") from None
-        return cls(**values)
 
 
 def settings_table() -> str:
