@@ -388,11 +388,17 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 bootstrap_servers=self.settings.bootstrap_servers,
                 isolation_level="read_committed",
                 enable_auto_commit=False,
+                fetch_max_wait_ms=10,
             )
             await self._gap_reader.start()
             await asyncio.sleep(0)  # aiokafka 0.14: let its background task start
         reader = self._gap_reader
-        reader.assign([tp])
+        # Gaps are frequent on transactional source topics (a commit marker after each of the
+        # writers' commits), so keep every source partition assigned and only seek: an
+        # assignment change would reset the reader and cost a round trip of its own.
+        if tp not in reader.assignment():
+            wanted = {TopicPartition(t, p) for t in self.source_topics for p in self.tasks}
+            reader.assign(sorted(wanted | {tp}))
         reader.seek(tp, start)
         while await reader.position(tp) < end:
             batch = await reader.getmany(tp, timeout_ms=int(self.settings.commit_timeout * 1000))
