@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.settings import parse_duration
+from app.settings import Setting, parse_duration, setting
 
 T = TypeVar("T")
 
@@ -30,19 +30,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class SparkSettingsError(ValueError):
     """A setting of the Spark jobs is missing or invalid."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """Documentation of one field: its environment variable and meaning (shown in the README)."""
-
-    env: str
-    help: str
-
-
-def setting(default: T, env: str, help: str) -> T:
-    """A settings field: its default, environment variable and documentation."""
-    return field(default=default, metadata={"setting": Setting(env, help)})
 
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

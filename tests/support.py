@@ -78,6 +78,18 @@ class Names:
         return f"{self.app_id}-seen_ids-changelog"
 
 
+def signal_and_wait(proc: subprocess.Popen[bytes] | None, sig: int, wait: float) -> int | None:
+    """Send ``sig`` to a running process and return its exit code (SIGKILL after ``wait`` s)."""
+    if proc is None or proc.poll() is not None:
+        return None if proc is None else proc.returncode
+    proc.send_signal(sig)
+    try:
+        return proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(30)
+
+
 @dataclass
 class Worker:
     """One worker process; ``start`` again after a kill restarts it on the same data dir."""
@@ -135,14 +147,7 @@ class Worker:
         self.starts += 1
 
     def kill(self, sig: int = signal.SIGKILL, wait: float = 60) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(30)
+        return signal_and_wait(self.proc, sig, wait)
 
     def wait_ready(self, timeout: float = 120) -> float:
         """Block until this start of the worker logged Faust's "Ready" (topics exist by then)."""

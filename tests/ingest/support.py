@@ -26,7 +26,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from scripts.topic_reader import end_offsets
-from tests.support import ROOT, Broker
+from tests.support import ROOT, Broker, signal_and_wait
 
 WRITE_KEY = "test-write-key"
 
@@ -124,14 +124,7 @@ class IngestProcess:
             time.sleep(0.1)
 
     def stop(self, sig: int = signal.SIGTERM, wait: float = 30) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(30)
+        return signal_and_wait(self.proc, sig, wait)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
