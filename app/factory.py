@@ -14,8 +14,9 @@ import faust
 from yarl import URL
 
 from app.agents import Deduplicator, register_agents
+from app.alo import AtLeastOnceTransport
 from app.eos import TaskTransactionManager, Transport
-from app.settings import Settings
+from app.settings import EXACTLY_ONCE, Settings
 from app.topics import ensure_topics
 from app.web import register_views
 from tables.seen_ids import SeenIds, changelog_topic_name, declare_seen_ids
@@ -25,17 +26,33 @@ log = logging.getLogger(__name__)
 
 
 class DedupeApp(faust.App):  # type: ignore[misc]
-    """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`."""
+    """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`
+    (or, with ``DEDUPE_PROCESSING_GUARANTEE=at_least_once``, by :mod:`app.alo`)."""
 
     dedupe_settings: Settings
 
     def _new_transport(self) -> Any:
-        return Transport(self.conf.broker_consumer, self)
+        if self.dedupe_settings.processing_guarantee == EXACTLY_ONCE:
+            return Transport(self.conf.broker_consumer, self)
+        return AtLeastOnceTransport(self.conf.broker_consumer, self)
+
+    async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
+        """Faust waits here for the agents to finish their current records, on a rebalance and
+        on a stop; on a stop it closes the tables right after. Commit now, while the stores are
+        open, so the last transaction's writes reach RocksDB with its changelog offset (on a
+        rebalance this is the commit ``on_partitions_revoked`` would make a moment later)."""
+        await super()._consumer_wait_empty(consumer, logger)
+        commit_all = getattr(self.consumer.transactions, "commit_all", None)
+        if commit_all is not None:
+            await commit_all()
 
     async def on_first_start(self) -> None:
         await super().on_first_start()
-        if not self.in_transaction:
-            raise RuntimeError("the dedup worker must run as a Faust worker with exactly_once")
+        s = self.dedupe_settings
+        if self.in_transaction != (s.processing_guarantee == EXACTLY_ONCE):
+            raise RuntimeError(
+                f"the dedup worker must run as a Faust worker with {s.processing_guarantee}"
+            )
         s = self.dedupe_settings
         await ensure_topics(s, changelog_topic_name(s))
 
@@ -57,6 +74,7 @@ class Pipeline:
 
 def create_app(settings: Settings) -> Pipeline:
     """Build the dedup worker for ``settings``."""
+    exactly_once = settings.processing_guarantee == EXACTLY_ONCE
     brokers = [URL(f"kafka://{b.strip()}") for b in settings.bootstrap_servers.split(",")]
     app = DedupeApp(
         settings.app_id,
@@ -64,13 +82,16 @@ def create_app(settings: Settings) -> Pipeline:
         store="rocksdb://",
         datadir=str(settings.data_dir),
         autodiscover=False,
-        processing_guarantee="exactly_once",
+        processing_guarantee=settings.processing_guarantee,
         consumer_auto_offset_reset="earliest",
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         table_standby_replicas=settings.standby_replicas,
         # Faust's own commit timer is a no-op under our transaction manager; keep it quiet.
-        broker_commit_interval=max(settings.commit_interval, 1.0),
+        # At least once it is what commits offsets (app/alo.py).
+        broker_commit_interval=(
+            max(settings.commit_interval, 1.0) if exactly_once else settings.commit_interval
+        ),
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=max(settings.session_timeout / 5, 0.5),
         producer_max_request_size=settings.dlq_max_message_bytes,

@@ -27,6 +27,10 @@ class SettingsError(ValueError):
     """A setting from the environment is missing or invalid."""
 
 
+#: Values of ``DEDUPE_PROCESSING_GUARANTEE``.
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -142,6 +146,15 @@ class Settings(EnvSettings):
         "127.0.0.1", "DEDUPE_WEB_HOST", "Address the worker's web server binds to."
     )
     web_port: int = setting(6066, "DEDUPE_WEB_PORT", "Port of the worker's web server.")
+    processing_guarantee: str = setting(
+        EXACTLY_ONCE,
+        "DEDUPE_PROCESSING_GUARANTEE",
+        "'exactly_once': one Kafka transaction per partition covers each record's output, "
+        "changelog record and offset (everything this README promises). 'at_least_once' (for "
+        "benchmarks and comparisons, see app/alo.py): a plain producer, offsets committed every "
+        "DEDUPE_COMMIT_INTERVAL after the sends are acknowledged; after a crash the records "
+        "since the last commit are processed again and a first copy may be forwarded twice.",
+    )
     commit_interval: float = setting(
         0.1,
         "DEDUPE_COMMIT_INTERVAL",
@@ -311,6 +324,11 @@ class Settings(EnvSettings):
             out.append(f"{env('eviction_batch')}={self.eviction_batch}: must be 1..100000")
         if not 64 * 1024 <= self.rocksdb_write_buffer_bytes <= 2**31:
             out.append(f"{env('rocksdb_write_buffer_bytes')}: must be 64KiB..2GiB")
+        if self.processing_guarantee not in {EXACTLY_ONCE, AT_LEAST_ONCE}:
+            out.append(
+                f"{env('processing_guarantee')}={self.processing_guarantee!r}: "
+                f"use {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}"
+            )
         if self.time_source not in {"kafka", "event"}:
             out.append(f"{env('time_source')}={self.time_source!r}: use 'kafka' or 'event'")
         if not 0 <= self.max_future_skew <= 365 * 86400:
