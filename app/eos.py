@@ -110,7 +110,8 @@ class StagedState(Protocol):
     """A store whose writes for a partition wait for that partition's transaction."""
 
     def commit_partition(self, partition: int, changelog_offset: int | None) -> None:
-        """Apply the staged writes of ``partition`` (the transaction committed)."""
+        """Apply the staged writes of ``partition`` (the transaction committed); the offset is
+        that of the transaction's last changelog record (None: it wrote no changelog record)."""
 
     def discard_partition(self, partition: int) -> None:
         """Drop the staged writes of ``partition`` (the transaction did not commit)."""
@@ -294,6 +295,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self._admin: AIOKafkaAdminClient | None = None
         self._gap_reader: AIOKafkaConsumer | None = None
         self.rejoins_requested = 0
+        self._changelog_topic: str | None = None
         #: First offset processed per source partition since the last rebalance (for the log).
         self.first_offsets: dict[TopicPartition, int] = {}
         self.faults = faults.parse(self.app.dedupe_settings.fault_injection)
@@ -336,6 +338,15 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             raise RuntimeError(
                 f"table write for partition {partition} outside of a processing scope: "
                 "tables may only change while a record of that partition is processed"
+            )
+        if self._changelog_topic is None:
+            self._changelog_topic = topic
+        elif topic != self._changelog_topic:
+            # A commit applies one changelog offset to the stores (``commit_partition``); with a
+            # second table it would have to be kept per changelog topic.
+            raise RuntimeError(
+                f"a second transactional table ({topic}) is not supported: this manager "
+                f"tracks the changelog offset of one table ({self._changelog_topic})"
             )
         task.outbox.append(StagedRecord(topic, key, value))
 
@@ -603,8 +614,16 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             if tasks:
                 await self._commit_tasks(tasks)
 
+    async def commit_all(self) -> None:
+        """Commit every task's open transaction now (used before Faust closes the tables)."""
+        await self._commit_tasks([t for t in self.tasks.values() if t.state is TaskState.RUNNING])
+
     async def on_stop(self) -> None:
-        """Commit what was processed, then close the producers (a graceful stop)."""
+        """Commit what was processed, then close the producers (a graceful stop).
+
+        Normally :meth:`commit_all` already ran (``DedupeApp`` calls it once the agents are
+        idle, before Faust stops the tables); this catches anything left.
+        """
         tasks = list(self.tasks.values())
         await self._commit_tasks([t for t in tasks if t.state is TaskState.RUNNING])
         for task in tasks:
@@ -656,6 +675,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                     await asyncio.sleep(0.5)  # the request is out and answered meanwhile
                     raise TimeoutError("fault injection: commit response lost")
                 await asyncio.wait_for(asyncio.shield(commit), timeout)
+            except asyncio.CancelledError:
+                # Stopped while the commit request is out: its outcome is unknown here. Apply
+                # nothing and commit nothing more on this task; the store keeps its older
+                # changelog offset, so recovery replays the transaction if it did commit.
+                task.state = TaskState.FAILED
+                self._discard_staged(task)
+                raise
             except (TimeoutError, KafkaError, OSError) as exc:
                 if is_fenced(producer, exc):
                     self._fenced(task, exc)

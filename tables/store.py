@@ -120,6 +120,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self._partition_of = partition_of
         self._dbs: dict[int, PartitionDB] = {}
         self._staged: dict[int, dict[bytes, bytes | None]] = {}
+        self._store_stopped = False
         self._cache = Cache(DEFAULT_BLOCK_CACHE_BYTES)
         self._options = _options(self._cache, write_buffer_bytes)
         self.directory = Path(app.conf.tabledir)
@@ -182,6 +183,17 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         return True
 
     async def on_stop(self) -> None:
+        self._store_stopped = True
+        for partition, staged in self._staged.items():
+            if staged:
+                # The transaction manager commits before Faust stops the tables, so this is a
+                # transaction that did not finish. If it commits after all, recovery replays it:
+                # commit_partition never records an offset without its writes.
+                log.warning(
+                    "partition %d: closing with %d staged writes of an unfinished transaction",
+                    partition,
+                    len(staged),
+                )
         for partition in list(self._dbs):
             self.close_partition(partition)
 
@@ -215,6 +227,17 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         """
         staged = self._staged.pop(partition, None)
         if not staged and changelog_offset is None:
+            return
+        if self._store_stopped or (staged is None and changelog_offset is not None):
+            # The writes are gone (the store stopped, or the partition was closed meanwhile):
+            # recording the offset alone would make recovery skip them for good. Leave the
+            # database at its older offset: recovery replays the committed changelog records.
+            log.warning(
+                "partition %d: a committed transaction's writes are no longer staged here "
+                "(store %s); they will be recovered from the changelog",
+                partition,
+                "stopped" if self._store_stopped else "partition closed",
+            )
             return
         through = None if changelog_offset is None else changelog_offset + 1
         self.write_partition(partition, list((staged or {}).items()), through)

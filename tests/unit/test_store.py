@@ -194,7 +194,6 @@ COMMITS = [
     pytest.param({}, {b"a": None}, {}, id="delete-missing"),
     pytest.param({b"a": b"1"}, {b"a": None, b"c": b"3"}, {b"c": b"3"}, id="delete-and-insert"),
     pytest.param({}, {b"a": b"1", b"b": b"2"}, {b"a": b"1", b"b": b"2"}, id="two"),
-    pytest.param({b"a": b"1"}, {}, {b"a": b"1"}, id="offset-only"),
 ]
 
 
@@ -244,7 +243,8 @@ def test_later_staged_write_to_same_key_wins(harness: Harness, store: Transactio
         pytest.param(
             {b"a": b"1"}, None, {b"a": b"1", OFFSET_KEY: through_marker(3)}, id="no-offset"
         ),
-        pytest.param({}, 7, {b"k": b"v", OFFSET_KEY: through_marker(7)}, id="offset-only"),
+        # an offset but no staged writes: the writes it covers are gone, the offset stays
+        pytest.param({}, 7, None, id="offset-only"),
     ],
 )
 def test_commit_partition_without_offset_or_writes(
@@ -280,6 +280,40 @@ def test_commit_only_touches_its_partition(harness: Harness, store: Transactiona
     assert on_disk(store, 1) == {}
     assert store.staged_count(1) == 1
     assert read(harness, store, 1, b"b") == b"1"
+
+
+# --- an offset is never recorded without the writes it covers -------------------------------
+
+
+def test_an_offset_whose_writes_are_gone_is_not_recorded(
+    harness: Harness, store: TransactionalStore
+) -> None:
+    """The partition was closed (its staged writes dropped) before its transaction's commit
+    was applied: recording the offset alone would make recovery skip those writes for good."""
+    commit(harness, store, 0, {b"kept": b"1"}, 3)
+    harness.at(0)
+    store[b"new"] = b"2"
+    store.close_partition(0)
+
+    store.commit_partition(0, 7)
+
+    assert on_disk(store, 0) == {b"kept": b"1", OFFSET_KEY: through_marker(3)}
+    assert store.persisted_offset(tp(0)) == 4  # recovery replays from here, "new" included
+
+
+async def test_a_commit_after_the_store_stopped_records_nothing(
+    harness: Harness, store: TransactionalStore
+) -> None:
+    """Faust stops the tables on shutdown; a commit applied after that must leave the database
+    at its older offset (this lost ids on every graceful restart before the fix)."""
+    commit(harness, store, 0, {b"kept": b"1"}, 3)
+    harness.at(0)
+    store[b"new"] = b"2"
+    await store.on_stop()
+
+    store.commit_partition(0, 7)
+
+    assert on_disk(store, 0) == {b"kept": b"1", OFFSET_KEY: through_marker(3)}
 
 
 # --- discard ---------------------------------------------------------------------------------
