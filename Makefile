@@ -11,11 +11,13 @@ STAMP := $(VENV)/.installed
 KAFKA := scripts/kafka-local.sh
 # Tests use their own broker port, so they never touch the broker of `make run`.
 TEST_KAFKA_PORT ?= 19092
+# `make bench` starts its own broker on this port unless KAFKA_BOOTSTRAP_SERVERS is set.
+BENCH_KAFKA_PORT ?= 39092
 
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest web clean \
-        spark-jars spark audit
+        spark-jars spark audit bench
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,bench]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
@@ -95,6 +97,11 @@ test-ingest: $(STAMP) kafka-jars ## HTTP ingest tests: real service, broker, wor
 	$(call pytest_tier,tests/ingest,-q -s)
 
 test: lint test-unit test-integration test-faults test-spark test-ingest ## Lint and every test tier
+
+bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
+	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
+	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
+	  $(PY) -m bench.throughput $(BENCH_ARGS)
 
 clean: ## Remove local data (not the jar cache or .venv)
 	rm -rf data lake .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,193 @@
+"""Results of the contender benchmark: one record per contender, markdown tables, targets, chart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.measure import ratio
+
+#: Contender keys, module and label, in the order they run.
+CONTENDERS: dict[str, tuple[str, str]] = {
+    "a": ("copy_eos", "(a) copy, EOS, no dedup"),
+    "b": ("worker_eos", "(b) dedupe worker, exactly-once"),
+    "c": ("worker_alo", "(c) dedupe worker, at-least-once"),
+    "d": ("quix_dedup", "(d) Quix Streams, exactly-once"),
+    "e": ("spark_dedup", "(e) Spark dropDuplicatesWithinWatermark"),
+}
+#: Contenders that are meant to de-duplicate (everything but the copy).
+DEDUPLICATING = frozenset("bcde")
+
+
+@dataclass
+class Result:
+    """What one contender did with one profile."""
+
+    key: str
+    status: str = "not run"  # ok | incomplete | failed
+    error: str = ""
+    events: int = 0
+    unique: int = 0
+    sustained_eps: float | None = None
+    overall_eps: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    latency_samples: int = 0
+    latency_missing: int = 0
+    peak_rss_bytes: int | None = None
+    cpu_seconds: float | None = None
+    disk_bytes: int | None = None
+    #: ids the contender stored: unique backlog ids plus latency-phase ids that arrived
+    stored_ids: int = 0
+    out_total: int = 0
+    out_distinct: int = 0
+    missing: int = 0
+    unexpected: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return CONTENDERS[self.key][1]
+
+    @property
+    def duplicates(self) -> int:
+        """Output records beyond the first of their id (leaked repeats)."""
+        return self.out_total - self.out_distinct
+
+    @property
+    def cpu_per_million(self) -> float | None:
+        if self.cpu_seconds is None or not self.events:
+            return None
+        return self.cpu_seconds / self.events * 1e6
+
+    @property
+    def disk_per_id(self) -> float | None:
+        if self.disk_bytes is None or not self.stored_ids:
+            return None
+        return self.disk_bytes / self.stored_ids
+
+    @property
+    def correct(self) -> str:
+        """Whether the output is what the contender promises, in a word or two."""
+        if self.status == "failed" and not self.out_total:
+            return "-"
+        if self.key not in DEDUPLICATING:
+            ok = self.missing == 0 and self.unexpected == 0
+            return "copy complete" if ok else f"NO ({self.missing:,} ids missing)"
+        problems = []
+        if self.missing:
+            problems.append(f"{self.missing:,} missing")
+        if self.duplicates:
+            problems.append(f"{self.duplicates:,} duplicates")
+        if self.unexpected:
+            problems.append(f"{self.unexpected:,} unknown ids")
+        return "yes" if not problems else "NO: " + ", ".join(problems)
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def render_table(results: Sequence[Result]) -> str:
+    """The markdown table of one profile (ratios against (a) and (b) when they ran)."""
+    by_key = {r.key: r for r in results}
+    base_a = by_key["a"].sustained_eps if "a" in by_key else None
+    base_b = by_key["b"].sustained_eps if "b" in by_key else None
+    head = (
+        "| contender | status | events/s sustained | events/s incl. start-up | vs (a) | vs (b) "
+        "| p50 ms | p99 ms | peak RSS MiB | CPU s / 1M events | disk B / id "
+        "| output records | distinct ids | correct |"
+    )
+    rows = [head, "|" + "---|" * 14]
+    for r in results:
+        status = r.status if not r.error else f"{r.status}: {r.error}"
+        rss = None if r.peak_rss_bytes is None else r.peak_rss_bytes / 2**20
+        rows.append(
+            f"| {r.label} | {status.replace('|', '/')} | {_num(r.sustained_eps)} "
+            f"| {_num(r.overall_eps)} | {_ratio(ratio(r.sustained_eps, base_a))} "
+            f"| {_ratio(ratio(r.sustained_eps, base_b))} | {_num(r.p50_ms)} | {_num(r.p99_ms)} "
+            f"| {_num(rss)} | {_num(r.cpu_per_million, 1)} | {_num(r.disk_per_id, 1)} "
+            f"| {r.out_total:,} | {r.out_distinct:,} | {r.correct} |"
+        )
+    return "\n".join(rows)
+
+
+def targets(results: Sequence[Result], commit_interval: float) -> list[str]:
+    """The issue's targets for our exactly-once worker (b), each met, missed or unknown."""
+    by_key = {r.key: r for r in results}
+    b = by_key.get("b")
+    out: list[str] = []
+
+    def verdict(ok: bool | None) -> str:
+        return "unknown" if ok is None else ("MET" if ok else "NOT MET")
+
+    b_eps = b.sustained_eps if b is not None and b.status == "ok" else None
+    a = by_key.get("a")
+    a_eps = a.sustained_eps if a is not None and a.status == "ok" else None
+    share = ratio(b_eps, a_eps)
+    out.append(
+        f"(b) >= 50% of (a)'s throughput: {verdict(None if share is None else share >= 0.5)}"
+        + ("" if share is None else f" ({share:.0%})")
+    )
+    for key in ("d", "e"):
+        other = by_key.get(key)
+        if other is None:
+            continue
+        o_eps = other.sustained_eps if other.status == "ok" else None
+        if b_eps is not None and o_eps is None and other.status != "ok":
+            out.append(f"(b) ahead of {other.label}: unknown ({other.label} did not complete)")
+            continue
+        lead = ratio(b_eps, o_eps)
+        out.append(
+            f"(b) ahead of {other.label}: {verdict(None if lead is None else lead > 1)}"
+            + ("" if lead is None else f" ({lead:.2f}x)")
+        )
+    limit_ms = commit_interval * 1000 + 250
+    p99 = b.p99_ms if b is not None else None
+    out.append(
+        f"(b) p99 <= commit interval + 250 ms = {limit_ms:.0f} ms: "
+        f"{verdict(None if p99 is None else p99 <= limit_ms)}"
+        + ("" if p99 is None else f" (p99 {p99:.0f} ms)")
+    )
+    return out
+
+
+def write_chart(path: Path, profiles: dict[str, list[Result]]) -> None:
+    """Bar charts: sustained throughput and p99 latency per contender, one column per profile."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(profiles)
+    fig, axes = plt.subplots(2, len(names), figsize=(6 * len(names), 8), squeeze=False)
+    for col, name in enumerate(names):
+        results = profiles[name]
+        labels = [f"({r.key})" for r in results]
+        colors = ["#4c72b0" if r.status == "ok" else "#c44e52" for r in results]
+        for row, (attr, title) in enumerate(
+            [("sustained_eps", "events/s (sustained)"), ("p99_ms", "p99 latency (ms)")]
+        ):
+            ax = axes[row][col]
+            values = [getattr(r, attr) or 0.0 for r in results]
+            bars = ax.bar(labels, values, color=colors)
+            for bar, r, v in zip(bars, results, values, strict=True):
+                text = f"{v:,.0f}" if r.status == "ok" or v else r.status
+                ax.annotate(
+                    text,
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
+            ax.set_title(f"{name}: {title}")
+    legend = "; ".join(label for _, label in CONTENDERS.values())
+    fig.text(0.5, 0.01, legend + "  (red: did not complete)", ha="center", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

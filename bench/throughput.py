@@ -1,0 +1,706 @@
+"""Contender benchmark: the same de-duplication job on the same broker, data and partitions.
+
+    make bench                                    # 2,000,000 events per profile, all contenders
+    python -m bench.throughput --events 200000    # smaller
+    python -m bench.throughput --contenders a,b --profiles dup20
+
+Contenders, one at a time, each a subprocess (so its process tree can be measured):
+
+- (a) ``bench.contenders.copy_eos``: transactional consume -> produce copy, no dedup (the limit);
+- (b) our worker, ``python -m app worker`` (exactly-once, the default);
+- (c) our worker with ``DEDUPE_PROCESSING_GUARANTEE=at_least_once``;
+- (d) ``bench.contenders.quix_dedup`` (Quix Streams), (e) ``bench.contenders.spark_dedup``
+  (Spark ``dropDuplicatesWithinWatermark``). A contender whose module is missing, which exits
+  early or does not finish is recorded as failed or incomplete, with its error, and the run
+  goes on.
+
+Data. For each profile (``dup0.6``: 0.6% of the records are repeats, ``dup20``: 20%) N records
+(``--events``/``BENCH_EVENTS``) are generated deterministically (``scripts.streams.make_event``:
+~300-byte Segment-style JSON, key = messageId, Kafka's default partitioner): N minus the repeats
+unique events, and each repeat a byte-identical copy of an earlier event, half of them right
+after it, half 1,000 to 10,000 records later. Every copy is keyed (no null keys, which only our
+worker re-keys). Before each contender starts, the same records are produced, in the same order,
+into that contender's own input topic with ``--partitions`` partitions (a contender must never
+read another one's latency-phase records), while nothing else runs.
+
+Measures, per contender and profile:
+
+- **events/s sustained**: N / (time the last new id appeared in the output - time the first
+  output record appeared), i.e. start-up and the wait for the first commit are excluded. The
+  output is watched by a ``read_committed`` consumer in this process; it is complete when every
+  unique id of the input is there (and, for the copy, every record). "incl. start-up" is N /
+  (complete - process start).
+- **latency p50/p99**: after the backlog is done, ``--latency-events`` new unique events are
+  produced at a steady ``--latency-rate`` per second (``linger.ms=0``, ``acks=all``); the send
+  time of each is taken just before ``send()`` and its arrival time when the ``read_committed``
+  consumer receives it, on the same clock. Latency = arrival - send: produce, the contender's
+  processing and its commit, and the fetch. Events that never arrive count in "latency missing".
+- **peak RSS**: the largest sum of VmRSS over the contender's process tree (the process and
+  every descendant, e.g. Spark's JVM), sampled from /proc every 0.5 s.
+- **CPU s / 1M events**: user + system CPU of the process tree (/proc/<pid>/stat utime + stime,
+  each pid's last value kept when it exits) from process start until the output was complete,
+  start-up included, per million input records.
+- **disk B / id**: bytes on disk (allocated blocks) of the contender's state dir after it
+  stopped (SIGTERM, then SIGKILL after 60 s), divided by the unique ids it stored (backlog +
+  latency events). Kafka changelog topics are not counted.
+- **correctness**: after the contender stopped, the whole output topic as a ``read_committed``
+  reader sees it: records, distinct ids, ids missing, repeats that leaked, unknown ids.
+
+The watcher, the producer and the contender share the machine's cores; the broker too. Every
+run rewrites ``bench/results.md`` and ``bench/results.png``. Topics of a contender are deleted
+after its run (``--keep-topics`` keeps them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import random
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import TopicPartition
+
+from bench.measure import (
+    TreeCpu,
+    disk_bytes,
+    events_per_second,
+    percentile,
+    sample_tree,
+)
+from bench.report import CONTENDERS, Result, render_table, targets, write_chart
+from scripts.streams import OutRecord, make_event, produce
+from scripts.topic_reader import start_consumer
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = {"dup0.6": 0.006, "dup20": 0.20}
+#: The worker's default commit interval (DEDUPE_COMMIT_INTERVAL); the p99 target builds on it.
+COMMIT_INTERVAL = 0.1
+HEADERS = (("content-type", b"application/json"),)
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+def generate(events: int, dup_fraction: float, seed: int = 7) -> Iterator[OutRecord]:
+    """Exactly ``events`` records, ``round(events * dup_fraction)`` of them repeats (see the
+    module docstring), deterministic for ``seed``."""
+    rng = random.Random(seed)
+    repeats = round(events * dup_fraction)
+    unique = events - repeats
+    repeated = set(rng.sample(range(unique), repeats)) if repeats else set()
+    late: dict[int, list[OutRecord]] = {}
+    base_ms = int(time.time() * 1000) - unique * 1000
+    for i in range(unique):
+        yield from late.pop(i, ())
+        message_id, value = make_event(rng, i, base_ms)
+        record = OutRecord(message_id, message_id.encode(), value, HEADERS)
+        yield record
+        if i in repeated:
+            if rng.random() < 0.5:
+                yield record
+            else:
+                late.setdefault(i + rng.randrange(1_000, 10_000), []).append(record)
+    for at in sorted(late):
+        yield from late[at]
+
+
+# -- the output watcher -----------------------------------------------------------------------
+
+
+class Watcher:
+    """A read_committed consumer of the output topic: counts, distinct ids, arrival times."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+        self.consumer = consumer
+        self.tps = tps
+        self.total = 0
+        self.seen: set[bytes] = set()
+        self.expected_new = 0  # distinct ids of the backlog seen
+        self.backlog: set[bytes] = set()
+        self.first_at: float | None = None
+        self.last_new_at: float | None = None
+        self.sent_at: dict[bytes, float] = {}
+        self.latencies: list[float] = []
+
+    @classmethod
+    async def start(cls, bootstrap: str, topic: str, partitions: int) -> Watcher:
+        consumer = await start_consumer(
+            bootstrap_servers=bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=50,
+            max_partition_fetch_bytes=8 * 1024 * 1024,
+            fetch_max_bytes=64 * 1024 * 1024,
+        )
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        return cls(consumer, tps)
+
+    async def poll(self, timeout_ms: int = 200) -> None:
+        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=50_000)
+        now = time.time()
+        for records in batches.values():
+            for r in records:
+                self.total += 1
+                if self.first_at is None:
+                    self.first_at = now
+                key = r.key or b""
+                if key in self.seen:
+                    continue
+                self.seen.add(key)
+                if key in self.backlog:
+                    self.expected_new += 1
+                    self.last_new_at = now
+                sent = self.sent_at.pop(key, None)
+                if sent is not None:
+                    self.latencies.append(now - sent)
+
+    async def drain(self, timeout: float = 60) -> None:
+        """Read up to the current end (last stable offsets)."""
+        ends = await self.consumer.end_offsets(self.tps)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            positions = [await self.consumer.position(tp) for tp in self.tps]
+            if all(pos >= ends[tp] for pos, tp in zip(positions, self.tps, strict=True)):
+                return
+            await self.poll(200)
+
+    async def stop(self) -> None:
+        await self.consumer.stop()
+
+
+# -- the contender process --------------------------------------------------------------------
+
+
+@dataclass
+class Names:
+    tag: str
+
+    @property
+    def input(self) -> str:
+        return f"{self.tag}-in"
+
+    @property
+    def output(self) -> str:
+        return f"{self.tag}-out"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.tag}-dlq"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def command(key: str, bootstrap: str, names: Names, partitions: int, state: Path) -> list[str]:
+    module = CONTENDERS[key][0]
+    if key in ("b", "c"):
+        return [sys.executable, "-m", "app", "worker", "-l", "info"]
+    return [
+        sys.executable,
+        "-m",
+        f"bench.contenders.{module}",
+        "--bootstrap",
+        bootstrap,
+        "--input",
+        names.input,
+        "--output",
+        names.output,
+        "--partitions",
+        str(partitions),
+        "--state-dir",
+        str(state),
+        "--group",
+        names.tag,
+    ]
+
+
+def environment(
+    key: str, bootstrap: str, names: Names, partitions: int, state: Path
+) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEDUPE_")}
+    if key in ("b", "c"):
+        env.update(
+            KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+            DEDUPE_APP_ID=names.tag,
+            DEDUPE_INPUT_TOPIC=names.input,
+            DEDUPE_OUTPUT_TOPIC=names.output,
+            DEDUPE_DLQ_TOPIC=names.dlq,
+            DEDUPE_PARTITIONS=str(partitions),
+            DEDUPE_DATA_DIR=str(state),
+            DEDUPE_WEB_PORT=str(free_port()),
+            DEDUPE_PROCESSING_GUARANTEE="exactly_once" if key == "b" else "at_least_once",
+        )
+    return env
+
+
+def last_error(log: Path) -> str:
+    """The last meaningful line of a contender's log (its exception, usually)."""
+    if not log.exists():
+        return ""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "Exception" in line or "error" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+@dataclass
+class Options:
+    bootstrap: str
+    events: int
+    partitions: int
+    latency_events: int
+    latency_rate: float
+    start_timeout: float
+    idle_timeout: float
+    work_dir: Path
+    keep_topics: bool
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+
+
+async def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(t, partitions, 1) for t in topics])
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap: str, tag: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if tag in t]
+        if doomed:
+            await admin.delete_topics(doomed)
+    finally:
+        await admin.close()
+
+
+class Run:
+    """One contender on one profile."""
+
+    def __init__(self, opts: Options, profile: str, key: str) -> None:
+        self.opts = opts
+        self.profile = profile
+        self.key = key
+        safe = profile.replace(".", "_")
+        self.names = Names(f"bench-{opts.run_id}-{safe}-{key}")
+        self.dir = opts.work_dir / opts.run_id / safe / CONTENDERS[key][0]
+        self.state = self.dir / "state"
+        self.log = self.dir / "contender.log"
+        self.result = Result(key, events=opts.events)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cpu = TreeCpu()
+        self.peak_rss = 0
+        self.pids: set[int] = set()
+        self._latency_ids: list[bytes] = []
+
+    def say(self, text: str) -> None:
+        print(f"  [{self.key}] {self.profile}: {text}", flush=True)
+
+    def sample(self) -> None:
+        if self.proc is None:
+            return
+        s = sample_tree(self.proc.pid)
+        self.pids.update(s.pids)
+        self.peak_rss = max(self.peak_rss, s.rss_bytes)
+        self.cpu.update(s.cpu_by_pid)
+
+    async def run(self, dup_fraction: float) -> Result:
+        r = self.result
+        opts = self.opts
+        self.dir.mkdir(parents=True, exist_ok=True)
+        await create_topics(opts.bootstrap, [self.names.input, self.names.output], opts.partitions)
+        backlog: set[bytes] = set()
+
+        def records() -> Iterator[OutRecord]:
+            for rec in generate(opts.events, dup_fraction):
+                backlog.add(rec.key or b"")
+                yield rec
+
+        started = time.monotonic()
+        await produce(opts.bootstrap, self.names.input, records())
+        r.unique = len(backlog)
+        self.say(
+            f"produced {opts.events:,} records ({r.unique:,} unique) in "
+            f"{time.monotonic() - started:.0f}s; starting {CONTENDERS[self.key][1]}"
+        )
+        watcher = await Watcher.start(opts.bootstrap, self.names.output, opts.partitions)
+        watcher.backlog = backlog
+        try:
+            await self._measure(watcher)
+        finally:
+            await self._stop()
+            with contextlib.suppress(Exception):
+                await watcher.drain()
+            await watcher.stop()
+        expected = backlog | set(self._latency_ids)
+        r.out_total = watcher.total
+        r.out_distinct = len(watcher.seen)
+        r.missing = len(backlog - watcher.seen)
+        r.unexpected = len(watcher.seen - expected)
+        r.unique = len(backlog)
+        if watcher.latencies:
+            ms = [x * 1000 for x in watcher.latencies]
+            r.p50_ms = percentile(ms, 50)
+            r.p99_ms = percentile(ms, 99)
+        r.latency_samples = len(watcher.latencies)
+        r.latency_missing = len(watcher.sent_at)
+        if r.latency_missing:
+            r.notes.append(f"{r.latency_missing:,} latency events never arrived")
+        r.peak_rss_bytes = self.peak_rss or None
+        r.stored_ids = r.unique + len(self._latency_ids) - r.latency_missing
+        size = disk_bytes(self.state)
+        r.disk_bytes = size or None
+        if size:
+            r.notes.append(f"state dir {size / 2**20:,.1f} MiB for {r.stored_ids:,} ids")
+        if not opts.keep_topics:
+            with contextlib.suppress(Exception):
+                await delete_topics(opts.bootstrap, self.names.tag)
+        return r
+
+    async def _measure(self, w: Watcher) -> None:
+        r = self.result
+        opts = self.opts
+        key = self.key
+        self.state.mkdir(parents=True, exist_ok=True)
+        cmd = command(key, opts.bootstrap, self.names, opts.partitions, self.state)
+        env = environment(key, opts.bootstrap, self.names, opts.partitions, self.state)
+        with self.log.open("ab") as log:
+            log.write(f"$ {shlex.join(cmd)}\n".encode())
+        t0 = time.time()
+        self.proc = self._spawn(cmd, env)
+        next_sample = next_print = 0.0
+        complete_at: float | None = None
+        while True:
+            await w.poll(200)
+            now = time.time()
+            if now >= next_sample:
+                self.sample()
+                next_sample = now + 0.5
+            done = w.expected_new >= r.unique and (key != "a" or w.total >= opts.events)
+            if done:
+                complete_at = w.last_new_at or now
+                break
+            if now >= next_print:
+                next_print = now + 5
+                so_far = ""
+                if w.first_at is not None and now > w.first_at:
+                    equiv = w.expected_new / max(r.unique, 1) * opts.events
+                    so_far = f", {equiv / (now - w.first_at):,.0f} events/s so far"
+                self.say(
+                    f"{w.expected_new:,}/{r.unique:,} ids out{so_far}, "
+                    f"RSS {self.peak_rss / 2**20:,.0f} MiB, CPU {self.cpu.total:,.0f}s"
+                )
+            code = self.proc.poll()
+            if code is not None:
+                r.status = "failed"
+                r.error = f"exit {code}: {last_error(self.log)}"
+                self.say(r.error)
+                return
+            if w.first_at is None and now - t0 > opts.start_timeout:
+                r.status = "incomplete"
+                r.error = f"no output after {opts.start_timeout:.0f}s"
+                self.say(r.error)
+                return
+            last = w.last_new_at or w.first_at
+            if last is not None and now - last > opts.idle_timeout:
+                r.status = "incomplete"
+                r.error = (
+                    f"output stalled at {w.expected_new:,}/{r.unique:,} ids "
+                    f"for {opts.idle_timeout:.0f}s"
+                )
+                self.say(r.error)
+                return
+        self.sample()
+        r.status = "ok"
+        r.cpu_seconds = self.cpu.total
+        assert w.first_at is not None
+        r.sustained_eps = events_per_second(opts.events, complete_at - w.first_at)
+        r.overall_eps = events_per_second(opts.events, complete_at - t0)
+        self.say(
+            f"output complete: {r.sustained_eps or 0:,.0f} events/s sustained "
+            f"({complete_at - w.first_at:.1f}s from first to last output), "
+            f"{r.overall_eps or 0:,.0f} incl. start-up"
+        )
+        await self._latency_phase(w)
+
+    def _spawn(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with self.log.open("ab") as log:
+            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    async def _latency_phase(self, w: Watcher) -> None:
+        opts = self.opts
+        if opts.latency_events <= 0:
+            return
+        rng = random.Random(f"latency-{self.profile}")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=opts.bootstrap, acks="all", enable_idempotence=True, linger_ms=0
+        )
+        await producer.start()
+        sent_all = asyncio.Event()
+
+        async def send() -> None:
+            start = time.monotonic()
+            base_ms = int(time.time() * 1000)
+            try:
+                for i in range(opts.latency_events):
+                    delay = start + i / opts.latency_rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    message_id, value = make_event(rng, i, base_ms)
+                    key = message_id.encode()
+                    self._latency_ids.append(key)
+                    w.sent_at[key] = time.time()
+                    await producer.send(self.names.input, value, key=key, headers=list(HEADERS))
+                await producer.flush()
+            finally:
+                sent_all.set()
+
+        sender = asyncio.create_task(send())
+        next_sample = 0.0
+        deadline: float | None = None
+        while True:
+            await w.poll(50)
+            now = time.time()
+            if now >= next_sample:
+                self.sample()
+                next_sample = now + 0.5
+            if sent_all.is_set():
+                if not w.sent_at:
+                    break
+                deadline = deadline or now + 30
+                if now > deadline:
+                    break
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+        await sender
+        await producer.stop()
+        ms = sorted(x * 1000 for x in w.latencies)
+        self.say(
+            f"latency: {len(ms):,} events at {opts.latency_rate:g}/s, "
+            f"p50 {percentile(ms, 50) or 0:.0f} ms, p99 {percentile(ms, 99) or 0:.0f} ms"
+        )
+
+    async def _stop(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(Exception):
+                    self.sample()
+                await asyncio.sleep(0.5)
+            if proc.poll() is None:
+                self.result.notes.append("did not stop within 60 s of SIGTERM; killed")
+                for pid in sorted(self.pids, reverse=True):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                proc.wait(30)
+        # descendants that outlived it (a JVM of Spark, say) are ours to stop
+        for pid in self.pids - {proc.pid}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def machine() -> list[str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    return [
+        f"cores: {os.cpu_count()}",
+        f"RAM: {mem}",
+        f"CPU: {cpu}",
+        f"kernel: {platform.system()} {platform.release()}",
+    ]
+
+
+def kafka_version() -> str:
+    version = os.environ.get("KAFKA_VERSION")
+    if version:
+        return version
+    for line in (ROOT / "scripts" / "kafka-local.sh").read_text().splitlines():
+        if line.startswith("DEFAULT_KAFKA_VERSION="):
+            return line.split("=", 1)[1].strip() + " (scripts/kafka-local.sh default)"
+    return "unknown"
+
+
+def versions() -> list[str]:
+    out = [f"python {platform.python_version()}"]
+    for dist in ("faust-streaming", "aiokafka", "rocksdict", "quixstreams", "pyspark"):
+        try:
+            out.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{dist} not installed")
+    out.append(f"Kafka {kafka_version()}")
+    return out
+
+
+def render(cmdline: str, opts: Options, results: dict[str, list[Result]], started: datetime) -> str:
+    lines = [
+        "# Contender benchmark",
+        "",
+        f"Generated by `{cmdline}` on {started:%Y-%m-%d %H:%M} UTC "
+        f"(run `{opts.run_id}`); method in the docstring of "
+        "[bench/throughput.py](throughput.py). Every contender ran alone, as a subprocess, on "
+        f"the same local single-node broker, with {opts.partitions} partitions and the same "
+        "input records.",
+        "",
+        "Machine: " + ", ".join(machine()) + ".",
+        "",
+        "Versions: " + ", ".join(versions()) + ".",
+        "",
+        f"Latency phase: {opts.latency_events:,} new unique events at "
+        f"{opts.latency_rate:g}/s after the backlog, produce time -> visible to a "
+        "`read_committed` consumer.",
+        "",
+        "![throughput and p99 per contender](results.png)",
+    ]
+    for profile, rows in results.items():
+        r0 = rows[0] if rows else None
+        unique = next((r.unique for r in rows if r.unique), 0)
+        lines += [
+            "",
+            f"## Profile {profile}: {opts.events:,} records, {unique:,} unique, "
+            f"{opts.events - unique:,} repeats ({PROFILES[profile]:.1%})",
+            "",
+            render_table(rows),
+            "",
+            "Targets for our exactly-once worker (b):",
+            "",
+            *(f"- {t}" for t in targets(rows, COMMIT_INTERVAL)),
+        ]
+        notes = [f"- {r.label}: {n}" for r in rows for n in r.notes]
+        if notes and r0 is not None:
+            lines += ["", "Notes:", "", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--events",
+        type=int,
+        default=int(os.environ.get("BENCH_EVENTS", "2000000")),
+        help="records per profile (BENCH_EVENTS; default 2,000,000)",
+    )
+    p.add_argument("--contenders", default="a,b,c,d,e", help="which of a,b,c,d,e (default all)")
+    p.add_argument("--profiles", default=",".join(PROFILES), help="dup0.6,dup20 (default both)")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:39092"),
+        help="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS; default 127.0.0.1:39092)",
+    )
+    p.add_argument("--latency-events", type=int, default=3000)
+    p.add_argument("--latency-rate", type=float, default=500.0, help="events per second")
+    p.add_argument("--start-timeout", type=float, default=300.0, help="seconds to first output")
+    p.add_argument("--idle-timeout", type=float, default=120.0, help="seconds without new ids")
+    p.add_argument("--work-dir", type=Path, default=ROOT / "data" / "bench")
+    p.add_argument("--results", type=Path, default=ROOT / "bench" / "results.md")
+    p.add_argument("--chart", type=Path, default=ROOT / "bench" / "results.png")
+    p.add_argument("--keep-topics", action="store_true")
+    args = p.parse_args(argv)
+    keys = [k.strip() for k in args.contenders.split(",") if k.strip()]
+    bad = [k for k in keys if k not in CONTENDERS]
+    if bad:
+        p.error(f"unknown contenders {bad}; use any of {','.join(CONTENDERS)}")
+    profiles = [x.strip() for x in args.profiles.split(",") if x.strip()]
+    if not profiles or any(x not in PROFILES for x in profiles):
+        p.error(f"profiles must be among {','.join(PROFILES)}")
+    if args.events < 1000:
+        p.error("--events must be at least 1000")
+    args.contender_keys = keys
+    args.profile_names = profiles
+    return args
+
+
+async def main_async(args: argparse.Namespace, cmdline: str) -> None:
+    opts = Options(
+        bootstrap=args.bootstrap,
+        events=args.events,
+        partitions=args.partitions,
+        latency_events=args.latency_events,
+        latency_rate=args.latency_rate,
+        start_timeout=args.start_timeout,
+        idle_timeout=args.idle_timeout,
+        work_dir=args.work_dir,
+        keep_topics=args.keep_topics,
+    )
+    started = datetime.now(UTC)
+    results: dict[str, list[Result]] = {}
+    print(
+        f"bench {opts.run_id}: {opts.events:,} records x profiles {args.profile_names} x "
+        f"contenders {args.contender_keys} on {opts.bootstrap}",
+        flush=True,
+    )
+    for profile in args.profile_names:
+        results[profile] = []
+        for key in args.contender_keys:
+            run = Run(opts, profile, key)
+            print(f"== {profile} / {CONTENDERS[key][1]}", flush=True)
+            try:
+                result = await run.run(PROFILES[profile])
+            except Exception as exc:  # the harness records a broken run and goes on
+                result = run.result
+                result.status = "failed"
+                result.error = f"harness: {exc!r}"[:300]
+                print(f"  [{key}] {profile}: {result.error}", flush=True)
+            results[profile].append(result)
+            args.results.write_text(render(cmdline, opts, results, started))
+    args.results.write_text(render(cmdline, opts, results, started))
+    write_chart(args.chart, results)
+    print(f"wrote {args.results} and {args.chart}", flush=True)
+    for profile, rows in results.items():
+        print(f"\n{profile}\n{render_table(rows)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    shown = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    cmdline = f"python -m bench.throughput {shown}".strip()
+    if "BENCH_EVENTS" in os.environ:
+        cmdline = f"BENCH_EVENTS={os.environ['BENCH_EVENTS']} {cmdline}"
+    asyncio.run(main_async(args, cmdline))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Rendering of the contender benchmark's results: table, ratios, correctness, targets, chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.report import Result, render_table, targets, write_chart
+
+
+def _ok(key: str, eps: float, p99: float, **kw: object) -> Result:
+    r = Result(key, status="ok", events=1000, unique=900, sustained_eps=eps, p99_ms=p99)
+    r.out_total = r.out_distinct = 900
+    for name, value in kw.items():
+        setattr(r, name, value)
+    return r
+
+
+def test_table_has_ratios_to_a_and_b() -> None:
+    rows = [_ok("a", 10_000, 150, out_total=1000), _ok("b", 6_000, 200), _ok("d", 3_000, 900)]
+    table = render_table(rows).splitlines()
+    assert table[0].startswith("| contender | status | events/s sustained")
+    assert len(table) == 5
+    assert "| 10,000 |" in table[2] and "| 1.00x | 1.67x |" in table[2]
+    assert "| 0.60x | 1.00x |" in table[3]
+    assert "| 0.30x | 0.50x |" in table[4]
+    assert "copy complete" in table[2]
+    assert table[3].endswith("| 900 | 900 | yes |")
+
+
+def test_leaked_duplicates_and_missing_ids_show() -> None:
+    r = _ok("c", 5_000, 80, out_total=905, missing=2)
+    r.out_distinct = 898
+    assert r.duplicates == 7
+    assert r.correct == "NO: 2 missing, 7 duplicates"
+    assert "NO: 2 missing, 7 duplicates" in render_table([r])
+
+
+def test_failed_contender_shows_its_error_and_no_ratio() -> None:
+    a = _ok("a", 10_000, 150, out_total=1000)
+    e = Result("e", status="failed", error="exit 1: ModuleNotFoundError: x|y", events=1000)
+    row = render_table([a, e]).splitlines()[3]
+    assert "failed: exit 1: ModuleNotFoundError: x/y" in row  # a pipe would break the table
+    assert "| - | - | - |" in row
+    assert row.endswith("| 0 | 0 | - |")
+
+
+def test_per_million_and_per_id_figures() -> None:
+    r = _ok("b", 6_000, 200, cpu_seconds=2.0, disk_bytes=45_000, stored_ids=900)
+    assert r.cpu_per_million == 2000.0
+    assert r.disk_per_id == 50.0
+    assert Result("a").cpu_per_million is None and Result("a").disk_per_id is None
+
+
+def test_targets_met_and_missed() -> None:
+    rows = [
+        _ok("a", 10_000, 150),
+        _ok("b", 6_000, 300),
+        _ok("d", 7_000, 900),
+        Result("e", status="failed", error="boom"),
+    ]
+    got = targets(rows, 0.1)
+    assert got[0] == "(b) >= 50% of (a)'s throughput: MET (60%)"
+    assert got[1].startswith("(b) ahead of (d) Quix Streams, exactly-once: NOT MET (0.86x)")
+    assert "unknown" in got[2] and "did not complete" in got[2]
+    assert got[3] == "(b) p99 <= commit interval + 250 ms = 350 ms: MET (p99 300 ms)"
+
+
+def test_targets_unknown_without_b() -> None:
+    got = targets([_ok("a", 10_000, 150)], 0.1)
+    assert got[0].endswith("unknown")
+    assert got[-1].endswith("unknown")
+
+
+def test_chart_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "chart.png"
+    rows = [_ok("a", 10_000, 150), Result("e", status="failed")]
+    write_chart(path, {"dup0.6": rows, "dup20": rows})
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
