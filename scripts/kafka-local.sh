@@ -34,6 +34,8 @@
 #   KAFKA_CACHE_DIR        jar cache root, default .cache/kafka
 #   KAFKA_START_TIMEOUT    seconds `up` waits for readiness, default 90
 #   KAFKA_HEAP_OPTS        broker heap, default "-Xms512m -Xmx512m"
+#   KAFKA_FORMAT_ARGS      extra arguments for the first `kafka-storage format` of a data dir,
+#                          e.g. "--feature eligible.leader.replicas.version=0"
 #   PYTHON                 python with aiokafka for the readiness probe and the InitProducerId
 #                          warm-up, default .venv/bin/python (falls back to Java tools if absent)
 #   JAVA                   java binary, default $JAVA_HOME/bin/java or java
@@ -555,7 +557,8 @@ cmd_up() {
     storage_tool=$(storage_tool_class)
     say "formatting storage in $LOG_DIR (cluster id $cluster_id)"
     if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
-      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted >"$DATA_DIR/format.log" 2>&1; then
+      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted ${KAFKA_FORMAT_ARGS:-} \
+      >"$DATA_DIR/format.log" 2>&1; then
       cat "$DATA_DIR/format.log" >&2
       die "formatting storage failed"
     fi

@@ -1,68 +1,61 @@
-"""Two workers share the partitions; one is killed (-9) at random moments and restarted while
-the stream flows, so partitions move back and forth with their state. Exactly once throughout."""
+"""Rebalance churn: up to three workers join, die (kill -9) and leave (SIGTERM) while the stream
+flows, so partitions move back and forth with their state. Exactly once throughout."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import signal
-import threading
 import time
 
 import pytest
 
-from scripts.streams import build_stream, produce
-from scripts.topic_reader import read_topic
-from scripts.verify import check
 from tests.faults.conftest import Reliability
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream
+from tests.support import Broker, Names, Worker
 
 pytestmark = pytest.mark.faults
 
+PARTITIONS = 6
 
-def test_two_workers_with_kills_and_rebalances(
+
+def test_three_workers_join_die_and_leave_while_the_stream_flows(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
     rng = random.Random(44)
-    a = Worker(broker, names, index=0, partitions=6)
-    b = Worker(broker, names, index=1, partitions=6)
-    workers.extend([a, b])
+    a, b, c = (Worker(broker, names, index=i, partitions=PARTITIONS) for i in range(3))
+    workers.extend([a, b, c])
     a.start()
     a.wait_ready()
-    stream = build_stream(80_000, 0.1, seed=21)
-    done: list[int] = []
-    feeder = threading.Thread(
-        target=lambda: done.append(
-            asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
-        )
-    )
-    feeder.start()
+    stream = scaled_stream(80_000, seed=21)
+    feeder = Feeder(broker, names, stream)
     time.sleep(1.0)
     b.start()  # joins mid-stream: partitions move from a to b
+    time.sleep(rng.uniform(2.0, 4.0))
+    c.start()  # a third joins: partitions move again
+    faults = 2
     for _ in range(3):
         time.sleep(rng.uniform(3.0, 6.0))
-        victim = rng.choice([a, b])
+        victim = rng.choice([a, b, c])
         victim.kill(signal.SIGKILL)
         time.sleep(rng.uniform(0.5, 2.0))
         victim.start()
-    feeder.join()
-    assert done == [len(stream.records)]
-    started_drain = time.monotonic()
-    wait_drained(broker, names, timeout=600, workers=workers)
-    waited = time.monotonic() - started_drain
-    records = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
-    report = check(names.output_topic, records, {m.encode(): v for m, v in stream.unique.items()})
-    print(f"\nevents={len(stream.records)} workers=2 kills=3 {report.line()}")
+        faults += 1
+    time.sleep(rng.uniform(2.0, 4.0))
+    assert c.kill(signal.SIGTERM) == 0  # leaves for good, cleanly: its partitions move to a, b
+    faults += 1
+    assert feeder.join() == len(stream.records)
+    report, waited = drain_and_verify(broker, names, workers, partitions=PARTITIONS)
+    print(f"\nevents={len(stream.records)} workers=3 faults={faults} " + " | ".join(report.lines()))
     reliability.record(
-        "F4 rebalance churn (a 2nd worker joins; kill -9 x3)",
+        "F4 rebalance churn (3 workers join, kill -9 x3, one leaves)",
         events=len(stream.records),
-        injected=4,
-        duplicates=report.duplicates,
-        missing=report.missing,
+        injected=faults,
+        duplicates=report.clean.duplicates,
+        missing=report.clean.missing,
         recover_s=waited,
     )
-    assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)
-    both = a.log_text() + b.log_text()
-    # Partitions really moved: a's first start, b's join, and each of the 3 restarts start tasks.
-    assert both.count("starting transactional producers") >= 5
-    assert "starting transactional producers" in b.log_text()
+    assert report.ok, "\n".join(report.lines())
+    logs = a.log_text() + b.log_text() + c.log_text()
+    # Partitions really moved: the first start, two joins, 3 restarts and a leave start tasks.
+    assert logs.count("starting transactional producers") >= 7
+    assert all("starting transactional producers" in w.log_text() for w in (a, b, c))
