@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import enum
 import json
+import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-from aiokafka.partitioner import murmur2
 
 
 class BadInput(enum.StrEnum):
@@ -93,10 +92,41 @@ def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> 
     return Valid(message_id, id_bytes, doc.get("timestamp"))
 
 
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+_WORDS: dict[int, struct.Struct] = {}
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (Java-compatible), equal to ``aiokafka.partitioner.murmur2`` but about
+    twice as fast: it runs for every input record, and aiokafka's version reads the key
+    byte by byte and masks after every step."""
+    length = len(data)
+    words = length >> 2
+    unpack = _WORDS.get(words)
+    if unpack is None:
+        unpack = _WORDS[words] = struct.Struct(f"<{words}I")
+    h = 0x9747B28C ^ length
+    for k in unpack.unpack_from(data):
+        k = (k * _M) & _MASK
+        k = ((k ^ (k >> 24)) * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    tail = words << 2
+    extra = length - tail
+    if extra >= 3:
+        h ^= data[tail + 2] << 16
+    if extra >= 2:
+        h ^= data[tail + 1] << 8
+    if extra >= 1:
+        h = ((h ^ data[tail]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
+
+
 def partition_for(id_bytes: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner (murmur2, Java-compatible) gives this key."""
-    hashed: int = murmur2(id_bytes)
-    return (hashed & 0x7FFFFFFF) % partitions
+    return (murmur2(id_bytes) & 0x7FFFFFFF) % partitions
 
 
 def needs_rekey(key: bytes | None, partition: int, event: Valid, partitions: int) -> bool:
