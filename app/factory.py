@@ -46,6 +46,18 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         if commit_all is not None:
             await commit_all()
 
+    def on_init_dependencies(self) -> Any:
+        """Faust's services, without its Monitor sensor.
+
+        Faust always adds a Monitor that records per-event and per-table-access statistics
+        for its own /stats pages, which this worker disables (``web_stats_enabled=False``; our
+        metrics are in ``app.metrics``). Its hooks ran several times per record on the hot
+        path for figures nobody reads."""
+        services = super().on_init_dependencies()
+        if self.monitor in set(self.sensors):
+            self.sensors.remove(self.monitor)
+        return services
+
     async def on_first_start(self) -> None:
         await super().on_first_start()
         s = self.dedupe_settings
