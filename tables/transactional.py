@@ -85,6 +85,18 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
         """One point read: the committed value plus this transaction's staged write."""
         return self.store._get(key)
 
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        """``table[key] = value``: stage the changelog record, then the store write. What
+        Faust's mapping does, without its serializer registry round trip (keys and values are
+        raw bytes already); it runs for every forwarded record."""
+        self.on_key_set(key, value)
+        self.store._set(key, value)
+
+    def __delitem__(self, key: bytes) -> None:
+        """``del table[key]`` (see :meth:`__setitem__`)."""
+        self.on_key_del(key)
+        self.store._del(key)
+
     def on_key_set(self, key: bytes, value: bytes) -> None:
         self.transactions.stage_changelog(
             current_partition(), self.changelog_topic.get_topic_name(), key, value
