@@ -74,7 +74,7 @@ format: $(STAMP) ## Format and auto-fix
 # Each tier is its own pytest run; a tier with no test files yet is skipped, not failed.
 define pytest_tier
 	@if find $(1) -name 'test_*.py' | grep -q .; then \
-	  DEDUPE_TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) $(PY) -m pytest $(1) $(2); \
+	  DEDUPE_TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) $(PY) -m pytest --durations=10 $(1) $(2); \
 	else echo "no tests in $(1)"; fi
 endef
 

@@ -70,6 +70,7 @@ from mode import Service
 
 from app import faults
 from app.metrics import COMMIT_SECONDS
+from tables.store import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -115,6 +116,14 @@ class StagedState(Protocol):
 
     def discard_partition(self, partition: int) -> None:
         """Drop the staged writes of ``partition`` (the transaction did not commit)."""
+
+
+class SourceOffsetStore(Protocol):
+    """A store that keeps each transaction's source offsets (see ``keep_source_offsets``)."""
+
+    def stage_source_offsets(self, partition: int, value: bytes) -> None: ...
+
+    def source_offsets(self, partition: int) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +305,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self._gap_reader: AIOKafkaConsumer | None = None
         self.rejoins_requested = 0
         self._changelog_topic: str | None = None
+        self._offsets_kept: tuple[SourceOffsetStore, str] | None = None
+        self.app.on_rebalance_complete.connect(self._rebalance_complete)
         #: First offset processed per source partition since the last rebalance (for the log).
         self.first_offsets: dict[TopicPartition, int] = {}
         self.faults = faults.parse(self.app.dedupe_settings.fault_injection)
@@ -324,6 +335,14 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     def register_store(self, store: StagedState) -> None:
         """A store whose staged writes follow this manager's transactions."""
         self.stores.append(store)
+
+    def keep_source_offsets(self, store: SourceOffsetStore, changelog_topic: str) -> None:
+        """Every transaction also writes its source offsets to ``changelog_topic`` (key
+        :data:`~tables.store.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
+        :meth:`_on_recovered`. One table per worker does this."""
+        if self._offsets_kept is not None:
+            raise RuntimeError("source offsets are already kept by another table")
+        self._offsets_kept = (store, changelog_topic)
 
     # -- the agent's side ----------------------------------------------------------------------
 
@@ -426,6 +445,9 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     # -- Faust's side: rebalances and the commit calls we take over ----------------------------
 
+    async def _rebalance_complete(self, sender: Any, **kwargs: Any) -> None:
+        await self._on_recovered()
+
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         """Faust calls this after the agents finished their current records: commit them."""
         partitions = {tp.partition for tp in revoked if tp.topic in self.source_topics}
@@ -462,6 +484,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         if wanted:
             # Faust seeks every assigned partition to its committed offset after a rebalance:
             # that is where each task's next record must be.
+            await self._wait_until_settled(sorted(wanted))
             tps = [TopicPartition(t, p) for t in sorted(self.source_topics) for p in sorted(wanted)]
             committed = await self._committed_offsets_retrying(tps)
             starts = await self._start_offsets(tps, committed)
@@ -473,6 +496,65 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 sorted(wanted),
                 {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(starts.items())},
             )
+
+    async def _wait_until_settled(self, partitions: list[int]) -> None:
+        """Wait until no transaction is open on the changelog partitions of ``partitions``.
+
+        Every transaction of task ``p`` writes changelog partition ``p`` (at least its
+        source-offsets record), and only task ``p``'s producer writes there. Its producer was
+        just initialised, which fences older ones, so an open transaction there is an older
+        one the broker has not finished (seen after a single broker's kill -9: its output
+        became visible later). Reading committed offsets, or recovering the changelog, before
+        it settles would re-read records whose output then commits: duplicates. So wait until
+        the last stable offset reaches the end of each changelog partition.
+        """
+        kept = self._offsets_kept
+        if kept is None or not partitions:
+            return
+        tps = [TopicPartition(kept[1], p) for p in partitions]
+        s = self.settings
+        deadline = time.monotonic() + 2 * s.transaction_timeout + 30
+        stable_reader = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers, isolation_level="read_committed"
+        )
+        end_reader = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers, isolation_level="read_uncommitted"
+        )
+        await stable_reader.start()
+        await end_reader.start()
+        await asyncio.sleep(0)
+        try:
+            warned = False
+            while True:
+                stable = await stable_reader.end_offsets(tps)
+                ends = await end_reader.end_offsets(tps)
+                unsettled = {tp: (stable[tp], ends[tp]) for tp in tps if stable[tp] < ends[tp]}
+                if not unsettled:
+                    if warned:
+                        log.warning("the open transactions settled; going on")
+                    return
+                described = ", ".join(
+                    f"{tp.topic}-{tp.partition} (stable {lso} < end {end})"
+                    for tp, (lso, end) in sorted(unsettled.items())
+                )
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"a transaction stays open on {described}: the broker neither "
+                        "committed nor aborted it (a hanging transaction, e.g. after an unclean "
+                        "broker shutdown). Find and abort it with kafka-transactions.sh "
+                        "find-hanging / abort, then restart the worker"
+                    )
+                if not warned:
+                    log.warning(
+                        "a transaction is still open on %s: waiting for the broker to finish "
+                        "it before reading committed offsets",
+                        described,
+                    )
+                    warned = True
+                await asyncio.sleep(0.5)
+        finally:
+            await stable_reader.stop()
+            await end_reader.stop()
 
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
         """Faust's periodic commit: a no-op, our own loop commits (see module docstring).
@@ -658,6 +740,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 changelog_offset = max(
                     (f.result().offset for f in task.changelog_pending), default=None
                 )
+                recorded = await asyncio.wait_for(
+                    self._record_source_offsets(task, offsets), timeout=timeout
+                )
+                if recorded is not None:
+                    changelog_offset = max(recorded, changelog_offset or -1)
                 await asyncio.wait_for(
                     producer.send_offsets_to_transaction(offsets, self.group_id), timeout=timeout
                 )
@@ -690,6 +777,72 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 if not committed:
                     return
             self._applied(task, changelog_offset, started)
+
+    async def _record_source_offsets(
+        self, task: Task, offsets: Mapping[TopicPartition, int]
+    ) -> int | None:
+        """Add a changelog record with this transaction's source offsets to the transaction;
+        returns its changelog offset (None without a source-offsets store)."""
+        kept = self._offsets_kept
+        if kept is None:
+            return None
+        store, topic = kept
+        # Every source partition of the task, not only those with records in this transaction:
+        # the record replaces the previous one (the offsets of the others are unchanged).
+        positions = {**task.positions, **offsets}
+        value = encode_source_offsets({tp.topic: off for tp, off in positions.items()})
+        assert task.producer is not None
+        fut = await task.producer.send(
+            topic, key=SOURCE_OFFSETS_KEY, value=value, partition=task.partition
+        )
+        meta: RecordMetadata = await fut
+        store.stage_source_offsets(task.partition, value)
+        offset: int = meta.offset
+        return offset
+
+    async def _on_recovered(self) -> None:
+        """After Faust's recovery (the stores hold the committed changelog), before records
+        flow: start each task at the later of the group's committed offset and the source
+        offsets its store holds. Both commit in the same transaction, so they only differ when
+        the broker returns a stale committed offset (seen after a single broker's kill -9);
+        re-reading from there would forward ids a second time."""
+        kept = self._offsets_kept
+        if kept is None:
+            return
+        store = kept[0]
+        for task in list(self.tasks.values()):
+            stored = store.source_offsets(task.partition)
+            raised = {
+                tp: stored[tp.topic]
+                for tp, position in task.positions.items()
+                if stored.get(tp.topic, -1) > position
+            }
+            if raised:
+                await self._raise_positions(task, raised)
+
+    async def _raise_positions(self, task: Task, raised: Mapping[TopicPartition, int]) -> None:
+        """Start ``task`` at the ``raised`` offsets, and commit them (in a transaction with no
+        records) so the group's offsets catch up even when no new record arrives."""
+        async with task.lock:
+            if task.state is not TaskState.RUNNING or task.producer is None:
+                return
+            for tp, later in raised.items():
+                log.warning(
+                    "partition %d: the group's committed offset for %s-%d is %d, but the "
+                    "last transaction in the changelog committed up to %d: starting there "
+                    "(the broker returned a stale committed offset)",
+                    task.partition,
+                    tp.topic,
+                    tp.partition,
+                    task.positions[tp],
+                    later,
+                )
+                task.positions[tp] = later
+                task.offsets[tp] = later
+            if not task.in_transaction:
+                await task.producer.begin_transaction()
+                task.in_transaction = True
+        self.commit_soon()
 
     def _applied(self, task: Task, changelog_offset: int | None, started: float) -> None:
         if self.faults is not None:

@@ -20,6 +20,7 @@ partition).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -39,6 +40,11 @@ log = logging.getLogger(__name__)
 META_CF = "dedupe-meta"
 #: Key (in :data:`META_CF`) of the changelog offset a partition database holds data through.
 OFFSET_KEY = b"changelog-offset"
+
+#: Changelog key of the record each transaction adds with its source offsets (JSON, topic ->
+#: next offset). 0xFF never occurs in UTF-8, so no messageId can be this key. The store keeps its
+#: value in :data:`META_CF`, not among the ids; see :meth:`TransactionalStore.source_offsets`.
+SOURCE_OFFSETS_KEY = b"\xffdedupe:source-offsets"
 
 #: Block cache shared by the partitions of one table.
 DEFAULT_BLOCK_CACHE_BYTES = 64 * 1024 * 1024
@@ -63,6 +69,10 @@ class PartitionDB:
         raw = self.meta.get(OFFSET_KEY)
         return None if raw is None else int.from_bytes(raw, "big")
 
+    def source_offsets(self) -> dict[str, int]:
+        raw = self.meta.get(SOURCE_OFFSETS_KEY)
+        return {} if raw is None else decode_source_offsets(raw)
+
     def write(self, batch: WriteBatch, offset: int | None) -> None:
         """Apply ``batch`` and (atomically with it) the changelog offset it brings us to."""
         if offset is not None:
@@ -74,6 +84,14 @@ class PartitionDB:
             cf.close()
         self.meta.close()
         self.db.close()
+
+
+def encode_source_offsets(offsets: dict[str, int]) -> bytes:
+    return json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_source_offsets(raw: bytes) -> dict[str, int]:
+    return {str(k): int(v) for k, v in json.loads(raw).items()}
 
 
 def _options(cache: Cache, write_buffer_bytes: int) -> Options:
@@ -249,7 +267,11 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         atomic batch together with whatever :meth:`extend_batch` derives from them."""
         pdb = self.partition_db(partition)
         batch = WriteBatch(raw_mode=True)
-        self.extend_batch(partition, pdb, batch, writes)
+        ids = [(k, v) for k, v in writes if k != SOURCE_OFFSETS_KEY]
+        for key, value in writes:
+            if key == SOURCE_OFFSETS_KEY and value is not None:
+                batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
+        self.extend_batch(partition, pdb, batch, ids)
         pdb.write(batch, offset)
 
     def extend_batch(
@@ -265,6 +287,18 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
                 batch.delete(key)
             else:
                 batch.put(key, value)
+
+    def stage_source_offsets(self, partition: int, value: bytes) -> None:
+        """Stage the transaction's source-offsets record (applied with its other writes)."""
+        self._staged.setdefault(partition, {})[SOURCE_OFFSETS_KEY] = value
+
+    def source_offsets(self, partition: int) -> dict[str, int]:
+        """Topic -> next offset, as of the last transaction this database holds.
+
+        Written in the same transaction as the output and the group's offsets, so it is as
+        authoritative as the group's committed offsets, and it survives where those read back
+        stale (seen after a single broker's kill -9)."""
+        return self.partition_db(partition).source_offsets()
 
     def discard_partition(self, partition: int) -> None:
         """The transaction of ``partition`` did not commit: forget its staged writes."""

@@ -80,6 +80,7 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
     async def on_start(self) -> None:
         await super().on_start()
         self.transactions.register_store(self.store)
+        self.transactions.keep_source_offsets(self.store, self.changelog_topic.get_topic_name())
 
     def lookup(self, key: bytes) -> bytes | None:
         """One point read: the committed value plus this transaction's staged write."""

@@ -15,9 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import OffsetAndMetadata
 
 from scripts.streams import build_stream, produce
+from scripts.topic_reader import committed_offsets
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream
 from tests.integration.test_input_contract import BAD
@@ -103,6 +105,54 @@ def test_f3a_a_graceful_stop_keeps_the_ids_of_its_last_transaction(
         report,
         waited,
     )
+
+
+async def rewind_group(broker: Broker, names: Names, by: int) -> dict[str, int]:
+    """Commit older offsets for the (stopped) worker's group, as a broker that read back a
+    stale committed offset would report them; returns what was rewound per input partition."""
+    committed = await committed_offsets(broker.bootstrap, names.app_id)
+    older = {tp: max(off - by, 0) for tp, off in committed.items() if tp.topic == names.input_topic}
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=broker.bootstrap, group_id=names.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign(sorted(older))
+        await consumer.commit({tp: OffsetAndMetadata(off, "") for tp, off in older.items()})
+    finally:
+        await consumer.stop()
+    return {f"{tp.topic}-{tp.partition}": committed[tp] - off for tp, off in older.items()}
+
+
+@pytest.mark.parametrize("data_dir", ["same", "wiped"])
+def test_f13_a_stale_committed_offset_does_not_re_forward(
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability, data_dir: str
+) -> None:
+    """The group's committed offsets read back older than the last committed transaction (as
+    a single broker did after kill -9, F7): each transaction's changelog record of its source
+    offsets, committed atomically with the output, must win, so nothing is forwarded twice;
+    also when the store is rebuilt from the changelog."""
+    worker = started(broker, names, workers)
+    stream = build_stream(4_000 * SCALE, 0.1, seed=13)
+    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+    drain_and_verify(broker, names, workers)
+    assert worker.kill(signal.SIGTERM) == 0
+    rewound = asyncio.run(rewind_group(broker, names, by=300))
+    assert all(n > 0 for n in rewound.values()), rewound
+    if data_dir == "wiped":
+        shutil.rmtree(worker.data_dir)
+    worker.start()
+    worker.wait_ready()
+    report, waited = drain_and_verify(broker, names, workers)
+    record(
+        reliability,
+        "F13 stale committed offsets (group rewound 300/partition; same and wiped dir)",
+        len(stream.records),
+        len(rewound),
+        report,
+        waited,
+    )
+    assert "returned a stale committed offset" in worker.log_text()
 
 
 def test_f5_a_zombie_is_fenced(

@@ -21,9 +21,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rocksdict import AccessType, Options, Rdict
 
 from scripts.streams import build_stream, produce
-from scripts.topic_reader import read_topic
+from scripts.topic_reader import committed_offsets, read_topic
 from scripts.verify import check
-from tables.store import META_CF
+from tables.store import META_CF, SOURCE_OFFSETS_KEY, decode_source_offsets
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.integration
@@ -134,10 +134,12 @@ def test_a_fenced_partition_stops_and_the_worker_rejoins(
     assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)
 
 
-def local_store(data_dir: Path) -> dict[bytes, bytes]:
-    """Every id in the worker's RocksDB databases (opened read-only after it stopped)."""
+def local_store(data_dir: Path) -> tuple[dict[bytes, bytes], dict[int, dict[str, int]]]:
+    """Every id in the worker's RocksDB databases (opened read-only after it stopped), and per
+    partition the source offsets of the last transaction each database holds."""
     opts = Options(raw_mode=True)
     out: dict[bytes, bytes] = {}
+    sources: dict[int, dict[str, int]] = {}
     paths = sorted(data_dir.rglob("seen_ids-*.db"))
     assert paths, f"no databases under {data_dir}"
     for path in paths:
@@ -148,8 +150,14 @@ def local_store(data_dir: Path) -> dict[bytes, bytes]:
             access_type=AccessType.read_only(),
         )
         out.update(db.items())  # the default column family holds the ids only
+        meta = db.get_column_family(META_CF)
+        raw = meta.get(SOURCE_OFFSETS_KEY)
+        sources[int(path.name.split("-")[-1].removesuffix(".db"))] = (
+            {} if raw is None else decode_source_offsets(raw)
+        )
+        meta.close()
         db.close()
-    return out
+    return out, sources
 
 
 def test_after_a_restart_the_store_equals_the_committed_changelog(
@@ -171,13 +179,21 @@ def test_after_a_restart_the_store_equals_the_committed_changelog(
     changelog: dict[bytes, bytes] = {}
     for rec in asyncio.run(read_topic(broker.bootstrap, names.changelog_topic)):
         assert rec.key is not None
+        if rec.key == SOURCE_OFFSETS_KEY:
+            continue  # each transaction's source offsets: kept apart from the ids (below)
         if rec.value is None:
             changelog.pop(rec.key, None)
         else:
             changelog[rec.key] = rec.value
-    store = local_store(worker.data_dir)
+    store, sources = local_store(worker.data_dir)
     assert store == changelog
     assert set(store) == {m.encode() for m in stream.unique}
+    # Each database also holds the source offsets of its last transaction, which committed
+    # together with the group's offsets: the two agree.
+    committed = asyncio.run(committed_offsets(broker.bootstrap, names.app_id))
+    for p in range(4):
+        group = {tp.topic: off for tp, off in committed.items() if tp.partition == p}
+        assert {t: sources[p].get(t) for t in group} == group, (p, sources[p], group)
 
 
 def test_refuses_to_start_when_a_topic_has_another_partition_count(

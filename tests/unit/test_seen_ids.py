@@ -15,6 +15,7 @@ from app import rules
 from app.settings import Settings
 from tables import seen_ids as seen_module
 from tables.seen_ids import INDEX_CF, SeenIds, SeenIdsStore
+from tables.store import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 BUCKET_MS = 1_000
 WINDOW_MS = 10_000
@@ -224,3 +225,25 @@ def test_rebuilding_from_the_changelog_gives_the_same_state(world: World) -> Non
         live.newest_ms,
     )
     assert INDEX_CF in replica.extra_cfs
+
+
+def test_the_source_offsets_record_is_neither_an_id_nor_indexed(world: World) -> None:
+    """Each transaction's source-offsets changelog record (tables.store.SOURCE_OFFSETS_KEY)
+    goes to the store's bookkeeping, live and in recovery: ids, index and counts ignore it."""
+    assert world.record("a", 1_000)
+    world.store.stage_source_offsets(0, encode_source_offsets({"in": 3}))
+    world.commit()
+    rebuilt = world.new_store("rebuilt")
+    rebuilt.write_partition(
+        0,
+        [
+            (b"a", world.store.db(0)[b"a"]),
+            (SOURCE_OFFSETS_KEY, encode_source_offsets({"in": 3})),
+        ],
+        5,
+    )
+    for store in (world.store, rebuilt):
+        assert set(world.ids(store)) == {b"a"}
+        assert len(world.index(store)) == 1
+        assert store.summary(0).held == 1
+        assert store.source_offsets(0) == {"in": 3}

@@ -12,7 +12,13 @@ import pytest
 from faust.types import TP
 from rocksdict import AccessType, Options, Rdict
 
-from tables.store import META_CF, OFFSET_KEY, TransactionalStore
+from tables.store import (
+    META_CF,
+    OFFSET_KEY,
+    SOURCE_OFFSETS_KEY,
+    TransactionalStore,
+    encode_source_offsets,
+)
 
 CHANGELOG = "t-unit-seen-changelog"
 
@@ -280,6 +286,43 @@ def test_commit_only_touches_its_partition(harness: Harness, store: Transactiona
     assert on_disk(store, 1) == {}
     assert store.staged_count(1) == 1
     assert read(harness, store, 1, b"b") == b"1"
+
+
+# --- source offsets: each transaction's record of them, kept apart from the ids --------------
+
+
+def test_source_offsets_commit_with_the_transaction_and_are_not_ids(
+    harness: Harness, store: TransactionalStore
+) -> None:
+    harness.at(0)
+    store[b"id"] = b"v"
+    store.stage_source_offsets(0, encode_source_offsets({"in": 10, "rp": 2}))
+    assert store.source_offsets(0) == {}  # staged: not committed yet
+    store.commit_partition(0, 5)
+    assert store.source_offsets(0) == {"in": 10, "rp": 2}
+    assert on_disk(store, 0) == {b"id": b"v", OFFSET_KEY: through_marker(5)}  # not an id
+
+    harness.at(0)
+    store.stage_source_offsets(0, encode_source_offsets({"in": 20, "rp": 2}))
+    store.discard_partition(0)  # the transaction did not commit
+    assert store.source_offsets(0) == {"in": 10, "rp": 2}
+
+
+def test_source_offsets_are_recovered_from_the_changelog(harness: Harness) -> None:
+    store = harness.new_store()
+    later = encode_source_offsets({"in": 42})
+    store.apply_changelog_batch(
+        [
+            changelog_event(0, 0, b"a", b"1"),
+            changelog_event(0, 1, SOURCE_OFFSETS_KEY, encode_source_offsets({"in": 7})),
+            changelog_event(0, 3, b"b", b"2"),
+            changelog_event(0, 4, SOURCE_OFFSETS_KEY, later),
+        ],
+        to_key=lambda k: k,
+        to_value=lambda v: v,
+    )
+    assert store.source_offsets(0) == {"in": 42}
+    assert on_disk_split(store, 0)[0] == {b"a": b"1", b"b": b"2"}
 
 
 # --- an offset is never recorded without the writes it covers -------------------------------
