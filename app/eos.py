@@ -734,17 +734,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             offsets = dict(task.offsets)
             timeout = self.settings.commit_timeout
             try:
+                await asyncio.wait_for(self._record_source_offsets(task, offsets), timeout)
                 await asyncio.wait_for(
                     asyncio.gather(*task.pending, *task.changelog_pending), timeout=timeout
                 )
                 changelog_offset = max(
                     (f.result().offset for f in task.changelog_pending), default=None
                 )
-                recorded = await asyncio.wait_for(
-                    self._record_source_offsets(task, offsets), timeout=timeout
-                )
-                if recorded is not None:
-                    changelog_offset = max(recorded, changelog_offset or -1)
                 await asyncio.wait_for(
                     producer.send_offsets_to_transaction(offsets, self.group_id), timeout=timeout
                 )
@@ -780,12 +776,12 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     async def _record_source_offsets(
         self, task: Task, offsets: Mapping[TopicPartition, int]
-    ) -> int | None:
-        """Add a changelog record with this transaction's source offsets to the transaction;
-        returns its changelog offset (None without a source-offsets store)."""
+    ) -> None:
+        """Send a changelog record with this transaction's source offsets in the transaction
+        (awaited with the other changelog sends) and stage it in the store."""
         kept = self._offsets_kept
         if kept is None:
-            return None
+            return
         store, topic = kept
         # Every source partition of the task, not only those with records in this transaction:
         # the record replaces the previous one (the offsets of the others are unchanged).
@@ -795,10 +791,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         fut = await task.producer.send(
             topic, key=SOURCE_OFFSETS_KEY, value=value, partition=task.partition
         )
-        meta: RecordMetadata = await fut
+        task.changelog_pending.append(fut)
         store.stage_source_offsets(task.partition, value)
-        offset: int = meta.offset
-        return offset
 
     async def _on_recovered(self) -> None:
         """After Faust's recovery (the stores hold the committed changelog), before records
