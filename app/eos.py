@@ -38,6 +38,12 @@ Failures are never swallowed:
   recreated with the same transactional id (never aborted; ``InitProducerId`` completes or aborts
   the pending transaction on the broker), then the group's committed offsets say whether it
   committed: if so the staged writes are applied, otherwise dropped and the worker rejoins.
+
+Each transaction also carries a changelog record of its source offsets (``SOURCE_OFFSETS_KEY``).
+After a rebalance the manager waits until no older transaction is open on each task's
+changelog partition (``_wait_until_settled``), and after recovery a task starts at the later of
+the group's committed offset and its store's record (``_on_recovered``): a broker that reads
+back a stale committed offset cannot make a task re-read what it already committed.
 """
 
 from __future__ import annotations
