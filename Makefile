@@ -17,7 +17,7 @@ BENCH_KAFKA_PORT ?= 39092
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest web clean \
-        spark-jars spark audit bench
+        spark-jars spark audit bench bench-scale
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -102,6 +102,9 @@ bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_E
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
 	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
 	  $(PY) -m bench.throughput $(BENCH_ARGS)
+
+bench-scale: $(STAMP) ## 50M ids held in 8 partitions, no broker: lookups, RSS, disk/id (bench/results-scale.md)
+	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
 clean: ## Remove local data (not the jar cache or .venv)
 	rm -rf data lake .pytest_cache .mypy_cache .ruff_cache
