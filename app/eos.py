@@ -519,7 +519,10 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             return
         tps = [TopicPartition(kept[1], p) for p in partitions]
         s = self.settings
-        deadline = time.monotonic() + 2 * s.transaction_timeout + 30
+        # How long an open transaction may stay open while the broker answers: the broker
+        # aborts a dead producer's transaction after the transaction timeout.
+        patience = 2 * s.transaction_timeout + 30
+        deadline = time.monotonic() + patience
         stable_reader = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap_servers, isolation_level="read_committed"
         )
@@ -532,8 +535,15 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         try:
             warned = False
             while True:
-                stable = await stable_reader.end_offsets(tps)
-                ends = await end_reader.end_offsets(tps)
+                try:
+                    stable = await stable_reader.end_offsets(tps)
+                    ends = await end_reader.end_offsets(tps)
+                except (KafkaError, TimeoutError, OSError) as exc:
+                    # No answer is no evidence of a hanging transaction: wait for the broker.
+                    log.warning("reading end offsets failed (%r); retrying", exc)
+                    deadline = time.monotonic() + patience
+                    await asyncio.sleep(1)
+                    continue
                 unsettled = {tp: (stable[tp], ends[tp]) for tp in tps if stable[tp] < ends[tp]}
                 if not unsettled:
                     if warned:
