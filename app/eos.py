@@ -310,7 +310,6 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self._admin: AIOKafkaAdminClient | None = None
         self._gap_reader: AIOKafkaConsumer | None = None
         self.rejoins_requested = 0
-        self._changelog_topic: str | None = None
         self._offsets_kept: tuple[SourceOffsetStore, str] | None = None
         self.app.on_rebalance_complete.connect(self._rebalance_complete)
         #: First offset processed per source partition since the last rebalance (for the log).
@@ -364,14 +363,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 f"table write for partition {partition} outside of a processing scope: "
                 "tables may only change while a record of that partition is processed"
             )
-        if self._changelog_topic is None:
-            self._changelog_topic = topic
-        elif topic != self._changelog_topic:
+        kept = self._offsets_kept
+        if kept is not None and topic != kept[1]:
             # A commit applies one changelog offset to the stores (``commit_partition``); with a
             # second table it would have to be kept per changelog topic.
             raise RuntimeError(
                 f"a second transactional table ({topic}) is not supported: this manager "
-                f"tracks the changelog offset of one table ({self._changelog_topic})"
+                f"tracks the changelog offset of one table ({kept[1]})"
             )
         task.outbox.append(StagedRecord(topic, key, value))
 
