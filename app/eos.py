@@ -162,6 +162,10 @@ class Task:
     records: int = 0
     #: Next offset to read, per source partition: the last processed record's offset + 1.
     positions: dict[TopicPartition, int] = field(default_factory=dict)
+    #: When the consumer last delivered a record of each source partition (monotonic time).
+    delivered_at: dict[TopicPartition, float] = field(default_factory=dict)
+    #: Source partitions sought back by the stall watchdog since their last delivery.
+    stall_seeks: set[TopicPartition] = field(default_factory=set)
     # figures for status and metrics
     commits: int = 0
     committed_records: int = 0
@@ -274,8 +278,9 @@ class _ProcessingScope:
                     log.info("%s-%d: first record processed at offset %d", *tp, message.offset)
                 task.offsets[tp] = task.positions[tp] = message.offset + 1
                 task.records += 1
-                if manager.faults is not None:
-                    manager.faults.reach("processed")
+                faults_ = manager.faults
+                if faults_ is not None and faults_.reach("processed") == "skip-fetched":
+                    await manager._skip_fetched(tp)
         except KafkaError as flush_exc:
             exc = flush_exc
         finally:
@@ -309,7 +314,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self._wakeup = asyncio.Event()
         self._admin: AIOKafkaAdminClient | None = None
         self._gap_reader: AIOKafkaConsumer | None = None
+        #: The gap reader is shared by the agent and the stall watchdog: one user at a time.
+        self._gap_lock = asyncio.Lock()
         self.rejoins_requested = 0
+        #: Partitions un-stalled by the watchdog (see ``_stall_watchdog``).
+        self.stalls = 0
+        #: Fault injection ``skip-fetched``: records below these offsets are not delivered.
+        self._skipping: dict[TopicPartition, int] = {}
         self._offsets_kept: tuple[SourceOffsetStore, str] | None = None
         self.app.on_rebalance_complete.connect(self._rebalance_complete)
         #: First offset processed per source partition since the last rebalance (for the log).
@@ -400,6 +411,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         are fine, a real record means the partition is re-read from its committed offset.
         """
         tp = TopicPartition(message.topic, message.partition)
+        if self._skipping and message.offset < self._skipping.get(tp, -1):
+            return False  # fault injection: as if the consumer had never delivered it
+        task.delivered_at[tp] = time.monotonic()
+        if task.stall_seeks:
+            task.stall_seeks.discard(tp)
         expected = task.positions.get(tp)
         if expected is None or message.offset == expected:
             return True
@@ -415,18 +431,38 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         )
         return False
 
-    async def _records_between(self, tp: TopicPartition, start: int, end: int) -> int | None:
-        """Offset of the first record a read_committed reader sees in [start, end), if any."""
+    async def _started_gap_reader(self) -> AIOKafkaConsumer:
+        """The read_committed reader that looks at gaps (call with ``_gap_lock`` held)."""
         if self._gap_reader is None:
-            self._gap_reader = AIOKafkaConsumer(
+            reader = AIOKafkaConsumer(
                 bootstrap_servers=self.settings.bootstrap_servers,
                 isolation_level="read_committed",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=10,
             )
-            await self._gap_reader.start()
+            await reader.start()
             await asyncio.sleep(0)  # aiokafka 0.14: let its background task start
-        reader = self._gap_reader
+            self._gap_reader = reader
+        return self._gap_reader
+
+    async def _records_between(self, tp: TopicPartition, start: int, end: int) -> int | None:
+        """Offset of the first record a read_committed reader sees in [start, end), if any."""
+        async with self._gap_lock:
+            return await self._first_record(await self._started_gap_reader(), tp, start, end)
+
+    async def _first_record_from(self, tp: TopicPartition, start: int) -> int | None:
+        """Offset of the first committed record at or after ``start``, if any (for the
+        stall watchdog: up to the partition's last stable offset)."""
+        async with self._gap_lock:
+            reader = await self._started_gap_reader()
+            stable: int = (await reader.end_offsets([tp]))[tp]
+            if stable <= start:
+                return None
+            return await self._first_record(reader, tp, start, stable)
+
+    async def _first_record(
+        self, reader: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int
+    ) -> int | None:
         # Gaps are frequent on transactional source topics (a commit marker after each of the
         # writers' commits), so keep every source partition assigned and only seek: an
         # assignment change would reset the reader and cost a round trip of its own.
@@ -446,6 +482,19 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 # open there, which cannot be the case for records already delivered after it.
                 return start
         return None
+
+    async def _skip_fetched(self, tp: TopicPartition) -> None:
+        """Fault injection (``processed=skip-fetched@n``): move the consumer of ``tp`` to its
+        end, and drop the records in between that it already fetched, as if it had never
+        delivered them (until the stall watchdog seeks back)."""
+        async with self._gap_lock:
+            reader = await self._started_gap_reader()
+            end: int = (await reader.end_offsets([tp]))[tp]
+        self._skipping[tp] = end
+        log.warning(
+            "fault injection: the consumer skips %s-%d to offset %d", tp.topic, tp.partition, end
+        )
+        await self.app.consumer.seek_wait({tp: end})
 
     # -- Faust's side: rebalances and the commit calls we take over ----------------------------
 
@@ -492,9 +541,12 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             tps = [TopicPartition(t, p) for t in sorted(self.source_topics) for p in sorted(wanted)]
             committed = await self._committed_offsets_retrying(tps)
             starts = await self._start_offsets(tps, committed)
+            now = time.monotonic()
             for p in wanted:
                 task = self.tasks[p]
                 task.positions = {tp: off for tp, off in starts.items() if tp.partition == p}
+                task.delivered_at = dict.fromkeys(task.positions, now)
+                task.stall_seeks.clear()
             log.info(
                 "assigned partitions %s; starting at offsets %s",
                 sorted(wanted),
@@ -709,6 +761,85 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             tasks = [t for t in self.tasks.values() if t.dirty and t.state is TaskState.RUNNING]
             if tasks:
                 await self._commit_tasks(tasks)
+
+    @Service.task  # type: ignore[untyped-decorator]
+    async def _stall_watchdog(self) -> None:
+        """Un-stall partitions whose records Faust's consumer fetched but never delivered.
+
+        Faust's consumer can drop fetched records on its way to the agent (a flow change or a
+        generation change in the middle of a batch, a seek racing a fetch after the broker
+        came back) while the underlying consumer's position has moved past them. A later
+        record of the same partition reveals the gap (``_in_sequence``), but when none comes
+        the partition stalls for good: seen after graceful broker restarts, with every task
+        RUNNING and the lag never shrinking. So: when no record of a source partition reached
+        the agent for ``DEDUPE_STALL_TIMEOUT`` while no rebalance or recovery runs, and the
+        broker holds a committed record at or after the task's position, seek the consumer
+        back to that position (records already processed are skipped by ``_in_sequence``);
+        if that does not help within the same time, rejoin the group.
+        """
+        limit = self.settings.stall_timeout
+        quiet_since = time.monotonic()
+        while not self.should_stop:
+            await self.sleep(min(limit / 4, 5.0))
+            now = time.monotonic()
+            if self._consumer_busy():
+                quiet_since = now
+                continue
+            for task in list(self.tasks.values()):
+                for tp, position in list(task.positions.items()):
+                    since = max(task.delivered_at.get(tp, quiet_since), quiet_since)
+                    if task.state is not TaskState.RUNNING or now - since < limit:
+                        continue
+                    try:
+                        readable = await self._first_record_from(tp, position)
+                    except (KafkaError, TimeoutError, OSError) as exc:
+                        log.warning("stall check of %s-%d failed (%r)", tp.topic, tp.partition, exc)
+                        continue
+                    if readable is not None and not self._consumer_busy():
+                        await self._unstall(task, tp, position, readable, now - since)
+                    task.delivered_at[tp] = time.monotonic()
+
+    def _consumer_busy(self) -> bool:
+        """True while records are legitimately held back: a rebalance, recovery, paused flow."""
+        app = self.app
+        consumer = app.consumer
+        return bool(
+            getattr(app, "rebalancing", False)
+            or getattr(app, "in_recovery", False)
+            or not app.tables.recovery.completed.is_set()
+            or not consumer.flow_active
+        )
+
+    async def _unstall(
+        self, task: Task, tp: TopicPartition, position: int, readable: int, idle: float
+    ) -> None:
+        self.stalls += 1
+        if tp not in task.stall_seeks:
+            log.warning(
+                "%s-%d: no record reached the agent for %.0fs although committed record %d is "
+                "on the broker (next to process: %d): the consumer moved past records without "
+                "delivering them; seeking it back to %d",
+                tp.topic,
+                tp.partition,
+                idle,
+                readable,
+                position,
+                position,
+            )
+            task.stall_seeks.add(tp)
+            self._skipping.pop(tp, None)
+            await self.app.consumer.seek_wait({tp: position})
+            return
+        log.error(
+            "%s-%d: still no record delivered %.0fs after seeking back to %d: rejoining the "
+            "group so the partition is assigned and read again",
+            tp.topic,
+            tp.partition,
+            idle,
+            position,
+        )
+        task.stall_seeks.discard(tp)
+        self._request_rejoin()
 
     async def commit_all(self) -> None:
         """Commit every task's open transaction now (used before Faust closes the tables)."""

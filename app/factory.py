@@ -13,6 +13,7 @@ from typing import Any
 import faust
 from yarl import URL
 
+from app import diagnostics
 from app.agents import Deduplicator, register_agents
 from app.alo import AtLeastOnceTransport
 from app.eos import TaskTransactionManager, Transport
@@ -65,8 +66,8 @@ class DedupeApp(faust.App):  # type: ignore[misc]
             raise RuntimeError(
                 f"the dedup worker must run as a Faust worker with {s.processing_guarantee}"
             )
-        s = self.dedupe_settings
         await ensure_topics(s, changelog_topic_name(s))
+        diagnostics.install(self)
 
     @property
     def transactions(self) -> TaskTransactionManager:

@@ -17,6 +17,9 @@ Actions:
   was lost (a timeout): the outcome is unknown to the worker, though the broker commits;
 - ``lose-request`` (``commit`` only): behave as if the request timed out without sending it:
   the outcome is unknown to the worker, and the transaction did not commit.
+- ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
+  partition's end without delivering the records in between, as Faust's consumer does when it
+  drops a fetched batch (the stall watchdog must bring them back).
 
 Production never sets it; the check is one attribute read per point.
 """
@@ -29,7 +32,9 @@ import signal
 from dataclasses import dataclass
 
 POINTS = {"stored", "sent", "processed", "commit", "committed", "rebalance"}
-ACTIONS = {"kill", "lose-response", "lose-request"}
+ACTIONS = {"kill", "lose-response", "lose-request", "skip-fetched"}
+#: The point each action other than ``kill`` applies to.
+ACTION_POINT = {"lose-response": "commit", "lose-request": "commit", "skip-fetched": "processed"}
 _SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
 
 
@@ -64,6 +69,7 @@ def parse(spec: str) -> FaultPlan | None:
             f"{spec!r}: use <point>=<action>@<n> with point in {sorted(POINTS)} and action "
             f"in {sorted(ACTIONS)}"
         )
-    if match["action"] != "kill" and match["point"] != "commit":
-        raise ValueError(f"{spec!r}: {match['action']} only applies to the commit point")
+    point = ACTION_POINT.get(match["action"], match["point"])
+    if match["point"] != point:
+        raise ValueError(f"{spec!r}: {match['action']} only applies to the {point} point")
     return FaultPlan(match["point"], match["action"], int(match["n"]))

@@ -173,6 +173,15 @@ class Settings(EnvSettings):
         "Broker-side transaction timeout: an open transaction of a dead worker is aborted "
         "after this long (or at once when its partition is taken over).",
     )
+    stall_timeout: float = setting(
+        20.0,
+        "DEDUPE_STALL_TIMEOUT",
+        "How long a partition may go without a record reaching the agent while the broker "
+        "holds a committed record past its position (and no rebalance or recovery runs) "
+        "before the worker seeks it back to that position; if it stays stalled as long "
+        "again, the worker rejoins the group. Guards against records Faust's consumer "
+        "fetched but never delivered.",
+    )
     max_event_bytes: int = setting(
         32 * 1024,
         "DEDUPE_MAX_EVENT_BYTES",
@@ -295,6 +304,8 @@ class Settings(EnvSettings):
                 f"{env('transaction_timeout')}={self.transaction_timeout}: "
                 "must be 1s..900s (broker maximum)"
             )
+        if not 1 <= self.stall_timeout <= 3600:
+            out.append(f"{env('stall_timeout')}={self.stall_timeout}s: must be 1s..3600s")
         if not 64 <= self.max_event_bytes <= 16 * 1024 * 1024:
             out.append(f"{env('max_event_bytes')}={self.max_event_bytes}: must be 64..16MiB")
         if not 1 <= self.max_message_id_bytes <= 4096:

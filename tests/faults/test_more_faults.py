@@ -18,10 +18,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import OffsetAndMetadata
 
+from app.topics import ensure_topics
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets
+from tables.seen_ids import changelog_topic_name
 from tests.faults.conftest import SCALE, Reliability
-from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream
+from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream, settings_of
 from tests.integration.test_input_contract import BAD
 from tests.support import Broker, Names, Worker
 
@@ -153,6 +155,36 @@ def test_f13_a_stale_committed_offset_does_not_re_forward(
         waited,
     )
     assert "returned a stale committed offset" in worker.log_text()
+
+
+def test_f14_records_the_consumer_skipped_are_read_again(
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+) -> None:
+    """F14: the consumer moves past fetched records without delivering them, and no later
+    record arrives to reveal the gap (seen after graceful broker restarts: the worker stalled
+    for good with every task running). The stall watchdog must seek back and finish."""
+    settings = settings_of(broker, names, partitions=4)
+    asyncio.run(ensure_topics(settings, changelog_topic_name(settings)))
+    stream = scaled_stream(4_000, seed=14)
+    # Everything is in the input before the worker starts, so nothing arrives after the skip.
+    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+    worker = Worker(
+        broker,
+        names,
+        extra_env={
+            "DEDUPE_FAULT_INJECTION": "processed=skip-fetched@300",
+            "DEDUPE_STALL_TIMEOUT": "3s",
+        },
+    )
+    workers.append(worker)
+    worker.start()
+    report, waited = drain_and_verify(broker, names, workers, timeout=300)
+    log_text = worker.log_text()
+    assert "fault injection: the consumer skips" in log_text
+    assert "seeking it back" in log_text, log_text[-4000:]
+    record(
+        reliability, "F14 consumer skips fetched records", len(stream.records), 1, report, waited
+    )
 
 
 def test_f5_a_zombie_is_fenced(

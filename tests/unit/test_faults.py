@@ -15,6 +15,7 @@ from app.settings import Settings, SettingsError
         ("commit=lose-request@1", "commit", "lose-request", 1),
         ("processed=kill@100", "processed", "kill", 100),
         ("committed=kill@2", "committed", "kill", 2),
+        ("processed=skip-fetched@200", "processed", "skip-fetched", 200),
     ],
 )
 def test_parse(spec: str, point: str, action: str, at: int) -> None:
@@ -25,7 +26,14 @@ def test_parse(spec: str, point: str, action: str, at: int) -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    ["commit", "commit=kill", "nowhere=kill@1", "commit=explode@1", "processed=lose-request@1"],
+    [
+        "commit",
+        "commit=kill",
+        "nowhere=kill@1",
+        "commit=explode@1",
+        "processed=lose-request@1",
+        "commit=skip-fetched@1",
+    ],
 )
 def test_malformed_plans_are_refused_at_start_up(spec: str) -> None:
     with pytest.raises(ValueError):
