@@ -13,7 +13,6 @@ from typing import Any
 import faust
 from yarl import URL
 
-from app import diagnostics
 from app.agents import Deduplicator, register_agents
 from app.alo import AtLeastOnceTransport
 from app.eos import TaskTransactionManager, Transport
@@ -67,7 +66,6 @@ class DedupeApp(faust.App):  # type: ignore[misc]
                 f"the dedup worker must run as a Faust worker with {s.processing_guarantee}"
             )
         await ensure_topics(s, changelog_topic_name(s))
-        diagnostics.install(self)
 
     @property
     def transactions(self) -> TaskTransactionManager:
