@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Self, TypeVar, cast
+from typing import Any, ClassVar, Self, TypeVar, cast
 
 from app import faults
 
@@ -57,8 +57,11 @@ def setting(default: T, env: str, help: str) -> T:
 
 
 class EnvSettings:
-    """Base of the settings dataclasses (worker, ingest): fields declared with :func:`setting`,
-    read from their environment variables by :meth:`from_env`."""
+    """Base of the settings dataclasses (worker, ingest, Spark jobs): fields declared with
+    :func:`setting`, read from their environment variables by :meth:`from_env`."""
+
+    #: The error a bad value raises: each entry point catches its own and prints the message.
+    error: ClassVar[type[ValueError]] = SettingsError
 
     @classmethod
     def describe(cls, name: str) -> Setting:
@@ -94,7 +97,7 @@ class EnvSettings:
             try:
                 values[f.name] = converters[kind](raw.strip())
             except ValueError as exc:
-                raise SettingsError(f"{doc.env}={raw!r}: {exc}") from None
+                raise cls.error(f"{doc.env}={raw!r}: {exc}") from None
         return cls(**values)
 
 

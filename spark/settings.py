@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from app.settings import Setting, parse_duration, setting
+from app.settings import EnvSettings, setting
 
 T = TypeVar("T")
 
@@ -38,8 +37,10 @@ _MASTER = re.compile(r"^(local(\[(\d+|\*)(,\d+)?\])?|(spark|yarn|k8s|mesos)(://.
 
 
 @dataclass(frozen=True)
-class SparkSettings:
+class SparkSettings(EnvSettings):
     """Every setting of the lake job and the audit. Build with :meth:`from_env`."""
+
+    error = SparkSettingsError
 
     bootstrap_servers: str = setting(
         "localhost:9092", "KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, comma-separated host:port."
@@ -197,45 +198,6 @@ class SparkSettings:
     def watermark_delay(self) -> str:
         return f"{round(self.watermark * 1000)} milliseconds"
 
-    # Documentation and construction -----------------------------------------------------------
-
-    @classmethod
-    def describe(cls, name: str) -> Setting:
-        """The documentation of field ``name``."""
-        for f in fields(cls):
-            if f.name == name:
-                doc: Setting = f.metadata["setting"]
-                return doc
-        raise KeyError(name)
-
-    @classmethod
-    def documented(cls) -> list[tuple[str, Setting]]:
-        """(field, doc) for every field, in declaration order (used by the README)."""
-        return [(f.name, f.metadata["setting"]) for f in fields(cls)]
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkSettings:
-        """Read every field from its environment variable; unset variables keep their defaults."""
-        env = os.environ if environ is None else environ
-        converters: dict[str, Callable[[str], Any]] = {
-            "int": int,
-            "float": parse_duration,
-            "Path": Path,
-            "str": str,
-        }
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            doc: Setting = f.metadata["setting"]
-            raw = env.get(doc.env)
-            if raw is None or raw.strip() == "":
-                continue
-            kind = f.type if isinstance(f.type, str) else f.type.__name__
-            try:
-                values[f.name] = converters[kind](raw.strip())
-            except ValueError as exc:
-                raise SparkSettingsError(f"{doc.env}={raw!r}: {exc}") from None
-        return cls(**values)
-
 
 def _absolute(path: str) -> str:
     if _URI.match(path):
@@ -263,7 +225,7 @@ def markdown_table() -> str:
     """The README's table of the Spark settings: variable, default, meaning."""
     defaults = SparkSettings()
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, doc in SparkSettings.documented():
+    for name, _, doc in SparkSettings.documented():
         shown = _shown_default(name, getattr(defaults, name))
         rows.append(f"| `{doc.env}` | {shown} | {doc.help} |")
     return "\n".join(rows)
