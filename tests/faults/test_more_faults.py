@@ -212,32 +212,7 @@ def test_f5_a_zombie_is_fenced(
     assert a.alive() or "fenced" in a.log_text()
 
 
-KNOWN_F7_DEFECT = pytest.mark.xfail(
-    strict=False,
-    reason="open defect: a single broker killed (-9) can leave the worker's older transactions "
-    "open for good after its new producers fenced them (hanging transactions: records without "
-    "a marker, the last stable offset stuck). On transaction.version=2 this led once to 42 ids "
-    "forwarded twice; with the worker's settle wait it now stops with its hanging-transaction "
-    "message instead (no duplicates). transaction.version=1 passed 5 of 5 local runs but hung "
-    "once in CI. See README, Known defects.",
-)
-
-
-KNOWN_F6_DEFECT = pytest.mark.xfail(
-    strict=False,
-    reason="open defect, cause not found: in the last CI run the worker made no progress for "
-    "15 minutes after the third graceful broker restart (no error, no rebalance logged); it "
-    "passed in every earlier run. See README, Known defects.",
-)
-
-
-@pytest.mark.parametrize(
-    "how",
-    [
-        pytest.param("graceful", marks=KNOWN_F6_DEFECT),
-        pytest.param("kill-9", marks=KNOWN_F7_DEFECT),
-    ],
-)
+@pytest.mark.parametrize("how", ["graceful", "kill-9"])
 def test_f6_f7_broker_restarts(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability, how: str
 ) -> None:
