@@ -251,6 +251,18 @@ class Settings(EnvSettings):
         "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES",
         "RocksDB memtable size per partition database (column family); smaller flushes sooner.",
     )
+    rocksdb_memtable_budget_bytes: int = setting(
+        256 * 1024 * 1024,
+        "DEDUPE_ROCKSDB_MEMTABLE_BUDGET_BYTES",
+        "RocksDB memtables of all partitions together (one write-buffer manager): past it, "
+        "memtables are flushed early, so memory does not grow with the partitions held.",
+    )
+    rocksdb_block_cache_bytes: int = setting(
+        128 * 1024 * 1024,
+        "DEDUPE_ROCKSDB_BLOCK_CACHE_BYTES",
+        "RocksDB block cache shared by all partitions (data, index and filter blocks); "
+        "about 2 bytes per id held keeps every filter and index partition cached.",
+    )
     session_timeout: float = setting(
         10.0,
         "DEDUPE_SESSION_TIMEOUT",
@@ -338,6 +350,10 @@ class Settings(EnvSettings):
             out.append(f"{env('eviction_batch')}={self.eviction_batch}: must be 1..100000")
         if not 64 * 1024 <= self.rocksdb_write_buffer_bytes <= 2**31:
             out.append(f"{env('rocksdb_write_buffer_bytes')}: must be 64KiB..2GiB")
+        if not 1024 * 1024 <= self.rocksdb_memtable_budget_bytes <= 2**36:
+            out.append(f"{env('rocksdb_memtable_budget_bytes')}: must be 1MiB..64GiB")
+        if not 1024 * 1024 <= self.rocksdb_block_cache_bytes <= 2**36:
+            out.append(f"{env('rocksdb_block_cache_bytes')}: must be 1MiB..64GiB")
         if self.processing_guarantee not in {EXACTLY_ONCE, AT_LEAST_ONCE}:
             out.append(
                 f"{env('processing_guarantee')}={self.processing_guarantee!r}: "

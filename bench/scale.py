@@ -188,11 +188,9 @@ def run(
     lookups: int,
     batch: int,
     keep: bool,
-    write_buffer_bytes: int | None = None,
-    block_cache_bytes: int | None = None,
-    write_buffer_manager_bytes: int | None = None,
-    partitioned_filters: bool = False,
+    environ: dict[str, str] | None = None,
 ) -> list[tuple[str, str]]:
+    """Load, compact, look up; ``environ`` overrides settings (``DEDUPE_ROCKSDB_*``)."""
     import faust
 
     from app.rules import Entry, partition_for
@@ -205,9 +203,12 @@ def run(
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))
     print(f"data dir {directory}", flush=True)
-    settings = Settings.from_env({})
-    buffer = write_buffer_bytes or settings.rocksdb_write_buffer_bytes
-    cache = block_cache_bytes or store_module.DEFAULT_BLOCK_CACHE_BYTES
+    settings = Settings.from_env(environ or {})
+    tuning = store_module.RocksTuning(
+        write_buffer_bytes=settings.rocksdb_write_buffer_bytes,
+        memtable_budget_bytes=settings.rocksdb_memtable_budget_bytes,
+        block_cache_bytes=settings.rocksdb_block_cache_bytes,
+    )
     current = [0]
     rows: list[tuple[str, str]] = []
     try:
@@ -218,7 +219,7 @@ def run(
             types.SimpleNamespace(name="seen_ids"),
             partition_of=lambda: current[0],
             bucket_ms=round(settings.bucket * 1000),
-            write_buffer_bytes=buffer,
+            tuning=tuning,
             table_name="seen_ids",
             key_type=bytes,
             value_type=bytes,
@@ -226,27 +227,6 @@ def run(
             value_serializer="raw",
         )
         seen_module.current_partition = lambda: current[0]  # type: ignore[assignment]
-        if cache != store_module.DEFAULT_BLOCK_CACHE_BYTES:  # --block-cache-bytes: a what-if
-            store._cache = store_module.Cache(cache)
-            store._options = store_module._options(store._cache, buffer)
-        if partitioned_filters:  # a what-if: filters and index in 4 KiB partitions
-            from rocksdict import BlockBasedIndexType, BlockBasedOptions
-
-            table_options = BlockBasedOptions()
-            table_options.set_bloom_filter(store_module.BLOOM_BITS_PER_KEY, False)
-            table_options.set_block_cache(store._cache)
-            table_options.set_cache_index_and_filter_blocks(True)
-            table_options.set_pin_l0_filter_and_index_blocks_in_cache(True)
-            table_options.set_index_type(BlockBasedIndexType.two_level_index_search())
-            table_options.set_partition_filters(True)
-            table_options.set_metadata_block_size(4096)
-            table_options.set_pin_top_level_index_and_filter(True)
-            store._options.set_block_based_table_factory(table_options)
-        if write_buffer_manager_bytes:  # a what-if: one memtable budget for every partition
-            from rocksdict import WriteBufferManager
-
-            manager = WriteBufferManager(write_buffer_manager_bytes, False)
-            store._options.set_write_buffer_manager(manager)
         _hwm, rss_start = memory()
 
         # -- load: stage each id in its partition, commit a partition every `batch` ids --------
@@ -407,15 +387,11 @@ def run(
         rows += [
             (
                 "RocksDB options (tables/store.py)",
-                f"block cache {mib(cache)} shared, write buffer "
-                f"{mib(buffer)} per column family, bloom "
-                f"{store_module.BLOOM_BITS_PER_KEY} bits/key"
-                + (
-                    f"; write buffer manager {mib(write_buffer_manager_bytes)} (what-if)"
-                    if write_buffer_manager_bytes
-                    else ""
-                )
-                + ("; partitioned filters and index (what-if)" if partitioned_filters else ""),
+                f"block cache {mib(tuning.block_cache_bytes)} shared, memtables "
+                f"{mib(tuning.memtable_budget_bytes)} for all partitions (write-buffer manager), "
+                f"at most {mib(tuning.write_buffer_bytes)} each, bloom "
+                f"{store_module.BLOOM_BITS_PER_KEY} bits/key partitioned with a two-level index "
+                f"({store_module.METADATA_BLOCK_BYTES} B partitions)",
             ),
             ("lookups measured per partition and method", f"{lookups:,}"),
         ]
@@ -467,39 +443,30 @@ def main(argv: list[str] | None = None) -> None:
         "--write-buffer-bytes",
         type=int,
         default=None,
-        help="memtable size per column family (default DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES' default)",
+        help="DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES for this run (default: the setting's default)",
+    )
+    parser.add_argument(
+        "--memtable-budget-bytes",
+        type=int,
+        default=None,
+        help="DEDUPE_ROCKSDB_MEMTABLE_BUDGET_BYTES for this run (default: the setting's default)",
     )
     parser.add_argument(
         "--block-cache-bytes",
         type=int,
         default=None,
-        help="block cache shared by the partitions (default tables/store.py's)",
-    )
-    parser.add_argument(
-        "--write-buffer-manager-bytes",
-        type=int,
-        default=None,
-        help="what-if: one RocksDB WriteBufferManager of this size for every partition",
-    )
-    parser.add_argument(
-        "--partitioned-filters",
-        action="store_true",
-        help="what-if: partitioned bloom filters and two-level index (4 KiB partitions)",
+        help="DEDUPE_ROCKSDB_BLOCK_CACHE_BYTES for this run (default: the setting's default)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the data dir")
     parser.add_argument("--no-results", action="store_true", help="do not append to the results")
     args = parser.parse_args(argv)
-    rows = run(
-        args.ids,
-        args.partitions,
-        args.lookups,
-        args.batch,
-        args.keep,
-        args.write_buffer_bytes,
-        args.block_cache_bytes,
-        args.write_buffer_manager_bytes,
-        args.partitioned_filters,
-    )
+    flags = {
+        "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES": args.write_buffer_bytes,
+        "DEDUPE_ROCKSDB_MEMTABLE_BUDGET_BYTES": args.memtable_budget_bytes,
+        "DEDUPE_ROCKSDB_BLOCK_CACHE_BYTES": args.block_cache_bytes,
+    }
+    environ = {name: str(value) for name, value in flags.items() if value is not None}
+    rows = run(args.ids, args.partitions, args.lookups, args.batch, args.keep, environ)
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

@@ -52,7 +52,7 @@ from app.rules import (
     over_cap,
 )
 from app.settings import Settings
-from tables.store import PartitionDB, TransactionalStore
+from tables.store import PartitionDB, RocksTuning, TransactionalStore
 from tables.transactional import TransactionalTable, current_partition
 
 log = logging.getLogger(__name__)
@@ -383,15 +383,17 @@ class SeenIds:
 def declare_seen_ids(app: faust.App, settings: Settings) -> TransactionalTable:
     """Declare the table on ``app`` (one per app)."""
     bucket_ms = round(settings.bucket * 1000)
-    buffer = settings.rocksdb_write_buffer_bytes
+    tuning = RocksTuning(
+        write_buffer_bytes=settings.rocksdb_write_buffer_bytes,
+        memtable_budget_bytes=settings.rocksdb_memtable_budget_bytes,
+        block_cache_bytes=settings.rocksdb_block_cache_bytes,
+    )
     table = TransactionalTable(
         app,
         name=TABLE_NAME,
         partitions=settings.partitions,
         beacon=app.tables.beacon,
-        store_factory=lambda *a, **kw: SeenIdsStore(
-            *a, bucket_ms=bucket_ms, write_buffer_bytes=buffer, **kw
-        ),
+        store_factory=lambda *a, **kw: SeenIdsStore(*a, bucket_ms=bucket_ms, tuning=tuning, **kw),
         help="messageId -> first-seen time and insertion sequence of its one forwarded copy",
     )
     app.tables.add(table)

@@ -13,9 +13,18 @@ Reads during processing see the committed data plus the partition's own staged w
 (read-your-writes inside a transaction).
 
 Layout: one database per partition, ``<tabledir>/<table>-<partition>.db``, raw bytes keys and
-values. RocksDB options: bloom filter of 10 bits/key (lookups of new ids mostly miss), one block
-cache shared by all partitions of the table (bounded memory, instead of Faust's 2 GiB per
-partition).
+values. RocksDB options (:class:`RocksTuning`), chosen so that memory stays bounded however many
+ids and partitions a worker holds (instead of Faust's 2 GiB block cache per partition):
+
+- one block cache shared by all partitions of the table, holding data, index and filter blocks;
+- one write-buffer manager shared by all partitions: the memtables of every partition database
+  together stay near its budget (RocksDB flushes one early when they reach it), so memtable
+  memory does not grow with the number of partitions held;
+- bloom filters of 10 bits/key (lookups of new ids mostly miss), *partitioned* with a two-level
+  index in 4 KiB blocks whose top levels stay pinned in the cache: a cache miss reads one small
+  filter or index partition, not a whole-file filter block (about 1.5 MB per SST file), which at
+  tens of millions of ids made every lookup of a new id re-read megabytes
+  (``bench/results-scale.md``).
 """
 
 from __future__ import annotations
@@ -26,12 +35,21 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from faust.stores.base import SerializedStore
 from faust.types import TP, EventT
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
+from rocksdict import (
+    BlockBasedIndexType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteBufferManager,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +64,21 @@ OFFSET_KEY = b"changelog-offset"
 #: value in :data:`META_CF`, not among the ids; see :meth:`TransactionalStore.source_offsets`.
 SOURCE_OFFSETS_KEY = b"\xffdedupe:source-offsets"
 
-#: Block cache shared by the partitions of one table.
-DEFAULT_BLOCK_CACHE_BYTES = 64 * 1024 * 1024
 BLOOM_BITS_PER_KEY = 10
+#: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
+METADATA_BLOCK_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class RocksTuning:
+    """The RocksDB memory knobs of one table store (settings ``DEDUPE_ROCKSDB_*``)."""
+
+    #: Most bytes of one memtable (per partition database and column family).
+    write_buffer_bytes: int = 64 * 1024 * 1024
+    #: All memtables of all partitions of the table together (one write-buffer manager).
+    memtable_budget_bytes: int = 256 * 1024 * 1024
+    #: Block cache shared by all partitions of the table (data, index and filter blocks).
+    block_cache_bytes: int = 128 * 1024 * 1024
 
 
 class PartitionDB:
@@ -94,9 +124,14 @@ def decode_source_offsets(raw: bytes) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(raw).items()}
 
 
-def _options(cache: Cache, write_buffer_bytes: int) -> Options:
+def _options(tuning: RocksTuning) -> tuple[Options, Cache]:
+    """Options for every partition database of one store, sharing one cache and one budget."""
+    write_buffer_bytes = min(tuning.write_buffer_bytes, tuning.memtable_budget_bytes)
+    cache = Cache(tuning.block_cache_bytes)
     opts = Options(raw_mode=True)
     opts.set_write_buffer_size(write_buffer_bytes)
+    # No stall: past the budget RocksDB flushes memtables early instead of blocking writers.
+    opts.set_write_buffer_manager(WriteBufferManager(tuning.memtable_budget_bytes, False))
     # The bookkeeping column family takes a few bytes per commit and would never fill its
     # memtable, so RocksDB would keep every write-ahead log file for it: cap the WAL, which
     # makes RocksDB flush the column families that hold old logs.
@@ -110,8 +145,12 @@ def _options(cache: Cache, write_buffer_bytes: int) -> Options:
     table.set_block_cache(cache)
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_metadata_block_size(METADATA_BLOCK_BYTES)
+    table.set_pin_top_level_index_and_filter(True)
     opts.set_block_based_table_factory(table)
-    return opts
+    return opts, cache
 
 
 class TransactionalStore(SerializedStore):  # type: ignore[misc]
@@ -131,7 +170,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         table: Any,
         *,
         partition_of: Callable[[], int],
-        write_buffer_bytes: int = 64 * 1024 * 1024,
+        tuning: RocksTuning = RocksTuning(),
         **kwargs: Any,
     ) -> None:
         super().__init__(url, app, table, **kwargs)
@@ -139,8 +178,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self._dbs: dict[int, PartitionDB] = {}
         self._staged: dict[int, dict[bytes, bytes | None]] = {}
         self._store_stopped = False
-        self._cache = Cache(DEFAULT_BLOCK_CACHE_BYTES)
-        self._options = _options(self._cache, write_buffer_bytes)
+        self.tuning = tuning
+        self._options, self._cache = _options(tuning)
         self.directory = Path(app.conf.tabledir)
 
     # -- partitions ----------------------------------------------------------------------------

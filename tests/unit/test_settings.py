@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "time_source": "kafka",
     "max_future_skew": 3600.0,
     "rocksdb_write_buffer_bytes": 64 * 1024 * 1024,
+    "rocksdb_memtable_budget_bytes": 256 * 1024 * 1024,
+    "rocksdb_block_cache_bytes": 128 * 1024 * 1024,
     "session_timeout": 10.0,
     "standby_replicas": 0,
     "fault_injection": "",
@@ -119,6 +121,8 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "time_source": ("event", "event"),
     "max_future_skew": ("5m", 300.0),
     "rocksdb_write_buffer_bytes": ("262144", 262144),
+    "rocksdb_memtable_budget_bytes": ("67108864", 67108864),
+    "rocksdb_block_cache_bytes": ("33554432", 33554432),
     "session_timeout": ("20", 20.0),
     "standby_replicas": ("1", 1),
     "fault_injection": ("commit=kill@3", "commit=kill@3"),
@@ -264,6 +268,14 @@ INVALID = [
     ),
     pytest.param({"DEDUPE_SESSION_TIMEOUT": "301"}, "DEDUPE_SESSION_TIMEOUT", id="session"),
     pytest.param({"DEDUPE_STANDBY_REPLICAS": "9"}, "DEDUPE_STANDBY_REPLICAS", id="standby-9"),
+    pytest.param(
+        {"DEDUPE_ROCKSDB_MEMTABLE_BUDGET_BYTES": "1000"},
+        "DEDUPE_ROCKSDB_MEMTABLE_BUDGET_BYTES",
+        id="memtable-budget-1000",
+    ),
+    pytest.param(
+        {"DEDUPE_ROCKSDB_BLOCK_CACHE_BYTES": "0"}, "DEDUPE_ROCKSDB_BLOCK_CACHE_BYTES", id="cache-0"
+    ),
     pytest.param({"DEDUPE_OUTPUT_TOPIC": "events"}, "DEDUPE_OUTPUT_TOPIC", id="output-is-input"),
     pytest.param({"DEDUPE_DLQ_TOPIC": "events-clean"}, "DEDUPE_DLQ_TOPIC", id="dlq-is-output"),
     pytest.param(

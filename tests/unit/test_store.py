@@ -16,6 +16,7 @@ from tables.store import (
     META_CF,
     OFFSET_KEY,
     SOURCE_OFFSETS_KEY,
+    RocksTuning,
     TransactionalStore,
     encode_source_offsets,
 )
@@ -35,12 +36,15 @@ class Harness:
         self.current = [0]
         self.stores: list[TransactionalStore] = []
 
-    def new_store(self, table_name: str = "seen") -> TransactionalStore:
+    def new_store(
+        self, table_name: str = "seen", tuning: RocksTuning | None = None
+    ) -> TransactionalStore:
         store = TransactionalStore(
             "rocksdb://",
             self.app,
             types.SimpleNamespace(name=table_name),
             partition_of=lambda: self.current[0],
+            tuning=tuning or RocksTuning(),
             table_name=table_name,
             key_type=bytes,
             value_type=bytes,
@@ -660,3 +664,45 @@ def test_unsupported_operations_raise(
 async def test_backup_partition_is_unsupported(store: TransactionalStore) -> None:
     with pytest.raises(NotImplementedError):
         await store.backup_partition(0)
+
+
+# --- RocksDB tuning ----------------------------------------------------------------------------
+
+
+def fill(harness: Harness, store: TransactionalStore, partitions: int, keys: int) -> int:
+    """Commit ``keys`` 100-byte values into each partition; the memtables' total bytes after."""
+    for p in range(partitions):
+        harness.at(p)
+        for i in range(keys):
+            store[b"k%d-%08d" % (p, i)] = b"v" * 100
+            if i % 1000 == 999:
+                store.commit_partition(p, i)
+    return sum(
+        store.partition_db(p).db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+        for p in range(partitions)
+    )
+
+
+def test_the_memtables_of_all_partitions_share_one_budget(harness: Harness) -> None:
+    # ~2.4 MB of keys and values per partition, far below one 64 MiB memtable: without a shared
+    # budget all of it stays in the four memtables; with a 2 MiB budget RocksDB flushes early.
+    budget = 2 * 1024 * 1024
+    small = harness.new_store("small", RocksTuning(memtable_budget_bytes=budget))
+    large = harness.new_store("large", RocksTuning(memtable_budget_bytes=256 * 1024 * 1024))
+    in_small = fill(harness, small, partitions=4, keys=20_000)
+    in_large = fill(harness, large, partitions=4, keys=20_000)
+    assert in_large > 4 * budget, in_large
+    assert in_small < 2 * budget, in_small
+    # and nothing was lost by the early flushes
+    harness.at(3)
+    assert small[b"k3-00019999"] == b"v" * 100
+    assert sum(1 for _ in small.partition_db(0).db.items()) == 20_000
+
+
+def test_filters_and_index_are_partitioned(harness: Harness, store: TransactionalStore) -> None:
+    fill(harness, store, partitions=1, keys=20_000)
+    db = store.partition_db(0).db
+    db.flush()
+    props = db.property_value("rocksdb.aggregated-table-properties") or ""
+    partitions = int(props.split("# index partitions=")[1].split(";")[0])
+    assert partitions > 1, props
