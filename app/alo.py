@@ -34,7 +34,14 @@ from faust.transport.drivers.aiokafka import Consumer as FaustKafkaConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from faust.types import TP, Message
 
-from app.eos import Task, TaskTransaction, TaskTransactionManager
+from app.eos import (
+    MAX_BATCH_BYTES,
+    MAX_LINGER_MS,
+    Task,
+    TaskTransaction,
+    TaskTransactionManager,
+    send_lingering,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +121,9 @@ class AtLeastOnceManager(TaskTransactionManager):
                     client_id=f"{s.app_id}-at-least-once-producer",
                     enable_idempotence=True,
                     acks="all",
-                    linger_ms=5,
+                    # as in app.eos: batches go out at each flush (send_lingering)
+                    linger_ms=min(round(s.commit_interval * 1000), MAX_LINGER_MS),
+                    max_batch_size=MAX_BATCH_BYTES,
                     max_request_size=s.dlq_max_message_bytes,
                     request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
                 )
@@ -128,6 +137,8 @@ class AtLeastOnceManager(TaskTransactionManager):
 
         Raises the first failed send: the caller must not commit offsets then.
         """
+        if self._producer is not None:
+            await send_lingering(self._producer)
         await asyncio.gather(*(self._flush_task(t) for t in list(self.tasks.values())))
 
     async def _flush_task(self, task: Task) -> None:

@@ -86,6 +86,19 @@ log = logging.getLogger(__name__)
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 
 
+#: Producer linger (ms) is the commit interval, at most this.
+MAX_LINGER_MS = 1000
+#: Producer batch size per partition: a commit interval's records fit in a few batches.
+MAX_BATCH_BYTES = 1024 * 1024
+
+
+async def send_lingering(producer: AIOKafkaProducer) -> None:
+    """Send every batch the producer holds now, without waiting for its linger, and wait until
+    the broker acknowledged them (aiokafka does this itself inside ``commit_transaction``;
+    the manager needs the acknowledged offsets before it asks to commit)."""
+    await producer._message_accumulator.flush_for_commit()
+
+
 def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     """True when ``exc`` (or the error that broke ``producer``) says another owner took over.
 
@@ -652,7 +665,12 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             transaction_timeout_ms=int(s.transaction_timeout * 1000),
             enable_idempotence=True,
             acks="all",
-            linger_ms=5,
+            # Records become visible only at the commit, which sends whatever lingers
+            # (send_lingering): so linger up to the commit interval and send one batch per
+            # partition per commit instead of many small produce requests (in a profile,
+            # socket writes of small requests were a third of the worker's CPU).
+            linger_ms=min(round(s.commit_interval * 1000), MAX_LINGER_MS),
+            max_batch_size=MAX_BATCH_BYTES,
             max_request_size=s.dlq_max_message_bytes,
             request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
         )
@@ -880,6 +898,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             timeout = self.settings.commit_timeout
             try:
                 await asyncio.wait_for(self._record_source_offsets(task, offsets), timeout)
+                await asyncio.wait_for(send_lingering(producer), timeout)
                 await asyncio.wait_for(
                     asyncio.gather(*task.pending, *task.changelog_pending), timeout=timeout
                 )

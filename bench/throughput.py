@@ -3,6 +3,7 @@
     make bench                                    # 2,000,000 events per profile, all contenders
     python -m bench.throughput --events 200000    # smaller
     python -m bench.throughput --contenders a,b --profiles dup20
+    python -m bench.throughput --contenders b --events 100000 --py-spy data/profile  # profile (b)
 
 Contenders, one at a time, each a subprocess (so its process tree can be measured):
 
@@ -278,6 +279,8 @@ class Options:
     idle_timeout: float
     work_dir: Path
     keep_topics: bool
+    #: Where py-spy profiles of the worker contenders go (``--py-spy``); None: not profiled.
+    py_spy: Path | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
 
@@ -319,6 +322,8 @@ class Run:
         self.peak_rss = 0
         self.pids: set[int] = set()
         self._latency_ids: list[bytes] = []
+        self.spy: subprocess.Popen[bytes] | None = None
+        self.spy_out: Path | None = None
 
     def say(self, text: str) -> None:
         print(f"  [{self.key}] {self.profile}: {text}", flush=True)
@@ -395,6 +400,7 @@ class Run:
             log.write(f"$ {shlex.join(cmd)}\n".encode())
         t0 = time.time()
         self.proc = self._spawn(cmd, env)
+        self._start_spy()
         next_sample = next_print = 0.0
         complete_at: float | None = None
         while True:
@@ -438,6 +444,7 @@ class Run:
                 self.say(r.error)
                 return
         self.sample()
+        await self._stop_spy()
         r.status = "ok"
         r.cpu_seconds = self.cpu.total
         assert w.first_at is not None
@@ -507,7 +514,44 @@ class Run:
             f"p50 {percentile(ms, 50) or 0:.0f} ms, p99 {percentile(ms, 99) or 0:.0f} ms"
         )
 
+    def _start_spy(self) -> None:
+        """With ``--py-spy``: sample a worker contender (b, c) until its backlog is done."""
+        opts = self.opts
+        if opts.py_spy is None or self.key not in ("b", "c") or self.proc is None:
+            return
+        opts.py_spy.mkdir(parents=True, exist_ok=True)
+        self.spy_out = opts.py_spy / f"{self.profile.replace('.', '_')}-{self.key}.folded"
+        spy = Path(sys.executable).with_name("py-spy")
+        cmd = [str(spy), "record", "--pid", str(self.proc.pid), "--rate", "100"]
+        cmd += ["--nonblocking", "--format", "raw", "--output", str(self.spy_out)]
+        with self.log.open("ab") as log:
+            log.write(f"$ {shlex.join(cmd)}\n".encode())
+            self.spy = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        self.result.notes.append(f"profiled with py-spy (100 Hz, non-blocking): {self.spy_out}")
+
+    async def _stop_spy(self) -> None:
+        spy, out = self.spy, self.spy_out
+        if spy is None or out is None:
+            return
+        self.spy = None
+        if spy.poll() is None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output and exits
+        for _ in range(60):
+            if spy.poll() is not None:
+                break
+            await asyncio.sleep(0.5)
+        else:
+            spy.kill()
+        if out.exists():
+            from bench.profile import parse, summary
+
+            with out.open() as f:
+                text = summary(parse(f))
+            out.with_suffix(".txt").write_text(text)
+            self.say(f"profile: {out.with_suffix('.txt')}\n{text}")
+
     async def _stop(self) -> None:
+        await self._stop_spy()
         proc = self.proc
         if proc is None:
             return
@@ -638,6 +682,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=ROOT / "bench" / "results.md")
     p.add_argument("--chart", type=Path, default=ROOT / "bench" / "results.png")
     p.add_argument("--keep-topics", action="store_true")
+    p.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="profile the worker contenders (b, c) with py-spy until their backlog is done: "
+        "DIR/<profile>-<key>.folded (collapsed stacks) and .txt (summary, bench.profile); "
+        "py-spy shares the cores, so profiled figures are not for comparison",
+    )
     args = p.parse_args(argv)
     keys = [k.strip() for k in args.contenders.split(",") if k.strip()]
     bad = [k for k in keys if k not in CONTENDERS]
@@ -664,6 +717,7 @@ async def main_async(args: argparse.Namespace, cmdline: str) -> None:
         idle_timeout=args.idle_timeout,
         work_dir=args.work_dir,
         keep_topics=args.keep_topics,
+        py_spy=args.py_spy,
     )
     started = datetime.now(UTC)
     results: dict[str, list[Result]] = {}
