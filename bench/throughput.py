@@ -239,10 +239,16 @@ def command(key: str, bootstrap: str, names: Names, partitions: int, state: Path
 
 
 def environment(
-    key: str, bootstrap: str, names: Names, partitions: int, state: Path
+    key: str,
+    bootstrap: str,
+    names: Names,
+    partitions: int,
+    state: Path,
+    worker_settings: dict[str, str] | None = None,
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEDUPE_")}
     if key in ("b", "c"):
+        env.update(worker_settings or {})
         env.update(
             KAFKA_BOOTSTRAP_SERVERS=bootstrap,
             DEDUPE_APP_ID=names.tag,
@@ -281,6 +287,8 @@ class Options:
     keep_topics: bool
     #: Where py-spy profiles of the worker contenders go (``--py-spy``); None: not profiled.
     py_spy: Path | None = None
+    #: Extra ``DEDUPE_*`` settings for the worker contenders (``--worker-setting``).
+    worker_settings: dict[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
 
@@ -395,7 +403,9 @@ class Run:
         key = self.key
         self.state.mkdir(parents=True, exist_ok=True)
         cmd = command(key, opts.bootstrap, self.names, opts.partitions, self.state)
-        env = environment(key, opts.bootstrap, self.names, opts.partitions, self.state)
+        env = environment(
+            key, opts.bootstrap, self.names, opts.partitions, self.state, opts.worker_settings
+        )
         with self.log.open("ab") as log:
             log.write(f"$ {shlex.join(cmd)}\n".encode())
         t0 = time.time()
@@ -691,7 +701,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "DIR/<profile>-<key>.folded (collapsed stacks) and .txt (summary, bench.profile); "
         "py-spy shares the cores, so profiled figures are not for comparison",
     )
+    p.add_argument(
+        "--worker-setting",
+        action="append",
+        default=[],
+        metavar="DEDUPE_NAME=VALUE",
+        help="a setting for the worker contenders (b, c), e.g. DEDUPE_COMMIT_INTERVAL=250ms "
+        "(repeatable; the settings that name topics, partitions and dirs are the harness's)",
+    )
     args = p.parse_args(argv)
+    worker_settings: dict[str, str] = {}
+    for item in args.worker_setting:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("DEDUPE_"):
+            p.error(f"--worker-setting {item!r}: use DEDUPE_NAME=VALUE")
+        worker_settings[name] = value
+    args.worker_settings = worker_settings
     keys = [k.strip() for k in args.contenders.split(",") if k.strip()]
     bad = [k for k in keys if k not in CONTENDERS]
     if bad:
@@ -718,6 +743,7 @@ async def main_async(args: argparse.Namespace, cmdline: str) -> None:
         work_dir=args.work_dir,
         keep_topics=args.keep_topics,
         py_spy=args.py_spy,
+        worker_settings=args.worker_settings,
     )
     started = datetime.now(UTC)
     results: dict[str, list[Result]] = {}

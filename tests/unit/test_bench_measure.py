@@ -130,3 +130,19 @@ def test_generate_makes_exactly_the_asked_repeats(events: int, fraction: float) 
         assert first.setdefault(r.key, r.value) == r.value  # repeats are byte-identical
     assert list(generate(events, fraction, seed=3)) == records  # deterministic
     assert 200 <= sum(len(r.value) for r in records) / events <= 400
+
+
+def test_worker_settings_reach_only_the_worker_contenders(tmp_path: Path) -> None:
+    from bench.throughput import Names, environment, parse_args
+
+    args = parse_args(["--worker-setting", "DEDUPE_COMMIT_INTERVAL=250ms"])
+    assert args.worker_settings == {"DEDUPE_COMMIT_INTERVAL": "250ms"}
+    names = Names("bench-x")
+    for key in ("b", "c"):
+        env = environment(key, "h:1", names, 4, tmp_path, args.worker_settings)
+        assert env["DEDUPE_COMMIT_INTERVAL"] == "250ms"
+        assert env["DEDUPE_PARTITIONS"] == "4"  # the harness's own settings win
+    env = environment("d", "h:1", names, 4, tmp_path, args.worker_settings)
+    assert "DEDUPE_COMMIT_INTERVAL" not in env
+    with pytest.raises(SystemExit):
+        parse_args(["--worker-setting", "COMMIT_INTERVAL=1s"])
