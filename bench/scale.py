@@ -291,12 +291,14 @@ def run(
         part = lambda key: partition_for(key, partitions)  # noqa: E731
         methods = ("first_sighting", "table lookup", "raw rocksdict get")
         rng = random.Random(7)
-        samples: dict[tuple[str, str], list[list[bytes]]] = {}
         fresh = iter(range(ids, 2**63))
-        for method in methods:
-            samples["new", method] = sample_by_partition(fresh, partitions, lookups, part)
-            held_numbers = iter(lambda: rng.randrange(ids), -1)
-            samples["held", method] = sample_by_partition(held_numbers, partitions, lookups, part)
+
+        def sample(kind: str) -> list[list[bytes]]:
+            """The ids of one pass, built just before it (so the harness's own lists, ~60 MiB
+            per pass at 100,000 per partition, do not add up in the RSS figures)."""
+            numbers = fresh if kind == "new" else iter(lambda: rng.randrange(ids), -1)
+            return sample_by_partition(numbers, partitions, lookups, part)
+
         # Warm-up: index and filter blocks into the cache, as in a worker that has been running.
         warm = sample_by_partition(iter(lambda: rng.randrange(ids), -1), partitions, 5_000, part)
         for p in range(partitions):
@@ -313,8 +315,9 @@ def run(
                 out = results[kind, method] = Lookups()
                 total_s = 0.0
                 found = 0
+                pass_keys = sample(kind)
                 for p in range(partitions):
-                    keys = samples[kind, method][p]
+                    keys = pass_keys[p]
                     current[0] = p
                     db = store.db(p)
                     read_before = read_bytes()
@@ -340,6 +343,7 @@ def run(
                     out.read += read_bytes() - read_before
                     total_s += dt
                     out.per_partition.append(rate(len(keys), dt))
+                del pass_keys, keys
                 out.total = rate(lookups * partitions, total_s)
                 expected = lookups * partitions if kind == "held" else 0
                 assert found == expected, (kind, method, found, expected)
