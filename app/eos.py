@@ -547,6 +547,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 len(to_start),
                 time.monotonic() - started,
             )
+        if self.faults is not None and self.faults.reach("assigned") == "term":
+            await asyncio.sleep(1.0)  # fault injection: the stop runs meanwhile
         if wanted:
             # Faust seeks every assigned partition to its committed offset after a rebalance:
             # that is where each task's next record must be.
@@ -556,7 +558,9 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             starts = await self._start_offsets(tps, committed)
             now = time.monotonic()
             for p in wanted:
-                task = self.tasks[p]
+                task = self.tasks.get(p)
+                if task is None:
+                    continue  # the worker stopped meanwhile (on_stop dropped every task)
                 task.positions = {tp: off for tp, off in starts.items() if tp.partition == p}
                 task.delivered_at = dict.fromkeys(task.positions, now)
                 task.stall_seeks.clear()
@@ -705,6 +709,10 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     async def _start_task(self, partition: int) -> None:
         producer = await self._start_producer(partition)
+        if self.should_stop:
+            # Stopped while the producer started: on_stop has dropped the tasks already.
+            await self._close_producer(producer)
+            return
         self.tasks[partition] = Task(partition, self.transactional_id(partition), producer)
 
     async def _drop_task(self, task: Task) -> None:

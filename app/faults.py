@@ -9,10 +9,13 @@ reaches ``point`` (once). Points:
 - ``commit``: just before a task's commit request (EndTxn), after its offsets were sent.
 - ``committed``: right after a commit succeeded, before the store applied it.
 - ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
+- ``assigned``: a rebalance's new tasks have their producers, their start offsets not read yet.
 
 Actions:
 
 - ``kill``: SIGKILL this process (a crash at an exact point);
+- ``term``: SIGTERM this process (a graceful stop at an exact point); at ``assigned`` the
+  rebalance then waits a second, so the stop runs while the rebalance is unfinished;
 - ``lose-response`` (``commit`` only): send the commit request, then behave as if its answer
   was lost (a timeout): the outcome is unknown to the worker, though the broker commits;
 - ``lose-request`` (``commit`` only): behave as if the request timed out without sending it:
@@ -31,8 +34,8 @@ import re
 import signal
 from dataclasses import dataclass
 
-POINTS = {"stored", "sent", "processed", "commit", "committed", "rebalance"}
-ACTIONS = {"kill", "lose-response", "lose-request", "skip-fetched"}
+POINTS = {"stored", "sent", "processed", "commit", "committed", "rebalance", "assigned"}
+ACTIONS = {"kill", "term", "lose-response", "lose-request", "skip-fetched"}
 #: The point each action other than ``kill`` applies to.
 ACTION_POINT = {"lose-response": "commit", "lose-request": "commit", "skip-fetched": "processed"}
 _SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
@@ -56,6 +59,8 @@ class FaultPlan:
         self.fired = True
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.action == "term":
+            os.kill(os.getpid(), signal.SIGTERM)
         return self.action
 
 

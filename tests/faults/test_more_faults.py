@@ -70,6 +70,43 @@ def test_f3_graceful_restarts_leave_no_open_transaction(
     record(reliability, "F3 graceful restart (SIGTERM)", len(stream.records), 3, report, waited)
 
 
+def test_f3b_a_graceful_stop_during_a_rebalance_exits_cleanly(
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+) -> None:
+    """SIGTERM while a rebalance is half done (its new tasks' producers started, their start
+    offsets not yet read): the stop closes every task under the rebalance, which must notice
+    and end; the worker exits 0 (it used to crash with KeyError and exit 1), and the next start
+    goes on exactly once. Found by F3, whose SIGTERMs land at random moments of start-up."""
+    settings = settings_of(broker, names, partitions=4)
+    asyncio.run(ensure_topics(settings, changelog_topic_name(settings)))
+    stream = scaled_stream(4_000, seed=32)
+    asyncio.run(
+        produce(broker.bootstrap, names.input_topic, stream.records[: len(stream.records) // 2])
+    )
+    worker = Worker(broker, names, extra_env={"DEDUPE_FAULT_INJECTION": "assigned=term@1"})
+    workers.append(worker)
+    worker.start()
+    assert worker.proc is not None
+    code = worker.proc.wait(120)
+    log = worker.log_text()
+    assert "Signal received: 15" in log, log[-4000:]
+    assert code == 0, log[-4000:]
+    worker.extra_env = {}
+    worker.start()  # no wait_ready: the stopped start never logged "Ready", so counts differ
+    asyncio.run(
+        produce(broker.bootstrap, names.input_topic, stream.records[len(stream.records) // 2 :])
+    )
+    report, waited = drain_and_verify(broker, names, workers)
+    record(
+        reliability,
+        "F3b graceful stop in the middle of a rebalance",
+        len(stream.records),
+        1,
+        report,
+        waited,
+    )
+
+
 def forwarded(worker: Worker) -> int:
     """Records forwarded by ``worker`` so far (committed or not), from its /stats endpoint."""
     url = f"http://127.0.0.1:{worker.web_port}/stats"

@@ -15,6 +15,7 @@ from app.settings import Settings, SettingsError
         ("commit=lose-request@1", "commit", "lose-request", 1),
         ("processed=kill@100", "processed", "kill", 100),
         ("committed=kill@2", "committed", "kill", 2),
+        ("assigned=term@1", "assigned", "term", 1),
         ("processed=skip-fetched@200", "processed", "skip-fetched", 200),
     ],
 )
