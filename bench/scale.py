@@ -204,11 +204,7 @@ def run(
     directory = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))
     print(f"data dir {directory}", flush=True)
     settings = Settings.from_env(environ or {})
-    tuning = store_module.RocksTuning(
-        write_buffer_bytes=settings.rocksdb_write_buffer_bytes,
-        memtable_budget_bytes=settings.rocksdb_memtable_budget_bytes,
-        block_cache_bytes=settings.rocksdb_block_cache_bytes,
-    )
+    tuning = seen_module.rocks_tuning(settings)
     current = [0]
     rows: list[tuple[str, str]] = []
     try:

@@ -380,14 +380,19 @@ class SeenIds:
         self._live.pop(partition, None)
 
 
-def declare_seen_ids(app: faust.App, settings: Settings) -> TransactionalTable:
-    """Declare the table on ``app`` (one per app)."""
-    bucket_ms = round(settings.bucket * 1000)
-    tuning = RocksTuning(
+def rocks_tuning(settings: Settings) -> RocksTuning:
+    """The store's RocksDB memory knobs from the ``DEDUPE_ROCKSDB_*`` settings."""
+    return RocksTuning(
         write_buffer_bytes=settings.rocksdb_write_buffer_bytes,
         memtable_budget_bytes=settings.rocksdb_memtable_budget_bytes,
         block_cache_bytes=settings.rocksdb_block_cache_bytes,
     )
+
+
+def declare_seen_ids(app: faust.App, settings: Settings) -> TransactionalTable:
+    """Declare the table on ``app`` (one per app)."""
+    bucket_ms = round(settings.bucket * 1000)
+    tuning = rocks_tuning(settings)
     table = TransactionalTable(
         app,
         name=TABLE_NAME,
