@@ -18,6 +18,8 @@ CONTENDERS: dict[str, tuple[str, str]] = {
 }
 #: Contenders that are meant to de-duplicate (everything but the copy).
 DEDUPLICATING = frozenset("bcde")
+#: Contenders that run our worker (``python -m app worker``, settings from the environment).
+WORKERS = frozenset("bc")
 
 
 @dataclass

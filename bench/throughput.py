@@ -84,7 +84,7 @@ from bench.measure import (
     percentile,
     sample_tree,
 )
-from bench.report import CONTENDERS, Result, render_table, targets, write_chart
+from bench.report import CONTENDERS, WORKERS, Result, render_table, targets, write_chart
 from scripts.streams import OutRecord, make_event, produce
 from scripts.topic_reader import start_consumer
 
@@ -217,7 +217,7 @@ def free_port() -> int:
 
 def command(key: str, bootstrap: str, names: Names, partitions: int, state: Path) -> list[str]:
     module = CONTENDERS[key][0]
-    if key in ("b", "c"):
+    if key in WORKERS:
         return [sys.executable, "-m", "app", "worker", "-l", "info"]
     return [
         sys.executable,
@@ -247,7 +247,7 @@ def environment(
     worker_settings: dict[str, str] | None = None,
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEDUPE_")}
-    if key in ("b", "c"):
+    if key in WORKERS:
         env.update(worker_settings or {})
         env.update(
             KAFKA_BOOTSTRAP_SERVERS=bootstrap,
@@ -527,7 +527,7 @@ class Run:
     def _start_spy(self) -> None:
         """With ``--py-spy``: sample a worker contender (b, c) until its backlog is done."""
         opts = self.opts
-        if opts.py_spy is None or self.key not in ("b", "c") or self.proc is None:
+        if opts.py_spy is None or self.key not in WORKERS or self.proc is None:
             return
         opts.py_spy.mkdir(parents=True, exist_ok=True)
         self.spy_out = opts.py_spy / f"{self.profile.replace('.', '_')}-{self.key}.folded"
