@@ -14,7 +14,7 @@ import faust
 from faust.types import EventT, Message
 
 from app import faults, rules
-from app.eos import TaskTransaction, TaskTransactionManager
+from app.eos import BatchHandler, TaskTransaction, TaskTransactionManager
 from app.settings import Settings
 from tables.seen_ids import SeenIds
 
@@ -127,3 +127,24 @@ def register_agents(
         dedupe_events
     )
     return agent
+
+
+def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
+    """``dedupe_batch``: the same work as ``dedupe_events``, for a batch of one partition's
+    records handed over by the exactly-once consumer (``app.eos.Consumer``) without Faust's
+    per-record stream machinery. Counts apply once the batch's records are in the transaction."""
+
+    async def dedupe_batch(messages: list[Message]) -> None:
+        transactions: TaskTransactionManager = app.consumer.transactions
+        outcomes: Counter[str] = Counter()
+        async with transactions.processing_batch(messages) as batch:
+            if batch is None:
+                return  # not our partition any more: its owner processes it
+            async for message in batch.records():
+                outcomes[await dedup.handle(batch, message)] += 1
+        counter = dedup.counts.get(messages[0].partition)
+        if counter is None:
+            counter = dedup.counts[messages[0].partition] = Counter()
+        counter.update(outcomes)
+
+    return dedupe_batch

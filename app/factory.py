@@ -13,9 +13,9 @@ from typing import Any
 import faust
 from yarl import URL
 
-from app.agents import Deduplicator, register_agents
+from app.agents import Deduplicator, batch_handler, register_agents
 from app.alo import AtLeastOnceTransport
-from app.eos import TaskTransactionManager, Transport
+from app.eos import BatchHandler, TaskTransactionManager, Transport
 from app.settings import EXACTLY_ONCE, Settings
 from app.topics import ensure_topics
 from app.web import register_views
@@ -30,6 +30,8 @@ class DedupeApp(faust.App):  # type: ignore[misc]
     (or, with ``DEDUPE_PROCESSING_GUARANTEE=at_least_once``, by :mod:`app.alo`)."""
 
     dedupe_settings: Settings
+    #: Under exactly-once, where the consumer hands source records (see app.eos.Consumer).
+    batch_handler: BatchHandler | None = None
 
     def _new_transport(self) -> Any:
         if self.dedupe_settings.processing_guarantee == EXACTLY_ONCE:
@@ -133,5 +135,7 @@ def create_app(settings: Settings) -> Pipeline:
     )
     dedup = Deduplicator(settings, SeenIds(seen_ids, settings))
     register_agents(app, source, dedup)
+    if exactly_once:
+        app.batch_handler = batch_handler(app, dedup)
     register_views(app, dedup)
     return Pipeline(app, settings, seen_ids, dedup)

@@ -19,12 +19,15 @@ from typing import Any
 import faust
 from faust.types import EventT, StoreT
 
-from app.eos import TaskTransactionManager
+from app.eos import TaskTransactionManager, batch_partition
 from tables.store import TransactionalStore
 
 
 def current_partition() -> int:
     """The partition of the record being processed (tables are co-partitioned with it)."""
+    batch = batch_partition.get()
+    if batch is not None:
+        return batch
     event: EventT | None = faust.current_event()
     if event is None:
         raise RuntimeError("a transactional table is only readable and writable while processing")
