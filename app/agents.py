@@ -1,4 +1,6 @@
-"""The ``dedupe_events`` agent: a thin loop that reads, looks up, writes and sends.
+"""The dedup loop: ``dedupe_batch`` (exactly-once: batches of one partition's records, handed
+over by ``app.eos.Consumer``) and the ``dedupe_events`` agent (subscribes the source topics;
+at-least-once processes through it). Both are thin loops over ``Deduplicator.handle``.
 
 Every decision comes from ``app.rules``; every send and table write happens inside the
 record's task transaction (``app.eos``), so the record's output, dead-letter or repartition

@@ -130,9 +130,8 @@ async def send_known(
         )
         known_topics.add(topic)
         return fut
-    txn = producer._txn_manager
-    if txn is not None and txn.transactional_id is not None and not txn.is_in_transaction():
-        raise IllegalOperation("Can't send messages while not in transaction")
+    # (``send`` also checks that a transaction is open: the processing scopes open it, and it
+    # cannot end while they hold the task's lock.)
     accumulated: asyncio.Future[RecordMetadata] = await producer._message_accumulator.add_message(
         TopicPartition(topic, partition),
         key,
@@ -174,6 +173,12 @@ async def _delivered(task: Task) -> None:
         exc = f.exception()
         if exc is not None:
             raise exc
+
+
+def is_transaction_error(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
+    """True when ``exc`` is the transaction's failure (Kafka's, or the producer refusing to send
+    once it was fenced: aiokafka's ``IllegalOperation`` is no ``KafkaError``), not a bug."""
+    return isinstance(exc, KafkaError | IllegalOperation) or is_fenced(producer, exc)
 
 
 class TaskState(enum.Enum):
@@ -242,6 +247,8 @@ class Task:
     #: Source partitions sought back by the stall watchdog since their last delivery.
     stall_seeks: set[TopicPartition] = field(default_factory=set)
     # figures for status and metrics
+    #: Batches the consumer handed over for this task (``processing_batch``) that completed.
+    batches: int = 0
     commits: int = 0
     committed_records: int = 0
     last_commit_at: float | None = None
@@ -360,7 +367,7 @@ class _ProcessingScope:
                 faults_ = manager.faults
                 if faults_ is not None and faults_.reach("processed") == "skip-fetched":
                     await manager._skip_fetched(tp)
-        except KafkaError as flush_exc:
+        except (KafkaError, IllegalOperation) as flush_exc:
             exc = flush_exc
         finally:
             task.lock.release()
@@ -369,7 +376,7 @@ class _ProcessingScope:
             manager._transaction_error(task, exc, "while processing")
             # A Kafka error is the transaction's, not the record's: the task is stopped and
             # the partition re-read, the agent goes on. Anything else is a bug: re-raise.
-            return isinstance(exc, KafkaError)
+            return is_transaction_error(task.producer, exc)
         if task.records >= manager.commit_every:
             manager.commit_soon()
         return False
@@ -459,6 +466,11 @@ class _BatchScope:
             if not task.in_transaction:
                 await task.producer.begin_transaction()
                 task.in_transaction = True
+        except Exception as exc:
+            # The producer's state, never the batch's (aiokafka asserts when it is fenced).
+            task.lock.release()
+            self._manager._transaction_error(task, exc, "beginning a transaction")
+            return None
         except BaseException:
             task.lock.release()
             raise
@@ -479,15 +491,18 @@ class _BatchScope:
         try:
             if exc is None:
                 await manager._flush_outbox(task)
-        except KafkaError as flush_exc:
+        except (KafkaError, IllegalOperation) as flush_exc:
             exc = flush_exc
         finally:
             batch_partition.reset(self._token)
             task.lock.release()
         if exc is not None:
-            # Part of the batch is in the transaction: it must never commit.
+            # Part of the batch is in the transaction: it must never commit. A transaction's
+            # error stops the task (the partition is re-read), the worker goes on; anything
+            # else is a bug and stops the worker.
             manager._transaction_error(task, exc, "while processing")
-            return isinstance(exc, KafkaError)
+            return is_transaction_error(task.producer, exc)
+        task.batches += 1
         if task.records >= manager.commit_every:
             manager.commit_soon()
         return False

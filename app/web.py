@@ -8,7 +8,7 @@
   forwarded to that worker (Faust's router).
 - ``GET /stats``: per partition this worker owns: ids held, effective window, oldest and newest
   first sighting, ids expired and evicted, records forwarded / dropped / dead-lettered /
-  re-keyed by this process, consumer lag, commits and the last commit.
+  re-keyed by this process, record batches handled, consumer lag, commits and the last commit.
 - ``GET /metrics``: the same figures for Prometheus, plus commit latency (``app/metrics.py``).
 
 Faust's own pages that expose table contents are turned off in ``app/factory.py``. Try it with
@@ -67,6 +67,7 @@ def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
             "rekeyed": counts.get("rekeyed", 0),
             "consumer_lag": _lag(app, tm, tm.settings.input_topic, p),
             "repartition_lag": _lag(app, tm, tm.settings.repartition_topic, p),
+            "batches": task.batches,
             "commits": task.commits,
             "last_commit_at": task.last_commit_at,
             "last_commit_seconds": task.last_commit_seconds,

@@ -93,6 +93,9 @@ def test_status_endpoints_with_two_workers(
     assert sorted(stats) == ["0", "1", "2", "3"]
     assert sum(s["ids_held"] for s in stats.values()) == len(stream.unique)
     assert all(s["state"] == "running" and s["commits"] > 0 for s in stats.values())
+    # records reach the agent in batches (app.eos.Consumer), not one by one
+    handled = sum(s["forwarded"] + s["duplicates_dropped"] for s in stats.values())
+    assert 0 < sum(s["batches"] for s in stats.values()) < handled
     assert all(s["consumer_lag"] in (0, None) for s in stats.values())  # input: exact
     assert all(isinstance(s["repartition_lag"], int | None) for s in stats.values())
     status, text = get(a, "/metrics")
