@@ -36,7 +36,6 @@ from faust.types import TP, Message
 
 from app.eos import (
     MAX_BATCH_BYTES,
-    MAX_LINGER_MS,
     Task,
     TaskTransaction,
     TaskTransactionManager,
@@ -121,8 +120,8 @@ class AtLeastOnceManager(TaskTransactionManager):
                     client_id=f"{s.app_id}-at-least-once-producer",
                     enable_idempotence=True,
                     acks="all",
-                    # as in app.eos: batches go out at each flush (send_lingering)
-                    linger_ms=min(round(s.commit_interval * 1000), MAX_LINGER_MS),
+                    # as in app.eos: tasks build the batches (append_record), sent at flush
+                    linger_ms=0,
                     max_batch_size=MAX_BATCH_BYTES,
                     max_request_size=s.dlq_max_message_bytes,
                     request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
@@ -137,8 +136,6 @@ class AtLeastOnceManager(TaskTransactionManager):
 
         Raises the first failed send: the caller must not commit offsets then.
         """
-        if self._producer is not None:
-            await send_lingering(self._producer)
         await asyncio.gather(*(self._flush_task(t) for t in list(self.tasks.values())))
 
     async def _flush_task(self, task: Task) -> None:
@@ -146,7 +143,10 @@ class AtLeastOnceManager(TaskTransactionManager):
             if not task.records:
                 return
             try:
-                await asyncio.gather(*task.pending, *task.changelog_pending)
+                await task.send_batches()
+                assert task.producer is not None
+                await send_lingering(task.producer)
+                await asyncio.gather(*(f for f, _ in (*task.pending, *task.changelog_pending)))
             except BaseException:
                 self._discard_staged(task)
                 task.reset_transaction()

@@ -111,14 +111,14 @@ async def test_delivered_waits_for_unanswered_sends_and_raises_the_first_error()
     task = Task(0, "txn-0")
     ok, late = loop.create_future(), loop.create_future()
     ok.set_result("meta")
-    task.pending.extend([ok, late])
+    task.pending.extend([(ok, 0), (late, 9)])
     loop.call_later(0.01, late.set_result, "meta")
     await _delivered(task)
     assert late.done()
 
     failed = loop.create_future()
     failed.set_exception(KafkaTimeoutError("batch expired"))
-    task.changelog_pending.append(failed)
+    task.changelog_pending.append((failed, 0))
     with pytest.raises(KafkaTimeoutError):
         await _delivered(task)
 
