@@ -1125,6 +1125,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 return
             try:
                 fault = self.faults.reach("commit") if self.faults is not None else None
+                if fault == "pause":
+                    await asyncio.sleep(faults.PAUSE_SECONDS)
                 if fault == "lose-request":
                     raise TimeoutError("fault injection: commit request lost")
                 commit = asyncio.ensure_future(producer.commit_transaction())

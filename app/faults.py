@@ -4,8 +4,8 @@
 reaches ``point`` (once). Points:
 
 - ``stored``: a record's table write is staged, its output not sent yet.
-- ``sent``: the record's output was handed to the producer, its changelog record not yet.
-- ``processed``: after a record's sends and changelog records were handed to the producer.
+- ``sent``: the record's output is in its task's open transaction, its changelog record not yet.
+- ``processed``: after a record counts as processed (its offset joined the open transaction).
 - ``commit``: just before a task's commit request (EndTxn), after its offsets were sent.
 - ``committed``: right after a commit succeeded, before the store applied it.
 - ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
@@ -20,6 +20,8 @@ Actions:
   was lost (a timeout): the outcome is unknown to the worker, though the broker commits;
 - ``lose-request`` (``commit`` only): behave as if the request timed out without sending it:
   the outcome is unknown to the worker, and the transaction did not commit.
+- ``pause`` (``commit`` only): wait ``PAUSE_SECONDS`` before the commit request, with the
+  transaction's records written to the log (so a test can look at them uncommitted);
 - ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
   partition's end without delivering the records in between, as Faust's consumer does when it
   drops a fetched batch (the stall watchdog must bring them back).
@@ -35,9 +37,16 @@ import signal
 from dataclasses import dataclass
 
 POINTS = {"stored", "sent", "processed", "commit", "committed", "rebalance", "assigned"}
-ACTIONS = {"kill", "term", "lose-response", "lose-request", "skip-fetched"}
+ACTIONS = {"kill", "term", "lose-response", "lose-request", "pause", "skip-fetched"}
 #: The point each action other than ``kill`` applies to.
-ACTION_POINT = {"lose-response": "commit", "lose-request": "commit", "skip-fetched": "processed"}
+ACTION_POINT = {
+    "lose-response": "commit",
+    "lose-request": "commit",
+    "pause": "commit",
+    "skip-fetched": "processed",
+}
+#: How long the ``pause`` action holds a commit.
+PAUSE_SECONDS = 5.0
 _SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
 
 

@@ -13,6 +13,7 @@ from app.settings import Settings, SettingsError
     [
         ("commit=lose-response@5", "commit", "lose-response", 5),
         ("commit=lose-request@1", "commit", "lose-request", 1),
+        ("commit=pause@1", "commit", "pause", 1),
         ("processed=kill@100", "processed", "kill", 100),
         ("committed=kill@2", "committed", "kill", 2),
         ("assigned=term@1", "assigned", "term", 1),
@@ -34,6 +35,7 @@ def test_parse(spec: str, point: str, action: str, at: int) -> None:
         "commit=explode@1",
         "processed=lose-request@1",
         "commit=skip-fetched@1",
+        "sent=pause@1",
     ],
 )
 def test_malformed_plans_are_refused_at_start_up(spec: str) -> None:
