@@ -113,9 +113,15 @@ def build_stream(
 
 
 async def produce(
-    bootstrap: str, topic: str, records: Iterable[OutRecord], *, progress: bool = False
+    bootstrap: str,
+    topic: str,
+    records: Iterable[OutRecord],
+    *,
+    progress: bool = False,
+    rate: float | None = None,
 ) -> int:
-    """Send ``records`` in order with an idempotent producer (acks=all); returns the count."""
+    """Send ``records`` in order with an idempotent producer (acks=all); returns the count.
+    ``rate``: at most this many records per second (a steady feed; default: as fast as can be)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
@@ -126,6 +132,7 @@ async def produce(
     )
     await producer.start()
     sent = 0
+    started = time.monotonic()
     try:
         pending: list[asyncio.Future[object]] = []
         for rec in records:
@@ -133,6 +140,8 @@ async def produce(
                 await producer.send(topic, rec.value, key=rec.key, headers=list(rec.headers))
             )
             sent += 1
+            if rate is not None and sent % 100 == 0:
+                await asyncio.sleep(max(0.0, started + sent / rate - time.monotonic()))
             if len(pending) >= 5_000:
                 await asyncio.gather(*pending)
                 pending.clear()

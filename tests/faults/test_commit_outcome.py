@@ -88,9 +88,11 @@ def test_broker_pauses_keep_exactly_once(
     worker.wait_ready()
     stream = build_stream(60_000, 0.1, seed=12)
     done: list[int] = []
+    # A steady feed (~22 s at 3,000/s) keeps transactions open through the pauses: the worker
+    # processes faster than that, so a feed as fast as can be was done before the first pause.
     feeder = threading.Thread(
         target=lambda: done.append(
-            asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+            asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records, rate=3_000))
         )
     )
     feeder.start()
