@@ -361,16 +361,7 @@ class _ProcessingScope:
         try:
             if exc is None:
                 await manager._flush_outbox(task)
-                message = self._message
-                tp = TopicPartition(message.topic, message.partition)
-                if tp not in manager.first_offsets:
-                    manager.first_offsets[tp] = message.offset
-                    log.info("%s-%d: first record processed at offset %d", *tp, message.offset)
-                task.offsets[tp] = task.positions[tp] = message.offset + 1
-                task.records += 1
-                faults_ = manager.faults
-                if faults_ is not None and faults_.reach("processed") == "skip-fetched":
-                    await manager._skip_fetched(tp)
+                await manager._processed(task, self._message)
         except (KafkaError, IllegalOperation) as flush_exc:
             exc = flush_exc
         finally:
@@ -420,7 +411,6 @@ class TaskBatch(TaskTransaction):
         manager, task = self._manager, self._task
         app = manager.app
         flow_active = app.flow_control.is_active
-        faults_ = manager.faults
         for n, message in enumerate(self._messages, 1):
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # let the web server and timers run in a long batch
@@ -433,14 +423,7 @@ class TaskBatch(TaskTransaction):
             if not await manager._in_sequence(task, message):
                 continue
             yield message
-            tp = TopicPartition(message.topic, message.partition)
-            if tp not in manager.first_offsets:
-                manager.first_offsets[tp] = message.offset
-                log.info("%s-%d: first record processed at offset %d", *tp, message.offset)
-            task.offsets[tp] = task.positions[tp] = message.offset + 1
-            task.records += 1
-            if faults_ is not None and faults_.reach("processed") == "skip-fetched":
-                await manager._skip_fetched(tp)
+            await manager._processed(task, message)
 
 
 class _BatchScope:
@@ -611,6 +594,17 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             task.changelog_tps.add(tp)
             await append_record(task, tp, rec.key, rec.value)
         task.outbox.clear()
+
+    async def _processed(self, task: Task, message: Message) -> None:
+        """``message`` is processed: its offset joins the task's open transaction."""
+        tp = TopicPartition(message.topic, message.partition)
+        if tp not in self.first_offsets:
+            self.first_offsets[tp] = message.offset
+            log.info("%s-%d: first record processed at offset %d", *tp, message.offset)
+        task.offsets[tp] = task.positions[tp] = message.offset + 1
+        task.records += 1
+        if self.faults is not None and self.faults.reach("processed") == "skip-fetched":
+            await self._skip_fetched(tp)
 
     def commit_soon(self) -> None:
         self._wakeup.set()

@@ -14,7 +14,14 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.structs import TopicPartition
 
-from app.eos import Task, TaskBatch, TaskState, _delivered, batch_partition
+from app.eos import (
+    Task,
+    TaskBatch,
+    TaskState,
+    TaskTransactionManager,
+    _delivered,
+    batch_partition,
+)
 from tables.transactional import current_partition
 
 
@@ -41,6 +48,8 @@ class FakeManager:
 
     async def _in_sequence(self, task: Task, message: Msg) -> bool:
         return message.offset not in self.rejected
+
+    _processed = TaskTransactionManager._processed  # the real bookkeeping
 
 
 def batch(manager: FakeManager, offsets: list[int], **kw: Any) -> tuple[Task, TaskBatch]:
