@@ -98,11 +98,11 @@ class Deduplicator:
             self.faults.reach("sent")
         return Outcome.FORWARDED
 
-    def count(self, partition: int, outcome: str) -> None:
+    def count(self, partition: int, outcome: str, n: int = 1) -> None:
         counter = self.counts.get(partition)
         if counter is None:
             counter = self.counts[partition] = Counter()
-        counter[outcome] += 1
+        counter[outcome] += n
 
 
 def register_agents(
@@ -144,9 +144,7 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
                 return  # not our partition any more: its owner processes it
             async for message in batch.records():
                 outcomes[await dedup.handle(batch, message)] += 1
-        counter = dedup.counts.get(messages[0].partition)
-        if counter is None:
-            counter = dedup.counts[messages[0].partition] = Counter()
-        counter.update(outcomes)
+        for outcome, n in outcomes.items():
+            dedup.count(messages[0].partition, outcome, n)
 
     return dedupe_batch

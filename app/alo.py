@@ -39,6 +39,7 @@ from app.eos import (
     Task,
     TaskTransaction,
     TaskTransactionManager,
+    delivered,
     send_lingering,
 )
 
@@ -146,7 +147,7 @@ class AtLeastOnceManager(TaskTransactionManager):
                 await task.send_batches()
                 assert task.producer is not None
                 await send_lingering(task.producer)
-                await asyncio.gather(*(f for f, _ in (*task.pending, *task.changelog_pending)))
+                await delivered(task)
             except BaseException:
                 self._discard_staged(task)
                 task.reset_transaction()

@@ -155,7 +155,7 @@ def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     )
 
 
-async def _delivered(task: Task) -> None:
+async def delivered(task: Task) -> None:
     """Raise the first send error of the open transaction, once every send is answered
     (after ``send_lingering`` every one normally is)."""
     futures = [f for f, _ in (*task.pending, *task.changelog_pending)]
@@ -1105,7 +1105,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 await asyncio.wait_for(task.send_batches(), timeout)
                 await asyncio.wait_for(self._record_source_offsets(task, offsets), timeout)
                 await asyncio.wait_for(send_lingering(producer), timeout)
-                await asyncio.wait_for(_delivered(task), timeout=timeout)
+                await asyncio.wait_for(delivered(task), timeout=timeout)
                 changelog_offset = max(
                     (f.result().offset + last for f, last in task.changelog_pending), default=None
                 )

@@ -1,5 +1,5 @@
 """The exactly-once worker's batch path, in memory: which records of a batch count as processed
-(``TaskBatch.records``), the commit's check of the sends (``_delivered``), and the partition a
+(``TaskBatch.records``), the commit's check of the sends (``delivered``), and the partition a
 table write goes to while a batch is processed. The consumer side and the whole path on a real
 broker are covered by tests/integration and tests/faults (every exactly-once worker runs it)."""
 
@@ -19,8 +19,8 @@ from app.eos import (
     TaskBatch,
     TaskState,
     TaskTransactionManager,
-    _delivered,
     batch_partition,
+    delivered,
 )
 from tables.transactional import current_partition
 
@@ -115,21 +115,21 @@ async def test_a_task_that_stopped_processes_nothing_more() -> None:
     assert got == [10]
 
 
-async def test_delivered_waits_for_unanswered_sends_and_raises_the_first_error() -> None:
+async def testdelivered_waits_for_unanswered_sends_and_raises_the_first_error() -> None:
     loop = asyncio.get_running_loop()
     task = Task(0, "txn-0")
     ok, late = loop.create_future(), loop.create_future()
     ok.set_result("meta")
     task.pending.extend([(ok, 0), (late, 9)])
     loop.call_later(0.01, late.set_result, "meta")
-    await _delivered(task)
+    await delivered(task)
     assert late.done()
 
     failed = loop.create_future()
     failed.set_exception(KafkaTimeoutError("batch expired"))
     task.changelog_pending.append((failed, 0))
     with pytest.raises(KafkaTimeoutError):
-        await _delivered(task)
+        await delivered(task)
 
 
 def test_table_writes_go_to_the_partition_of_the_batch() -> None:
