@@ -65,6 +65,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     IllegalOperation,
     InvalidProducerEpoch,
+    KafkaConnectionError,
     KafkaError,
     ProducerFenced,
     TransactionalIdAuthorizationFailed,
@@ -168,6 +169,31 @@ async def delivered(task: Task) -> None:
             raise exc
 
 
+def retrieve_exception_later(fut: asyncio.Future[Any]) -> None:
+    """Mark ``fut``'s outcome as seen: a given-up send or abort must not log "exception was
+    never retrieved" (at ERROR) when it fails after we stopped waiting for it."""
+    fut.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+
+
+async def force_close(producer: AIOKafkaProducer) -> None:
+    """Close ``producer`` after its ``stop()`` was cut short (it waits for the broker to take
+    what it holds, and a paused broker never does): stop its sender and close its connections,
+    so no producer of a given-up transaction lives on, sends once the broker is back, and then
+    fails futures nobody awaits (aiokafka internals; every producer we drop is fenced anyway).
+    """
+    try:
+        await producer._sender.close()
+        # stop() waits for the batches still held to be sent: fail them (quietly) so it ends.
+        acc = producer._message_accumulator
+        for batch in (*(b for bs in acc._batches.values() for b in bs), *acc._pending_batches):
+            for fut in (batch.future, batch._drain_waiter, *(f for f, _ in batch._msg_futures)):
+                retrieve_exception_later(fut)
+        acc.fail_all(KafkaConnectionError("the transactional producer was dropped"))
+        await producer.client.close()
+    except Exception as exc:  # closing what is already broken: nothing more to do
+        log.warning("dropping a transactional producer: %r", exc)
+
+
 def is_transaction_error(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     """True when ``exc`` is the transaction's failure (Kafka's, or the producer refusing to send
     once it was fenced: aiokafka's ``IllegalOperation`` is no ``KafkaError``), not a bug."""
@@ -269,6 +295,9 @@ class Task:
             await self.send_batch(tp)
 
     def reset_transaction(self) -> None:
+        # Sends of a transaction given up fail later (aborted, fenced); nobody awaits them.
+        for fut, _ in (*self.pending, *self.changelog_pending):
+            retrieve_exception_later(fut)
         self.in_transaction = False
         self.builders.clear()
         self.pending.clear()
@@ -633,7 +662,15 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             return True
         if message.offset < expected:
             return False  # delivered again: already processed in this or a committed transaction
-        missed = await self._records_between(tp, expected, message.offset)
+        try:
+            missed = await self._records_between(tp, expected, message.offset)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            self._fail(
+                task,
+                f"could not learn what lies between offsets {expected} and {message.offset} "
+                f"of {tp.topic}-{tp.partition} (the broker did not answer: {exc!r})",
+            )
+            return False
         if missed is None:
             return True
         self._fail(
@@ -690,9 +727,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                     found: int = record.offset
                     return found
             if not records and await reader.position(tp) < end:
-                # Nothing visible yet below ``end``: only possible while a transaction is still
-                # open there, which cannot be the case for records already delivered after it.
-                return start
+                # Nothing below ``end`` came back in time. The gap is before a record already
+                # delivered (or below the last stable offset), so no transaction is open in it:
+                # the broker did not answer (paused, overloaded), and the gap is unknown.
+                raise TimeoutError(
+                    f"no answer for {tp.topic}-{tp.partition} offsets [{start}, {end}) "
+                    f"within {self.settings.commit_timeout:g}s"
+                )
         return None
 
     async def _skip_fetched(self, tp: TopicPartition) -> None:
@@ -925,7 +966,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         try:
             await asyncio.wait_for(producer.stop(), timeout=self.settings.commit_timeout)
         except (TimeoutError, KafkaError) as exc:
-            log.warning("closing a transactional producer failed: %r", exc)
+            log.warning("closing a transactional producer failed (%r): dropping it", exc)
+            await force_close(producer)
 
     def _discard_staged(self, task: Task) -> None:
         for store in self.stores:
@@ -1223,14 +1265,15 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     async def _abort(self, task: Task) -> None:
         producer = task.producer
         assert producer is not None
+        aborting = asyncio.ensure_future(producer.abort_transaction())
+        retrieve_exception_later(aborting)
         try:
-            await asyncio.wait_for(
-                asyncio.shield(producer.abort_transaction()), self.settings.commit_timeout
-            )
+            await asyncio.wait_for(asyncio.shield(aborting), self.settings.commit_timeout)
         except Exception as exc:
             if is_fenced(producer, exc):
                 self._fenced(task, exc)
                 return
+            aborting.cancel()  # the producer is dropped: nothing will answer it
             # InitProducerId of a new producer aborts whatever this one left open.
             log.warning("partition %d: abort failed (%r); recreating producer", task.partition, exc)
             await self._close_producer(producer)

@@ -6,6 +6,7 @@ broker are covered by tests/integration and tests/faults (every exactly-once wor
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -115,7 +116,7 @@ async def test_a_task_that_stopped_processes_nothing_more() -> None:
     assert got == [10]
 
 
-async def testdelivered_waits_for_unanswered_sends_and_raises_the_first_error() -> None:
+async def test_delivered_waits_for_unanswered_sends_and_raises_the_first_error() -> None:
     loop = asyncio.get_running_loop()
     task = Task(0, "txn-0")
     ok, late = loop.create_future(), loop.create_future()
@@ -140,3 +141,81 @@ def test_table_writes_go_to_the_partition_of_the_batch() -> None:
         assert current_partition() == 5
     finally:
         batch_partition.reset(token)
+
+
+async def test_sends_of_a_transaction_given_up_fail_quietly() -> None:
+    """A send that fails after its transaction was dropped (aborted, fenced) must not log
+    "Future exception was never retrieved" at ERROR: nobody is left to await it."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        task = Task(0, "txn-0")
+        kept, dropped = loop.create_future(), loop.create_future()
+        task.pending.append((dropped, 0))
+        task.reset_transaction()
+        for fut in (kept, dropped):
+            fut.set_exception(KafkaTimeoutError("fenced later"))
+        del fut, kept, dropped
+        gc.collect()
+        # only the future that was not in the dropped transaction is reported
+        assert [c["message"] for c in reported] == ["Future exception was never retrieved"]
+    finally:
+        loop.set_exception_handler(None)
+
+
+def gap_manager(reader_batches: list[dict[TopicPartition, list[Any]]]) -> Any:
+    """What ``_first_record`` and ``_in_sequence`` read of the manager, with a gap reader that
+    answers ``reader_batches`` in turn (then nothing) and never moves past offset 10."""
+    failures: list[str] = []
+
+    class Reader:
+        def assignment(self) -> set[TopicPartition]:
+            return {TP}
+
+        def seek(self, tp: TopicPartition, offset: int) -> None:
+            self.at = offset
+
+        async def position(self, tp: TopicPartition) -> int:
+            return self.at
+
+        async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[TopicPartition, Any]:
+            return reader_batches.pop(0) if reader_batches else {}
+
+    manager = SimpleNamespace(
+        settings=SimpleNamespace(commit_timeout=0.01),
+        _skipping={},
+        failures=failures,
+        reader=Reader(),
+        _fail=lambda task, why: failures.append(why),
+    )
+
+    async def records_between(tp: TopicPartition, start: int, end: int) -> int | None:
+        return await TaskTransactionManager._first_record(manager, manager.reader, tp, start, end)  # type: ignore[arg-type]
+
+    manager._records_between = records_between
+    return manager
+
+
+async def test_a_gap_the_broker_does_not_answer_for_is_unknown_not_a_skip() -> None:
+    manager = gap_manager([])  # a paused broker: nothing comes back
+    with pytest.raises(TimeoutError, match=r"offsets \[10, 12\)"):
+        await manager._records_between(TP, 10, 12)
+
+    task = Task(3, "txn-3")
+    task.positions[TP] = 10
+    ok = await TaskTransactionManager._in_sequence(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
+    assert not ok
+    assert manager.failures == [
+        "could not learn what lies between offsets 10 and 12 of events-3 (the broker did not "
+        "answer: TimeoutError('no answer for events-3 offsets [10, 12) within 0.01s'))"
+    ]
+
+
+async def test_a_gap_with_a_committed_record_in_it_is_a_skip() -> None:
+    manager = gap_manager([{TP: [SimpleNamespace(offset=11)]}])
+    task = Task(3, "txn-3")
+    task.positions[TP] = 10
+    ok = await TaskTransactionManager._in_sequence(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
+    assert not ok
+    assert manager.failures[0].startswith("the consumer skipped record 11 of events-3")
