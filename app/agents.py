@@ -1,6 +1,7 @@
 """The dedup loop: ``dedupe_batch`` (exactly-once: batches of one partition's records, handed
 over by ``app.eos.Consumer``) and the ``dedupe_events`` agent (subscribes the source topics;
-at-least-once processes through it). Both are thin loops over ``Deduplicator.handle``.
+only at-least-once processes through it, record by record). Both are thin loops over
+``Deduplicator.handle``.
 
 Every decision comes from ``app.rules``; every send and table write happens inside the
 record's task transaction (``app.eos``), so the record's output, dead-letter or repartition
@@ -16,6 +17,7 @@ import faust
 from faust.types import EventT, Message
 
 from app import faults, rules
+from app.alo import AtLeastOnceManager
 from app.eos import BatchHandler, TaskTransaction, TaskTransactionManager
 from app.settings import Settings
 from tables.seen_ids import SeenIds
@@ -119,6 +121,13 @@ def register_agents(
         event: EventT
         async for event in stream.events():
             message = event.message
+            if not isinstance(transactions, AtLeastOnceManager):
+                # Exactly-once: app.eos.Consumer hands every source record to dedupe_batch.
+                raise RuntimeError(
+                    f"record {message.topic}-{message.partition}@{message.offset} reached the "
+                    "dedupe_events agent in exactly-once mode, outside any transaction: "
+                    "the consumer must hand source records to dedupe_batch"
+                )
             async with transactions.processing(message) as txn:
                 if txn is None:
                     continue  # not our partition any more: its owner processes it

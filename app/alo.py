@@ -14,10 +14,12 @@ same agent, table and rules with Faust's own ``at_least_once`` guarantee instead
   the last commit are processed again: their first copies may be forwarded a second time
   (at-least-once), none is lost.
 
-It reuses the exactly-once manager's interface (``processing``, ``stage_changelog``,
-``register_store``, ``tasks``) so agents, tables and the web views work unchanged; it does not
-change ``app/eos.py`` or ``tables/store.py``. Not covered by the fault tests: the guarantees
-the README states are those of the default exactly-once mode.
+Records go through Faust's per-record path to the ``dedupe_events`` agent, which opens
+``processing(message)`` per record (the exactly-once worker hands batches to ``dedupe_batch``
+instead: Faust's offset commit, which this mode relies on, only counts records its stream
+acknowledged). It reuses the exactly-once manager's ``stage_changelog``, ``register_store``
+and ``tasks`` so tables and the web views work unchanged. Not covered by the fault tests: the
+guarantees the README states are those of the default exactly-once mode.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class AtLeastOnceManager(TaskTransactionManager):
         self._producer: AIOKafkaProducer | None = None
         self._producer_lock = asyncio.Lock()
 
-    def processing(self, message: Message) -> _Scope:  # type: ignore[override]
+    def processing(self, message: Message) -> _Scope:
+        """Scope for processing ``message``: ``async with tm.processing(msg) as txn: ...``."""
         return _Scope(self, message)
 
     async def task(self, partition: int) -> Task:

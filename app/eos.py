@@ -16,7 +16,7 @@ caused by the records of task ``p`` goes into task ``p``'s open transaction:
 - output, dead-letter and repartition records (``TaskTransaction.send``; the task builds one
   record batch per target partition and hands it to the producer when full or at the commit);
 - the table's changelog records (``TransactionalTable`` stages them; they are sent when the
-  record's processing scope closes, so they are always in the same transaction as the record);
+  batch's processing scope closes, so they are always in the same transaction as the records);
 - the consumed offsets (``send_offsets_to_transaction`` at commit).
 
 Local state follows the transaction: table writes are staged in memory per task and applied to
@@ -25,7 +25,9 @@ transaction committed. An aborted or failed transaction discards them. So RocksD
 write that did not commit, and after a restart Faust's recovery replays only committed changelog
 records (the consumer reads with ``isolation.level=read_committed``).
 
-Commits run every ``DEDUPE_COMMIT_INTERVAL`` for every task with new work. A record's processing
+Records reach the manager in batches of one task's records (``processing_batch``, called by
+``Consumer`` through the app's ``batch_handler``, not through Faust's per-record stream).
+Commits run every ``DEDUPE_COMMIT_INTERVAL`` for every task with new work. A batch's processing
 scope and its task's commit exclude each other (a per-task lock), so a commit never contains half
 of a record, and the offsets committed are exactly those of the records whose sends are in it.
 
@@ -308,7 +310,9 @@ class Task:
 
 
 class TaskTransaction:
-    """What the agent may do while processing one record of a task: send, inside the transaction."""
+    """What the dedup loop may do while processing a task's records: send, inside the task's
+    transaction (exactly-once; :class:`TaskBatch`) or through the plain producer
+    (at-least-once, ``app.alo``)."""
 
     __slots__ = ("_task",)
 
@@ -340,70 +344,6 @@ class TaskTransaction:
             timestamp_ms,
             list(headers) if headers else None,
         )
-
-
-class _ProcessingScope:
-    """``async with tm.processing(message) as txn``: one record's share of its task's transaction.
-
-    Yields ``None`` when this worker does not own the record's task (revoked, fenced or failed):
-    the record is skipped and its offset is not committed, so its owner processes it.
-    """
-
-    __slots__ = ("_manager", "_message", "_task")
-
-    def __init__(self, manager: TaskTransactionManager, message: Message) -> None:
-        self._manager = manager
-        self._message = message
-        self._task: Task | None = None
-
-    async def __aenter__(self) -> TaskTransaction | None:
-        task = self._manager.tasks.get(self._message.partition)
-        if task is None or task.state is not TaskState.RUNNING:
-            return None
-        await task.lock.acquire()
-        if task.state is not TaskState.RUNNING or task.producer is None:
-            task.lock.release()
-            return None
-        try:
-            if not await self._manager._in_sequence(task, self._message):
-                task.lock.release()
-                return None
-            if not task.in_transaction:
-                await task.producer.begin_transaction()
-                task.in_transaction = True
-        except BaseException:
-            task.lock.release()
-            raise
-        self._task = task
-        return TaskTransaction(task)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        task = self._task
-        if task is None:
-            return False
-        manager = self._manager
-        try:
-            if exc is None:
-                await manager._flush_outbox(task)
-                await manager._processed(task, self._message)
-        except (KafkaError, IllegalOperation) as flush_exc:
-            exc = flush_exc
-        finally:
-            task.lock.release()
-        if exc is not None:
-            # Half of a record may be in the transaction: it must never commit.
-            manager._transaction_error(task, exc, "while processing")
-            # A Kafka error is the transaction's, not the record's: the task is stopped and
-            # the partition re-read, the agent goes on. Anything else is a bug: re-raise.
-            return is_transaction_error(task.producer, exc)
-        if task.records >= manager.commit_every:
-            manager.commit_soon()
-        return False
 
 
 #: The partition whose records the current batch scope processes (tables read it: see
@@ -527,8 +467,9 @@ class _BatchScope:
 class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     """Faust's transaction manager, replaced: one transaction per partition task.
 
-    Faust creates it through :class:`Transport` and calls it on rebalances; the agent opens a
-    scope per record with :meth:`processing`; tables stage changelog records with
+    Faust creates it through :class:`Transport` and calls it on rebalances; the batch handler
+    opens a scope per batch of one task's records with :meth:`processing_batch`; tables stage
+    changelog records with
     :meth:`stage_changelog`; a background loop commits every ``commit_interval``.
     """
 
@@ -589,10 +530,6 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self._offsets_kept = (store, changelog_topic)
 
     # -- the agent's side ----------------------------------------------------------------------
-
-    def processing(self, message: Message) -> _ProcessingScope:
-        """Scope for processing ``message``: ``async with tm.processing(msg) as txn: ...``."""
-        return _ProcessingScope(self, message)
 
     def processing_batch(self, messages: list[Message]) -> _BatchScope:
         """Scope for processing ``messages`` (records of one partition, in offset order):
@@ -889,7 +826,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     async def send(self, *args: Any, **kwargs: Any) -> Awaitable[RecordMetadata]:
         raise RuntimeError(
             "sends outside a task transaction are not allowed in this worker; "
-            "use TaskTransaction.send inside tm.processing(message)"
+            "use TaskBatch.send inside tm.processing_batch(messages)"
         )
 
     async def send_and_wait(self, *args: Any, **kwargs: Any) -> RecordMetadata:

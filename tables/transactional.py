@@ -8,7 +8,8 @@ transactional producer before the record counts as processed. Faust still declar
 topic, assigns its partitions with the source topics, recovers it, keeps standbys of it.
 
 Keys and values are raw bytes. A change is only allowed while a record of the same partition is
-being processed (``tm.processing(message)``); anything else raises.
+being processed (``tm.processing_batch(messages)``, or the at-least-once manager's
+``processing(message)``); anything else raises.
 """
 
 from __future__ import annotations
