@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -677,6 +678,15 @@ def fill(harness: Harness, store: TransactionalStore, partitions: int, keys: int
             store[b"k%d-%08d" % (p, i)] = b"v" * 100
             if i % 1000 == 999:
                 store.commit_partition(p, i)
+    # The flushes the budget triggers run in RocksDB's background threads, and memtables count
+    # until their flush ends: on a busy machine, wait for them (or give up after 30 s).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+        (store.partition_db(p).db.property_int_value(prop) or 0) > 0
+        for p in range(partitions)
+        for prop in ("rocksdb.mem-table-flush-pending", "rocksdb.num-running-flushes")
+    ):
+        time.sleep(0.05)
     return sum(
         store.partition_db(p).db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
         for p in range(partitions)
