@@ -44,7 +44,11 @@ class Deduplicator:
         self.max_future_ms = round(settings.max_future_skew * 1000)
         self.faults = faults.parse(settings.fault_injection)
 
-    async def handle(self, txn: TaskTransaction, message: Message) -> str:
+    async def handle(
+        self, txn: TaskTransaction, message: Message, key_partition: int | None = None
+    ) -> str:
+        """Decide ``message`` and send what it becomes; ``key_partition`` is the partition its
+        key hashes to, when the caller computed it for a whole batch."""
         s = self.settings
         value: bytes | None = message.value
         headers = list(message.headers or ())
@@ -65,7 +69,7 @@ class Deduplicator:
             )
             return Outcome.DEAD_LETTERED
         if message.topic == s.input_topic and rules.needs_rekey(
-            message.key, message.partition, checked, s.partitions
+            message.key, message.partition, checked, s.partitions, key_partition
         ):
             await txn.send(
                 s.repartition_topic,
@@ -145,14 +149,20 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
     records handed over by the exactly-once consumer (``app.eos.Consumer``) without Faust's
     per-record stream machinery. Counts apply once the batch's records are in the transaction."""
 
+    partitions = dedup.settings.partitions
+
     async def dedupe_batch(messages: list[Message]) -> None:
         transactions: TaskTransactionManager = app.consumer.transactions
         outcomes: Counter[str] = Counter()
         async with transactions.processing_batch(messages) as batch:
             if batch is None:
                 return  # not our partition any more: its owner processes it
+            # Where each key belongs, for the whole batch at once (the placement check).
+            homes = rules.partitions_for([m.key or b"" for m in messages], partitions)
+            home_of = {m.offset: home for m, home in zip(messages, homes, strict=True)}
             async for message in batch.records():
-                outcomes[await dedup.handle(batch, message)] += 1
+                outcome = await dedup.handle(batch, message, home_of[message.offset])
+                outcomes[outcome] += 1
         for outcome, n in outcomes.items():
             dedup.count(messages[0].partition, outcome, n)
 

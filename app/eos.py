@@ -125,20 +125,33 @@ async def append_record(
     values are bytes already. Nothing reaches the producer before its batch is sent, so a
     transaction that aborts never sent the open batches at all.
     """
-    builder = task.builders.get(tp)
-    if builder is None:
-        assert task.producer is not None
-        builder = task.builders[tp] = task.producer.create_batch()
-    if (
-        builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
-        is not None
-    ):
+    if append_now(task, tp, key, value, timestamp_ms, headers):
         return
     await task.send_batch(tp)  # full
     assert task.producer is not None
     builder = task.builders[tp] = task.producer.create_batch()
     # An empty batch takes any record (the broker judges its size).
     builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
+
+
+def append_now(
+    task: Task,
+    tp: TopicPartition,
+    key: bytes | None,
+    value: bytes | None,
+    timestamp_ms: int | None = None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> bool:
+    """:func:`append_record` without a coroutine: False (nothing added) when the open batch
+    for ``tp`` is full and must be sent first."""
+    builder = task.builders.get(tp)
+    if builder is None:
+        assert task.producer is not None
+        builder = task.builders[tp] = task.producer.create_batch()
+    return (
+        builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
+        is not None
+    )
 
 
 def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
@@ -336,14 +349,10 @@ class TaskTransaction:
         """Send one record in this task's open transaction; it becomes visible only on commit."""
         if partition is None:
             raise ValueError("a task transaction sends to explicit partitions only")
-        await append_record(
-            self._task,
-            TopicPartition(topic, partition),
-            key,
-            value,
-            timestamp_ms,
-            list(headers) if headers else None,
-        )
+        tp = TopicPartition(topic, partition)
+        listed = list(headers) if headers else None
+        if not append_now(self._task, tp, key, value, timestamp_ms, listed):
+            await append_record(self._task, tp, key, value, timestamp_ms, listed)
 
 
 #: The partition whose records the current batch scope processes (tables read it: see
@@ -380,6 +389,8 @@ class TaskBatch(TaskTransaction):
         manager, task = self._manager, self._task
         app = manager.app
         flow_active = app.flow_control.is_active
+        in_sequence, processed = manager._in_sequence_now, manager._processed_now
+        faults = manager.faults
         for n, message in enumerate(self._messages, 1):
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # let the web server and timers run in a long batch
@@ -389,10 +400,17 @@ class TaskBatch(TaskTransaction):
                 or message.generation_id != app.consumer_generation_id
             ):
                 return
-            if not await manager._in_sequence(task, message):
+            # The checks per record, without a coroutine each unless there is a gap to ask
+            # the broker about, or a fault to inject.
+            ok = in_sequence(task, message)
+            if ok is None:
+                ok = await manager._gap_checked(task, message)
+            if not ok:
                 continue
             yield message
-            await manager._processed(task, message)
+            processed(task, message)
+            if faults is not None:
+                await manager._fault_after_processed(message)
 
 
 class _BatchScope:
@@ -558,19 +576,28 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         for rec in task.outbox:
             tp = TopicPartition(rec.topic, task.partition)
             task.changelog_tps.add(tp)
-            await append_record(task, tp, rec.key, rec.value)
+            if not append_now(task, tp, rec.key, rec.value):
+                await append_record(task, tp, rec.key, rec.value)
         task.outbox.clear()
 
     async def _processed(self, task: Task, message: Message) -> None:
         """``message`` is processed: its offset joins the task's open transaction."""
+        self._processed_now(task, message)
+        if self.faults is not None:
+            await self._fault_after_processed(message)
+
+    def _processed_now(self, task: Task, message: Message) -> None:
         tp = TopicPartition(message.topic, message.partition)
         if tp not in self.first_offsets:
             self.first_offsets[tp] = message.offset
             log.info("%s-%d: first record processed at offset %d", *tp, message.offset)
         task.offsets[tp] = task.positions[tp] = message.offset + 1
         task.records += 1
-        if self.faults is not None and self.faults.reach("processed") == "skip-fetched":
-            await self._skip_fetched(tp)
+
+    async def _fault_after_processed(self, message: Message) -> None:
+        assert self.faults is not None
+        if self.faults.reach("processed") == "skip-fetched":
+            await self._skip_fetched(TopicPartition(message.topic, message.partition))
 
     def commit_soon(self) -> None:
         self._wakeup.set()
@@ -588,6 +615,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         which the broker is asked about (read_committed): commit markers and aborted records
         are fine, a real record means the partition is re-read from its committed offset.
         """
+        ok = self._in_sequence_now(task, message)
+        return await self._gap_checked(task, message) if ok is None else ok
+
+    def _in_sequence_now(self, task: Task, message: Message) -> bool | None:
+        """:meth:`_in_sequence` where no broker is needed; ``None`` for a gap."""
         tp = TopicPartition(message.topic, message.partition)
         if self._skipping and message.offset < self._skipping.get(tp, -1):
             return False  # fault injection: as if the consumer had never delivered it
@@ -599,6 +631,12 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             return True
         if message.offset < expected:
             return False  # delivered again: already processed in this or a committed transaction
+        return None
+
+    async def _gap_checked(self, task: Task, message: Message) -> bool:
+        """A record above the expected offset: the broker says whether the gap holds records."""
+        tp = TopicPartition(message.topic, message.partition)
+        expected = task.positions[tp]
         try:
             missed = await self._records_between(tp, expected, message.offset)
         except (KafkaError, TimeoutError, OSError) as exc:

@@ -19,8 +19,12 @@ from __future__ import annotations
 import enum
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+import numpy as np
+import orjson
 
 
 class BadInput(enum.StrEnum):
@@ -56,11 +60,32 @@ class Invalid:
 
 
 def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> Valid | Invalid:
-    """Validate one input value and extract its messageId."""
+    """Validate one input value and extract its messageId.
+
+    Values are parsed by orjson (about 3x faster than ``json``). Bad input is rare, so a
+    value orjson refuses, or one it parses into something other than a valid event, is judged
+    again by the standard library, whose verdict and detail stand. orjson is the stricter
+    parser (it refuses NaN, Infinity, lone surrogates, numbers beyond a double's range and
+    all that ``json`` refuses), and the fields judged (the document's type, ``messageId``,
+    ``timestamp``) come out the same from both, so a value gets the verdict ``json`` alone
+    would give it, with one exception: nesting 995 to 1,023 levels deep, which ``json``
+    refuses or accepts depending on the caller's stack depth and orjson accepts every time
+    (a verdict must not change on replay). ``tests/unit/test_rules.py`` holds the cases.
+    """
     if value is None:
         return Invalid(BadInput.NULL_VALUE, "record has no value (tombstone)")
     if len(value) > max_event_bytes:
         return Invalid(BadInput.TOO_LARGE, f"value is {len(value)} bytes, limit {max_event_bytes}")
+    try:
+        checked = _valid(orjson.loads(value), max_id_bytes)
+    except orjson.JSONDecodeError:
+        return _inspect_stdlib(value, max_id_bytes)
+    if isinstance(checked, Invalid):
+        return _inspect_stdlib(value, max_id_bytes)
+    return checked
+
+
+def _inspect_stdlib(value: bytes, max_id_bytes: int) -> Valid | Invalid:
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -71,6 +96,10 @@ def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> 
         return Invalid(BadInput.NOT_JSON, f"not JSON: {exc}"[:200])
     except RecursionError:
         return Invalid(BadInput.NOT_JSON, "JSON nested too deeply to parse")
+    return _valid(doc, max_id_bytes)
+
+
+def _valid(doc: object, max_id_bytes: int) -> Valid | Invalid:
     if not isinstance(doc, dict):
         return Invalid(BadInput.NOT_OBJECT, f"JSON {type(doc).__name__}, not an object")
     if "messageId" not in doc:
@@ -124,18 +153,79 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
+_M32 = np.uint32(_M)
+
+
+def murmur2_many(keys: Sequence[bytes]) -> list[int]:
+    """``[murmur2(k) for k in keys]``, computed for keys of one length at a time as arrays
+    (uint32 arithmetic wraps as the Java int's does): about 10x faster for a fetched batch,
+    where the placement of every record is checked."""
+    out = [0] * len(keys)
+    by_length: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_length.setdefault(len(key), []).append(i)
+    for length, where in by_length.items():
+        if len(where) < 8:  # arrays cost more than they save
+            for i in where:
+                out[i] = murmur2(keys[i])
+            continue
+        raw = np.frombuffer(b"".join([keys[i] for i in where]), dtype=np.uint8)
+        raw = raw.reshape(len(where), length)
+        h = np.full(len(where), 0x9747B28C ^ length, dtype=np.uint32)
+        words = length >> 2
+        if words:
+            block = np.ascontiguousarray(raw[:, : words << 2]).view("<u4")
+            for j in range(words):
+                k = block[:, j] * _M32
+                k ^= k >> np.uint32(24)
+                k *= _M32
+                h *= _M32
+                h ^= k
+        tail = words << 2
+        extra = length - tail
+        if extra >= 3:
+            h ^= raw[:, tail + 2].astype(np.uint32) << np.uint32(16)
+        if extra >= 2:
+            h ^= raw[:, tail + 1].astype(np.uint32) << np.uint32(8)
+        if extra >= 1:
+            h ^= raw[:, tail].astype(np.uint32)
+            h *= _M32
+        h ^= h >> np.uint32(13)
+        h *= _M32
+        h ^= h >> np.uint32(15)
+        for i, v in zip(where, h.tolist(), strict=True):
+            out[i] = v
+    return out
+
+
+def partitions_for(keys: Sequence[bytes], partitions: int) -> list[int]:
+    """``[partition_for(k, partitions) for k in keys]``, vectorised (:func:`murmur2_many`)."""
+    return [(h & 0x7FFFFFFF) % partitions for h in murmur2_many(keys)]
+
+
 def partition_for(id_bytes: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner (murmur2, Java-compatible) gives this key."""
     return (murmur2(id_bytes) & 0x7FFFFFFF) % partitions
 
 
-def needs_rekey(key: bytes | None, partition: int, event: Valid, partitions: int) -> bool:
+def needs_rekey(
+    key: bytes | None,
+    partition: int,
+    event: Valid,
+    partitions: int,
+    key_partition: int | None = None,
+) -> bool:
     """True when the record is not keyed and placed by its messageId, so it must be re-keyed.
 
     Records are decided by the state of the partition their id hashes to; a copy that sits
-    elsewhere would be checked against the wrong state and slip through.
+    elsewhere would be checked against the wrong state and slip through. ``key_partition``
+    is ``partition_for(key, partitions)`` when the caller has it already (:func:`partitions_for`
+    over a batch).
     """
-    return key != event.id_bytes or partition != partition_for(event.id_bytes, partitions)
+    if key != event.id_bytes:
+        return True
+    home = partition_for(event.id_bytes, partitions) if key_partition is None else key_partition
+    return partition != home
 
 
 # --- first sighting and the time window -----------------------------------------------------

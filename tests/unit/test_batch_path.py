@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from dataclasses import dataclass
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -38,7 +39,11 @@ class FakeManager:
     """What ``TaskBatch.records`` reads of the manager: the app's flow and generation, the
     sequence check, the fault hook and the first-offset log."""
 
-    def __init__(self, rejected: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    def __init__(
+        self,
+        rejected: set[int] = frozenset(),  # type: ignore[assignment]
+        gaps: dict[int, bool] | None = None,
+    ) -> None:
         self.flow = True
         self.app = SimpleNamespace(
             flow_control=SimpleNamespace(is_active=lambda: self.flow), consumer_generation_id=1
@@ -46,11 +51,21 @@ class FakeManager:
         self.faults = None
         self.first_offsets: dict[TopicPartition, int] = {}
         self.rejected = rejected
+        #: offset -> the broker's answer about the gap before it (True: nothing missed)
+        self.gaps = gaps or {}
+        self.asked: list[int] = []
 
-    async def _in_sequence(self, task: Task, message: Msg) -> bool:
+    def _in_sequence_now(self, task: Task, message: Msg) -> bool | None:
+        if message.offset in self.gaps:
+            return None
         return message.offset not in self.rejected
 
-    _processed = TaskTransactionManager._processed  # the real bookkeeping
+    async def _gap_checked(self, task: Task, message: Msg) -> bool:
+        await asyncio.sleep(0)
+        self.asked.append(message.offset)
+        return self.gaps[message.offset]
+
+    _processed_now = TaskTransactionManager._processed_now  # the real bookkeeping
 
 
 def batch(manager: FakeManager, offsets: list[int], **kw: Any) -> tuple[Task, TaskBatch]:
@@ -88,6 +103,14 @@ async def test_records_the_sequence_check_rejects_are_skipped() -> None:
     task, b = batch(FakeManager(rejected={11}), [10, 11, 12])
     assert [m.offset async for m in b.records()] == [10, 12]
     assert task.records == 2
+
+
+async def test_a_gap_is_asked_about_and_the_answer_decides() -> None:
+    manager = FakeManager(gaps={12: True, 20: False})
+    task, b = batch(manager, [10, 12, 20, 21])
+    assert [m.offset async for m in b.records()] == [10, 12, 21]
+    assert manager.asked == [12, 20]
+    assert task.records == 3
 
 
 async def test_a_stopped_flow_or_a_new_generation_ends_the_batch() -> None:
@@ -194,6 +217,8 @@ def gap_manager(reader_batches: list[dict[TopicPartition, list[Any]]]) -> Any:
         return await TaskTransactionManager._first_record(manager, manager.reader, tp, start, end)  # type: ignore[arg-type]
 
     manager._records_between = records_between
+    manager._in_sequence_now = partial(TaskTransactionManager._in_sequence_now, manager)
+    manager._gap_checked = partial(TaskTransactionManager._gap_checked, manager)
     return manager
 
 

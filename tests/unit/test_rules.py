@@ -123,6 +123,55 @@ def test_inspect_deeply_nested_json_is_dead_lettered(value: bytes) -> None:
     assert "nested too deeply" in result.detail
 
 
+# --- inspect: orjson's verdict is the standard library's --------------------------------------
+
+#: Values where orjson and ``json`` part ways (refuse what the other takes, or parse a field
+#: into another type) or that test the verdict's fields.
+PARSER_EDGES = [
+    b'{"messageId":"a","messageId":"b"}',  # duplicate keys: the last wins in both
+    b'{"messageId":"b","timestamp":"2024-01-01T00:00:00Z","timestamp":"x"}',
+    b'{"messageId":"\\ud800"}',  # lone surrogate escape: orjson refuses, json parses
+    b'{"messageId":"ok","note":"\\udfff"}',  # ... in another field: json accepts the event
+    b'{"messageId":"a","n":NaN}',
+    b'{"messageId":"a","n":-Infinity}',
+    b'{"messageId":"a","f":1e400}',  # beyond a double: orjson refuses, json gives inf
+    b'{"messageId":"a","n":123456789012345678901234567890}',  # orjson: a float, json: an int
+    b'{"messageId":"a","n":' + b"9" * 500 + b"}",  # orjson: infinity, refused; json: an int
+    b'{"messageId":"a","n":' + b"9" * 5000 + b"}",  # json: over its digit limit
+    b'{"messageId":123456789012345678901234567890}',  # detail names json's type (int)
+    b"123456789012345678901234567890",
+    b'\xef\xbb\xbf{"messageId":"a"}',  # a byte-order mark
+    b'{"messageId":"a\x00"}',  # a raw control character
+    b'{"messageId":"\\u0000"}',
+    b'{"messageId":"\xed\xa0\x80"}',  # a surrogate encoded in UTF-8 bytes
+    b'{"messageId":"\xff"}',
+    b'{"messageId":"a"}x',
+    b'{"messageId":"a",}',
+    b'{"messageId":"a","x":' + b"[" * 900 + b"]" * 900 + b"}",
+    b"[" * 1024 + b"]" * 1024,
+    b'"messageId"',
+    b"null",
+    b"",
+]
+
+
+@pytest.mark.parametrize("value", PARSER_EDGES)
+def test_inspect_gives_the_standard_librarys_verdict(value: bytes) -> None:
+    assert check(value, max_event=32 * 1024) == rules._inspect_stdlib(value, MAX_ID)
+
+
+@pytest.mark.parametrize("depth", [995, 1010, 1023])
+def test_inspect_nesting_verdict_does_not_depend_on_the_stack(depth: int) -> None:
+    """json refuses these or not depending on how deep the caller's stack is; orjson's limit
+    (1,023 levels) is fixed, so a replay decides as the first run did."""
+    value = b'{"messageId":"a","x":' + b"[" * depth + b"]" * depth + b"}"
+
+    def nested(levels: int) -> Valid | Invalid:
+        return check(value, max_event=32 * 1024) if levels == 0 else nested(levels - 1)
+
+    assert nested(0) == nested(200) == Valid("a", b"a", None)
+
+
 # --- inspect: valid input --------------------------------------------------------------------
 
 SEGMENT_EVENT = {
@@ -302,6 +351,20 @@ def test_partition_for_spreads_keys() -> None:
     assert [rules.partition_for(i, 12) for i in ids] == [java_partition(i, 12) for i in ids]
 
 
+@pytest.mark.parametrize("partitions", PARTITION_COUNTS)
+def test_partitions_for_a_batch_matches_one_by_one(partitions: int) -> None:
+    # Every length from 0 to 41 bytes, each often enough to take the array path (>= 8 keys),
+    # plus lengths seen once (the scalar path), shuffled so groups interleave.
+    keys = [
+        f"{n}-".encode().ljust(length, b"x")[:length] for n in range(12) for length in range(42)
+    ]
+    keys += REFERENCE_KEYS + [bytes(range(256))[:n] for n in (5, 77, 255)]
+    keys = keys[::7] + keys[1::7] + keys[2::7] + keys[3::7] + keys[4::7] + keys[5::7] + keys[6::7]
+    assert rules.partitions_for(keys, partitions) == [java_partition(k, partitions) for k in keys]
+    assert rules.murmur2_many(keys) == [rules.murmur2(k) for k in keys]
+    assert rules.partitions_for([], partitions) == []
+
+
 # --- needs_rekey -----------------------------------------------------------------------------
 
 EVENT = Valid("6f1a0c3e-4b2d-4e5f-8a9b", b"6f1a0c3e-4b2d-4e5f-8a9b")
@@ -324,6 +387,8 @@ AWAY = (HOME + 1) % 8
 )
 def test_needs_rekey(key: bytes | None, partition: int, expected: bool) -> None:
     assert rules.needs_rekey(key, partition, EVENT, 8) is expected
+    key_partition = rules.partitions_for([key or b""], 8)[0]
+    assert rules.needs_rekey(key, partition, EVENT, 8, key_partition) is expected
 
 
 @pytest.mark.parametrize("partitions", PARTITION_COUNTS)
