@@ -60,7 +60,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -244,8 +244,7 @@ class SourceOffsetStore(Protocol):
     def source_offsets(self, partition: int) -> dict[str, int]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class StagedRecord:
+class StagedRecord(NamedTuple):
     """A changelog record staged by a table write, sent when the record's scope closes."""
 
     topic: str
@@ -1354,36 +1353,17 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
         if handler is None:
             await super()._drain_messages(fetcher)
             return
-        batch_topics = self.transactions.source_topics
-        callback = self.callback
-        getmany = self.getmany
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
-        read_offset = self._read_offset
         set_flag = self.diag.set_flag
         unset_flag = self.diag.unset_flag
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(CONSUMER_FETCHING)
-                ait = getmany(timeout=1.0)
+                records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
-                batches: dict[TP, list[Message]] = {}
-                if not self.should_stop:
-                    async for tp, message in ait:
-                        offset = message.offset
-                        r_offset = read_offset[tp]
-                        if r_offset is not None and offset < r_offset:
-                            continue  # what Faust drops too ("DROPPED MESSAGE ROFF")
-                        if tp.topic in batch_topics:
-                            batch = batches.get(tp)
-                            if batch is None:
-                                batch = batches[tp] = []
-                            batch.append(message)
-                        else:
-                            await self.wait_first(callback(message), self.suspend_flow.wait())
-                        read_offset[tp] = offset
-                    for messages in batches.values():
-                        await asyncio.shield(handler(messages))
+                if records and not self.should_stop:
+                    await self._deliver(records, active, handler)
                 unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -1395,6 +1375,52 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
             raise
         finally:
             unset_flag(CONSUMER_FETCHING)
+
+    async def _deliver(
+        self, records: Mapping[TP, list[Any]], active: set[TP] | None, handler: BatchHandler
+    ) -> None:
+        """One fetch's records: what Faust's ``getmany`` and ``_drain_messages`` do per record
+        (round-robin over topics, flow and generation checks, the highwater metric, the
+        "DROPPED MESSAGE ROFF" check), done per partition, and the source topics' records
+        handed to ``handler`` as one batch per partition."""
+        app = self.app
+        if not self.flow_active:
+            # Faust's getmany: a rebalance began; go back to the committed offsets.
+            try:
+                await self.perform_seek()
+            except Exception as exc:
+                self.log.warning(f"exception performing seek when flow not active {exc}")
+            return
+        generation_id = app.consumer_generation_id
+        batch_topics = self.transactions.source_topics
+        read_offset = self._read_offset
+        to_message = self._to_message
+        for tp, fetched in records.items():
+            if not fetched:
+                continue
+            if not self.flow_active or app.consumer_generation_id != generation_id:
+                return  # what Faust's getmany does: the rest is fetched again
+            if active is not None and tp not in active and tp not in self._buffered_partitions:
+                continue
+            app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+            r_offset = read_offset[tp]
+            if tp.topic in batch_topics:
+                messages = [
+                    to_message(tp, record)
+                    for record in fetched
+                    if r_offset is None or record.offset >= r_offset
+                ]
+                if messages:
+                    read_offset[tp] = messages[-1].offset
+                    await asyncio.shield(handler(messages))
+                continue
+            for record in fetched:
+                if r_offset is not None and record.offset < r_offset:
+                    continue
+                await self.wait_first(
+                    self.callback(to_message(tp, record)), self.suspend_flow.wait()
+                )
+                read_offset[tp] = record.offset
 
 
 class Transport(AIOKafkaTransport):  # type: ignore[misc]

@@ -253,11 +253,7 @@ class Entry:
     repeats: int = 0
 
     def encode(self) -> bytes:
-        return (
-            self.first_seen_ms.to_bytes(8, "big")
-            + self.seq.to_bytes(8, "big")
-            + min(self.repeats, 0xFFFFFFFF).to_bytes(4, "big")
-        )
+        return encode_entry(self.first_seen_ms, self.seq, self.repeats)
 
     @classmethod
     def decode(cls, value: bytes) -> Entry:
@@ -270,6 +266,16 @@ class Entry:
     def repeated(self) -> Entry:
         """The same entry with one more repeat dropped (first sighting unchanged)."""
         return Entry(self.first_seen_ms, self.seq, self.repeats + 1)
+
+
+def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0) -> bytes:
+    """``Entry(first_seen_ms, seq, repeats).encode()`` without the object (a first sighting
+    encodes one per forwarded record)."""
+    return (
+        first_seen_ms.to_bytes(8, "big")
+        + seq.to_bytes(8, "big")
+        + min(repeats, 0xFFFFFFFF).to_bytes(4, "big")
+    )
 
 
 def clamp_ms(timestamp_ms: int) -> int:
@@ -291,6 +297,13 @@ def index_key(first_seen_ms: int, bucket_ms: int, seq: int) -> bytes:
     """Key of an id in the age-out index: its time bucket, then its insertion sequence, so the
     index lists ids oldest bucket first and, inside a bucket, in insertion order."""
     return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + seq.to_bytes(8, "big")
+
+
+def index_key_of(encoded_entry: bytes, bucket_ms: int) -> bytes:
+    """``index_key`` of an encoded :class:`Entry`, cut from its bytes (the sequence number's
+    8 bytes are the index key's last 8)."""
+    first_seen_ms = int.from_bytes(encoded_entry[:8], "big")
+    return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + encoded_entry[8:16]
 
 
 def bucket_of_index_key(key: bytes) -> int:

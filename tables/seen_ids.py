@@ -47,7 +47,8 @@ from app.rules import (
     bucket_expired,
     bucket_of_index_key,
     effective_window_ms,
-    index_key,
+    encode_entry,
+    index_key_of,
     is_duplicate,
     over_cap,
 )
@@ -138,41 +139,53 @@ class SeenIdsStore(TransactionalStore):
         batch: WriteBatch,
         writes: list[tuple[bytes, bytes | None]],
     ) -> None:
-        """Apply id writes and keep the index and summary in step (old entry out, new in)."""
-        super().extend_batch(partition, pdb, batch, writes)
-        summary = Summary(**vars(self.summary(partition)))
+        """Apply id writes and keep the index and summary in step (old entry out, new in).
+
+        It runs for every id a transaction wrote, at its commit (a fifth of the worker's
+        time in a profile), so the index key is cut from the encoded entry
+        (:func:`index_key_of`) instead of decoding it, and the summary is kept in locals.
+        """
+        summary = self.summary(partition)
+        held, next_seq, newest_ms, hint = (
+            summary.held,
+            summary.next_seq,
+            summary.newest_ms,
+            summary.hint,
+        )
+        bucket_ms = self.bucket_ms
         handle = pdb.handles[INDEX_CF]
+        put, delete = batch.put, batch.delete
         keys: list[Any] = [k for k, _ in writes]
         olds: list[bytes | None] = pdb.db.get(keys) or [] if keys else []
-        committed = dict(zip(keys, olds, strict=True))
         current: dict[bytes, bytes | None] = {}
-        for key, new in writes:
-            old = current[key] if key in current else committed[key]
+        lowest_put: bytes | None = None
+        for (key, new), committed in zip(writes, olds, strict=True):
+            old = current.get(key, committed)
             if old is not None:
-                was = Entry.decode(old)
-                batch.delete(index_key(was.first_seen_ms, self.bucket_ms, was.seq), handle)
-                summary.held -= 1
-            if new is not None:
-                now = Entry.decode(new)
-                ik = index_key(now.first_seen_ms, self.bucket_ms, now.seq)
-                batch.put(ik, key, handle)
-                summary.held += 1
-                summary.next_seq = max(summary.next_seq, now.seq + 1)
-                summary.newest_ms = max(summary.newest_ms, now.first_seen_ms)
-                if ik < summary.hint:
-                    summary.hint = ik  # a late first sighting below the hint: walk from it
+                delete(index_key_of(old, bucket_ms), handle)
+                held -= 1
+            if new is None:
+                delete(key)
+            else:
+                put(key, new)
+                first_seen = int.from_bytes(new[:8], "big")
+                ik = (first_seen - first_seen % bucket_ms).to_bytes(8, "big") + new[8:16]
+                put(ik, key, handle)
+                held += 1
+                seq = int.from_bytes(new[8:16], "big")
+                if seq >= next_seq:
+                    next_seq = seq + 1
+                if first_seen > newest_ms:
+                    newest_ms = first_seen
+                if lowest_put is None or ik < lowest_put:
+                    lowest_put = ik
             current[key] = new
+        if lowest_put is not None and lowest_put < hint:
+            hint = lowest_put  # a late first sighting below the hint: walk from it
         pending = self._pending_hints.pop(partition, None)
         if pending is not None:
-            lowest_put = min(
-                (
-                    index_key(Entry.decode(v).first_seen_ms, self.bucket_ms, Entry.decode(v).seq)
-                    for _, v in writes
-                    if v is not None
-                ),
-                default=pending,
-            )
-            summary.hint = min(pending, lowest_put)
+            hint = pending if lowest_put is None else min(pending, lowest_put)
+        summary = Summary(held, next_seq, newest_ms, hint)
         batch.put(SUMMARY_KEY, summary.encode(), pdb.meta_handle)
         self._summaries[partition] = summary
 
@@ -256,7 +269,7 @@ class SeenIds:
         live.next_seq = seq + 1
         if held is None:
             live.held_delta += 1
-        self.table[id_bytes] = Entry(record_ms, seq).encode()
+        self.table[id_bytes] = encode_entry(record_ms, seq)
         mark = (record_ms - record_ms % self.bucket_ms, record_ms)
         if live.staged_oldest is None or mark < live.staged_oldest:
             live.staged_oldest = mark

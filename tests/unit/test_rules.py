@@ -469,6 +469,22 @@ def test_index_keys_order_by_bucket_then_sequence() -> None:
 
 
 @pytest.mark.parametrize(
+    "entry",
+    [
+        rules.Entry(0, 0),
+        rules.Entry(5_999, 3, 2),
+        rules.Entry(1_790_000_123_456, 2**40 + 7, 0xFFFFFFFF),
+        rules.Entry(2**62, 2**63 - 1),
+    ],
+)
+@pytest.mark.parametrize("bucket_ms", [1, 1_000, 3_600_000])
+def test_index_key_cut_from_an_encoded_entry(entry: rules.Entry, bucket_ms: int) -> None:
+    expected = rules.index_key(entry.first_seen_ms, bucket_ms, entry.seq)
+    assert rules.index_key_of(entry.encode(), bucket_ms) == expected
+    assert rules.index_key_of(entry.encode()[:16], bucket_ms) == expected  # 16-byte entries
+
+
+@pytest.mark.parametrize(
     ("bucket", "stream", "lateness", "expired"),
     [
         (0, W + 1_000, 0, True),  # bucket [0, 1000) ends exactly W before stream time
