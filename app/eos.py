@@ -1340,7 +1340,9 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
     agent. That machinery took most of the worker's CPU in a profile. When the app has a
     ``batch_handler``, records of the source topics skip it: each partition's records of one
     fetch go to the handler in one call (offset order, one partition per call, partitions one
-    after another). Everything else (changelog records during recovery, other topics) takes
+    after another), taken from the fetcher's result directly (``_deliver``): Faust's
+    ``getmany`` makes its flow, generation and highwater checks per record, here they run per
+    partition per fetch. Everything else (changelog records during recovery, other topics) takes
     Faust's path. The handler is shielded: a stop that cancels the fetcher lets the batch
     finish (the stop's commit waits for it) instead of failing its transaction half-way.
     """
