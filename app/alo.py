@@ -38,6 +38,7 @@ from faust.types import TP, Message
 
 from app.eos import (
     MAX_BATCH_BYTES,
+    ConsumerThread,
     Task,
     TaskTransaction,
     TaskTransactionManager,
@@ -177,6 +178,10 @@ class AtLeastOnceManager(TaskTransactionManager):
 
 class AtLeastOnceConsumer(FaustKafkaConsumer):  # type: ignore[misc]
     """Faust's consumer; before committing offsets, the sends behind them must be acknowledged."""
+
+    def _new_consumer_thread(self) -> ConsumerThread:
+        # The same consumer thread as exactly-once: DEDUPE_FETCH_MAX_WAIT applies to both modes.
+        return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True

@@ -1327,6 +1327,21 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
     (ListOffsets with read_committed isolation returns the last stable offset).
     """
 
+    def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
+        """Faust's worker consumer with ``fetch_max_wait_ms`` from ``DEDUPE_FETCH_MAX_WAIT``
+        instead of Faust's fixed 1,500 ms.
+
+        aiokafka sends one fetch at a time to a broker and leaves out partitions whose fetched
+        records are still buffered. Once the input partitions' records are buffered, the next
+        fetch asks for the repartition topic alone, which has nothing new: the broker holds it
+        for the whole wait, and the input partitions, drained meanwhile, wait with it. With
+        1.5 s a steady 3,000 records/s reached the worker in bursts with 1.3-1.5 s gaps.
+        """
+        consumer: AIOKafkaConsumer = super()._create_worker_consumer(transport)
+        settings: Settings = self.app.dedupe_settings
+        consumer._fetch_max_wait_ms = round(settings.fetch_max_wait * 1000)
+        return consumer
+
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         offsets: Mapping[TP, int] = await self._ensure_consumer().end_offsets(partitions)
         return offsets
@@ -1364,7 +1379,7 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                 set_flag(CONSUMER_FETCHING)
                 records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
-                if records and not self.should_stop:
+                if records is not None and not self.should_stop:
                     await self._deliver(records, active, handler)
                 unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
@@ -1387,7 +1402,8 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
         handed to ``handler`` as one batch per partition."""
         app = self.app
         if not self.flow_active:
-            # Faust's getmany: a rebalance began; go back to the committed offsets.
+            # Faust's getmany (even after an empty fetch): a rebalance began; go back to the
+            # committed offsets.
             try:
                 await self.perform_seek()
             except Exception as exc:

@@ -176,6 +176,16 @@ class Settings(EnvSettings):
         "Broker-side transaction timeout: an open transaction of a dead worker is aborted "
         "after this long (or at once when its partition is taken over).",
     )
+    fetch_max_wait: float = setting(
+        0.1,
+        "DEDUPE_FETCH_MAX_WAIT",
+        "How long the broker may hold the worker's fetch request for data that has not "
+        "arrived (Kafka's fetch.max.wait.ms; Faust fixes it at 1.5s). The consumer sends one "
+        "fetch at a time to a broker: a fetch for partitions with nothing new (the repartition "
+        "topic, mostly) keeps the input partitions waiting as long, so this bounds how long "
+        "records already on the broker wait to be read. Lower reads sooner; higher sends "
+        "fewer empty fetches to an idle broker.",
+    )
     stall_timeout: float = setting(
         20.0,
         "DEDUPE_STALL_TIMEOUT",
@@ -319,6 +329,8 @@ class Settings(EnvSettings):
                 f"{env('transaction_timeout')}={self.transaction_timeout}: "
                 "must be 1s..900s (broker maximum)"
             )
+        if not 0.001 <= self.fetch_max_wait <= 30:
+            out.append(f"{env('fetch_max_wait')}={self.fetch_max_wait}s: must be 1ms..30s")
         if not 1 <= self.stall_timeout <= 3600:
             out.append(f"{env('stall_timeout')}={self.stall_timeout}s: must be 1s..3600s")
         if not 64 <= self.max_event_bytes <= 16 * 1024 * 1024:

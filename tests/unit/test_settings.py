@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "commit_interval": 0.1,
     "commit_timeout": 30.0,
     "transaction_timeout": 15.0,
+    "fetch_max_wait": 0.1,
     "stall_timeout": 20.0,
     "max_event_bytes": 32 * 1024,
     "max_message_id_bytes": 256,
@@ -108,6 +109,7 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "commit_interval": ("250ms", 0.25),
     "commit_timeout": ("2m", 120.0),
     "transaction_timeout": ("45s", 45.0),
+    "fetch_max_wait": ("250ms", 0.25),
     "stall_timeout": ("1m", 60.0),
     "max_event_bytes": ("65536", 65536),
     "max_message_id_bytes": ("128", 128),
@@ -259,6 +261,8 @@ INVALID = [
     pytest.param({"DEDUPE_COMMIT_INTERVAL": "61s"}, "DEDUPE_COMMIT_INTERVAL", id="ci-61s"),
     pytest.param({"DEDUPE_COMMIT_TIMEOUT": "11m"}, "DEDUPE_COMMIT_TIMEOUT", id="ct-11m"),
     pytest.param({"DEDUPE_TRANSACTION_TIMEOUT": "16m"}, "DEDUPE_TRANSACTION_TIMEOUT", id="tt"),
+    pytest.param({"DEDUPE_FETCH_MAX_WAIT": "0"}, "DEDUPE_FETCH_MAX_WAIT", id="fetch-wait-0"),
+    pytest.param({"DEDUPE_FETCH_MAX_WAIT": "31s"}, "DEDUPE_FETCH_MAX_WAIT", id="fetch-wait-31s"),
     pytest.param({"DEDUPE_STALL_TIMEOUT": "500ms"}, "DEDUPE_STALL_TIMEOUT", id="stall-0.5s"),
     pytest.param({"DEDUPE_STALL_TIMEOUT": "2h"}, "DEDUPE_STALL_TIMEOUT", id="stall-2h"),
     pytest.param({"DEDUPE_MAX_EVENT_BYTES": "63"}, "DEDUPE_MAX_EVENT_BYTES", id="event-63"),
@@ -530,3 +534,25 @@ def test_processing_guarantee_selects_the_transport(
     assert made.TransactionManager.__name__ == manager
     expected_commit = 1.0 if value == "exactly_once" else settings.commit_interval
     assert app.conf.broker_commit_interval == expected_commit
+
+
+@pytest.mark.parametrize("value", ["exactly_once", "at_least_once"])
+async def test_the_worker_consumer_waits_at_most_the_fetch_max_wait(
+    value: str, tmp_path: Path
+) -> None:
+    """Faust creates its worker consumer with fetch_max_wait_ms=1500; ours takes the setting."""
+    from app.factory import create_app
+
+    settings = Settings.from_env(
+        {
+            "DEDUPE_PROCESSING_GUARANTEE": value,
+            "DEDUPE_DATA_DIR": str(tmp_path),
+            "DEDUPE_FETCH_MAX_WAIT": "250ms",
+        }
+    )
+    transport = create_app(settings).app._new_transport()
+    consumer = transport.create_consumer(
+        callback=lambda *args: None, on_partitions_revoked=None, on_partitions_assigned=None
+    )
+    kafka_consumer = consumer._thread._create_worker_consumer(transport)
+    assert kafka_consumer._fetch_max_wait_ms == 250
