@@ -158,7 +158,11 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
             if batch is None:
                 return  # not our partition any more: its owner processes it
             # Where each key belongs, for the whole batch at once (the placement check).
-            homes = rules.partitions_for([m.key or b"" for m in messages], partitions)
+            keys = [m.key or b"" for m in messages]
+            homes = rules.partitions_for(keys, partitions)
+            # The ids are the keys (records are keyed by messageId): one multi-get for the
+            # batch's lookups; a record whose id is not its key is looked up on its own.
+            dedup.seen_ids.prefetch(batch.partition, keys)
             home_of = {m.offset: home for m, home in zip(messages, homes, strict=True)}
             async for message in batch.records():
                 outcome = await dedup.handle(batch, message, home_of[message.offset])

@@ -156,7 +156,7 @@ class SeenIdsStore(TransactionalStore):
         handle = pdb.handles[INDEX_CF]
         put, delete = batch.put, batch.delete
         keys: list[Any] = [k for k, _ in writes]
-        olds: list[bytes | None] = pdb.db.get(keys) or [] if keys else []
+        olds = self.committed_values(partition, keys) if keys else []
         current: dict[bytes, bytes | None] = {}
         lowest_put: bytes | None = None
         for (key, new), committed in zip(writes, olds, strict=True):
@@ -335,6 +335,11 @@ class SeenIds:
         return live.oldest_bucket is not None and bucket_expired(
             live.oldest_bucket, self.bucket_ms, live.stream_ms, self.window_ms, self.lateness_ms
         )
+
+    def prefetch(self, partition: int, ids: list[bytes]) -> None:
+        """Batch the lookups of ``ids`` (the keys of a batch about to be processed) into one
+        multi-get; :meth:`first_sighting` then finds them read."""
+        self.store.prefetch(partition, ids)
 
     def committed_entry(self, partition: int, id_bytes: bytes) -> Entry | None:
         """What the committed state holds for an id (what read_committed readers can see)."""

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from faust.stores.base import SerializedStore
 from faust.types import TP, EventT
@@ -116,6 +116,12 @@ class PartitionDB:
         self.db.close()
 
 
+def multi_get(db: Rdict, keys: list[bytes]) -> list[bytes | None]:
+    """The values of ``keys`` (None: absent) with one RocksDB MultiGet."""
+    found: list[bytes | None] = db.get(cast(Any, keys)) or []
+    return found
+
+
 def encode_source_offsets(offsets: dict[str, int]) -> bytes:
     return json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode()
 
@@ -177,6 +183,10 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self._partition_of = partition_of
         self._dbs: dict[int, PartitionDB] = {}
         self._staged: dict[int, dict[bytes, bytes | None]] = {}
+        #: Committed values read during each partition's open transaction (:meth:`prefetch`,
+        #: :meth:`_get`): nothing else writes a partition's database while its transaction is
+        #: open, so they stay true until the next write (:meth:`write_partition`) or discard.
+        self._read: dict[int, dict[bytes, bytes | None]] = {}
         self._store_stopped = False
         self.tuning = tuning
         self._options, self._cache = _options(tuning)
@@ -220,6 +230,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     def close_partition(self, partition: int) -> None:
         self._staged.pop(partition, None)
+        self._read.pop(partition, None)
         db = self._dbs.pop(partition, None)
         if db is not None:
             db.close()
@@ -284,6 +295,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         """
         staged = self._staged.pop(partition, None)
         if not staged and changelog_offset is None:
+            self._read.pop(partition, None)
             return
         if self._store_stopped or (staged is None and changelog_offset is not None):
             # The writes are gone (the store stopped, or the partition was closed meanwhile):
@@ -295,6 +307,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
                 partition,
                 "stopped" if self._store_stopped else "partition closed",
             )
+            self._read.pop(partition, None)
             return
         through = None if changelog_offset is None else changelog_offset + 1
         self.write_partition(partition, list((staged or {}).items()), through)
@@ -311,6 +324,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
             if key == SOURCE_OFFSETS_KEY and value is not None:
                 batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
         self.extend_batch(partition, pdb, batch, ids)
+        self._read.pop(partition, None)  # committed values change with this write
         pdb.write(batch, offset)
 
     def extend_batch(
@@ -342,6 +356,27 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def discard_partition(self, partition: int) -> None:
         """The transaction of ``partition`` did not commit: forget its staged writes."""
         self._staged.pop(partition, None)
+        self._read.pop(partition, None)
+
+    def prefetch(self, partition: int, keys: list[bytes]) -> None:
+        """Read the committed values of ``keys`` with one multi-get, for the lookups of a batch
+        about to be processed (:meth:`_get`) and for the index upkeep at its commit
+        (:meth:`committed_values`): one RocksDB call instead of one per record, twice."""
+        read = self._read.setdefault(partition, {})
+        staged = self._staged.get(partition, {})
+        todo = [k for k in keys if k not in read and k not in staged]
+        if todo:
+            read.update(zip(todo, multi_get(self.db(partition), todo), strict=True))
+
+    def committed_values(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
+        """The committed value of each of ``keys`` (None: absent), from what the open
+        transaction read already, the rest with one multi-get."""
+        read = self._read.get(partition, {})
+        missing = [k for k in keys if k not in read]
+        if missing:
+            fetched = multi_get(self.db(partition), missing)
+            read = {**read, **dict(zip(missing, fetched, strict=True))}
+        return [read[k] for k in keys]
 
     def staged_count(self, partition: int) -> int:
         return len(self._staged.get(partition, ()))
@@ -376,7 +411,13 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         staged = self._staged.get(partition)
         if staged is not None and key in staged:
             return staged[key]
+        read = self._read.get(partition)
+        if read is None:
+            read = self._read[partition] = {}
+        elif key in read:
+            return read[key]
         value: bytes | None = self.db(partition).get(key)
+        read[key] = value
         return value
 
     def _set(self, key: bytes, value: bytes | None) -> None:

@@ -386,6 +386,53 @@ def test_discard_partition_drops_staged_writes(harness: Harness, store: Transact
     assert store.persisted_offset(tp(0)) == 3
 
 
+def test_prefetched_reads_match_point_reads_and_the_staged_writes(
+    harness: Harness, store: TransactionalStore
+) -> None:
+    commit(harness, store, 0, {b"a": b"1", b"b": b"2"}, 5)
+    harness.at(0)
+    store[b"b"] = b"22"  # staged before the prefetch: the staged value wins
+    store.prefetch(0, [b"a", b"b", b"c", b"a"])
+    assert [read(harness, store, 0, k) for k in (b"a", b"b", b"c")] == [b"1", b"22", None]
+    store[b"c"] = b"3"
+    del store[b"a"]
+    assert [read(harness, store, 0, k) for k in (b"a", b"b", b"c")] == [None, b"22", b"3"]
+    # The index upkeep at the commit sees the committed values, not the staged ones.
+    assert store.committed_values(0, [b"c", b"a", b"b", b"z"]) == [None, b"1", b"2", None]
+
+
+@pytest.mark.parametrize("ending", ["commit", "discard", "recovery"])
+def test_values_read_in_a_transaction_are_forgotten_when_it_ends(
+    harness: Harness, store: TransactionalStore, ending: str
+) -> None:
+    """A committed value read (and remembered) in one transaction must not answer a lookup
+    after that transaction's writes, its discard, or a changelog batch changed the database."""
+    commit(harness, store, 0, {b"a": b"1"}, 5)
+    harness.at(0)
+    store.prefetch(0, [b"a", b"b"])
+    assert read(harness, store, 0, b"b") is None
+    if ending == "commit":
+        store[b"a"] = b"9"
+        store[b"b"] = b"8"
+        store.commit_partition(0, 6)
+        expected = {b"a": b"9", b"b": b"8"}
+    elif ending == "discard":
+        store[b"a"] = b"9"
+        store.discard_partition(0)
+        store.apply_changelog_batch([changelog_event(0, 6, b"b", b"7")], identity, identity)
+        expected = {b"a": b"1", b"b": b"7"}
+    else:
+        store.apply_changelog_batch(
+            [changelog_event(0, 6, b"a", None), changelog_event(0, 7, b"b", b"7")],
+            identity,
+            identity,
+        )
+        expected = {b"a": None, b"b": b"7"}
+    for key, value in expected.items():
+        assert read(harness, store, 0, key) == value
+    assert store.committed_values(0, list(expected)) == list(expected.values())
+
+
 def test_discard_of_untouched_partition_is_harmless(store: TransactionalStore) -> None:
     store.discard_partition(7)
     assert store.staged_count(7) == 0
