@@ -18,7 +18,7 @@ from faust.types import EventT, Message
 
 from app import faults, rules
 from app.alo import AtLeastOnceManager
-from app.eos import BatchHandler, TaskTransaction, TaskTransactionManager
+from app.eos import BatchHandler, SourceRecord, TaskTransaction, TaskTransactionManager
 from app.settings import Settings
 from tables.seen_ids import SeenIds
 
@@ -45,7 +45,10 @@ class Deduplicator:
         self.faults = faults.parse(settings.fault_injection)
 
     async def handle(
-        self, txn: TaskTransaction, message: Message, key_partition: int | None = None
+        self,
+        txn: TaskTransaction,
+        message: Message | SourceRecord,
+        key_partition: int | None = None,
     ) -> str:
         """Decide ``message`` and send what it becomes; ``key_partition`` is the partition its
         key hashes to, when the caller computed it for a whole batch."""
@@ -151,7 +154,7 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
 
     partitions = dedup.settings.partitions
 
-    async def dedupe_batch(messages: list[Message]) -> None:
+    async def dedupe_batch(messages: list[SourceRecord]) -> None:
         transactions: TaskTransactionManager = app.consumer.transactions
         outcomes: Counter[str] = Counter()
         async with transactions.processing_batch(messages) as batch:

@@ -361,9 +361,39 @@ batch_partition: ContextVar[int | None] = ContextVar("dedupe_batch_partition", d
 #: A batch gives the event loop a turn after this many records.
 YIELD_EVERY = 256
 
+
+class SourceRecord:
+    """A fetched record of a source topic, as the batch path reads it: the fields of Faust's
+    ``Message`` that path uses (same names, ``timestamp`` in seconds), built straight from
+    aiokafka's record. Faust's message sets about twenty attributes per record (its consumer's
+    ``_to_message`` took 8% of the worker's samples in a profile at 2M events)."""
+
+    __slots__ = (
+        "generation_id",
+        "headers",
+        "key",
+        "offset",
+        "partition",
+        "timestamp",
+        "topic",
+        "value",
+    )
+
+    def __init__(self, record: Any, generation_id: int) -> None:
+        self.topic: str = record.topic
+        self.partition: int = record.partition
+        self.offset: int = record.offset
+        # Kafka's record format v2 always has one (-1: none), so never None here.
+        self.timestamp: float = record.timestamp / 1000.0
+        self.headers: Sequence[tuple[str, bytes]] = record.headers
+        self.key: bytes | None = record.key
+        self.value: bytes | None = record.value
+        self.generation_id = generation_id
+
+
 #: What the consumer hands records of the source topics to: one partition's records, in offset
 #: order, as fetched (see :class:`Consumer`).
-BatchHandler = Callable[[list[Message]], Awaitable[None]]
+BatchHandler = Callable[[list[SourceRecord]], Awaitable[None]]
 
 
 class TaskBatch(TaskTransaction):
@@ -371,12 +401,14 @@ class TaskBatch(TaskTransaction):
 
     __slots__ = ("_manager", "_messages")
 
-    def __init__(self, manager: TaskTransactionManager, task: Task, messages: list[Message]):
+    def __init__(
+        self, manager: TaskTransactionManager, task: Task, messages: list[SourceRecord]
+    ) -> None:
         super().__init__(task)
         self._manager = manager
         self._messages = messages
 
-    async def records(self) -> AsyncIterator[Message]:
+    async def records(self) -> AsyncIterator[SourceRecord]:
         """The batch's records to process, in offset order; a record counts as processed (its
         offset joins the transaction) once the loop body that got it finished.
 
@@ -421,7 +453,7 @@ class _BatchScope:
 
     __slots__ = ("_manager", "_messages", "_task", "_token")
 
-    def __init__(self, manager: TaskTransactionManager, messages: list[Message]) -> None:
+    def __init__(self, manager: TaskTransactionManager, messages: list[SourceRecord]) -> None:
         self._manager = manager
         self._messages = messages
         self._task: Task | None = None
@@ -548,7 +580,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     # -- the agent's side ----------------------------------------------------------------------
 
-    def processing_batch(self, messages: list[Message]) -> _BatchScope:
+    def processing_batch(self, messages: list[SourceRecord]) -> _BatchScope:
         """Scope for processing ``messages`` (records of one partition, in offset order):
         ``async with tm.processing_batch(msgs) as batch: async for m in batch.records(): ...``."""
         return _BatchScope(self, messages)
@@ -1424,7 +1456,7 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
             r_offset = read_offset[tp]
             if tp.topic in batch_topics:
                 messages = [
-                    to_message(tp, record)
+                    SourceRecord(record, generation_id)
                     for record in fetched
                     if r_offset is None or record.offset >= r_offset
                 ]
