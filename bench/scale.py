@@ -326,6 +326,7 @@ def run(
                         for key in keys:
                             if table.lookup(key) is not None:
                                 found += 1
+                        store.discard_partition(p)  # forget the values read (as a commit does)
                     else:
                         for j, key in enumerate(keys, 1):
                             if not seen.first_sighting(key, decide_ms):
