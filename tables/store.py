@@ -10,7 +10,9 @@ committed changelog, up to the offset stored under :attr:`offset_key`; Faust's r
 rest (``read_committed``) on assignment.
 
 Reads during processing see the committed data plus the partition's own staged writes
-(read-your-writes inside a transaction).
+(read-your-writes inside a transaction). Committed values a transaction read (a batch's keys in
+one multi-get, :meth:`TransactionalStore.prefetch`) are kept until the partition's next write or
+discard, so the commit's derived-data upkeep does not read them again.
 
 Layout: one database per partition, ``<tabledir>/<table>-<partition>.db``, raw bytes keys and
 values. RocksDB options (:class:`RocksTuning`), chosen so that memory stays bounded however many
