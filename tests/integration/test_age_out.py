@@ -178,9 +178,12 @@ def test_state_stays_bounded_over_many_windows_and_rebuilds_identically(
     # 20 s of ids plus at most one bucket past the window, of 80,000 seen
     assert 20 * per_second <= s["ids_held"] <= 22 * per_second
     assert s["expired"] == len(records) - s["ids_held"]
-    # Linear growth would make the last size 8x the first; flushes and compactions make the
-    # size swing by about 2x around a level set by the ids held.
-    assert max(sizes[4:]) < 3 * sizes[0], "local state grows with the ids seen, not held"
+    # Linear growth would make the largest of the last four sizes 4x the largest of the first
+    # two (8 parts against 2). Flushes and compactions make the size swing by about 2x around a
+    # level set by the ids held, so no single size is the reference: a CI run measured the
+    # first part at 455,085 bytes against 942,400-961,412 in others (then 2,059,381 at most).
+    early, late = max(sizes[:2]), max(sizes[4:])
+    assert late < 3 * early, "local state grows with the ids seen, not held"
     assert len(output(broker, names.output_topic)) == len(records)
 
     worker.kill(signal.SIGTERM)
