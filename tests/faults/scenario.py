@@ -21,11 +21,14 @@ def scaled_stream(unique: int, seed: int, duplicates: float = 0.1) -> Stream:
 class Feeder:
     """Produces a stream from a background thread while the test injects faults."""
 
-    def __init__(self, broker: Broker, names: Names, stream: Stream) -> None:
+    def __init__(
+        self, broker: Broker, names: Names, stream: Stream, rate: float | None = None
+    ) -> None:
+        """``rate``: records per second (a steady feed); default as fast as can be."""
         self.sent: list[int] = []
         self.thread = threading.Thread(
             target=lambda: self.sent.append(
-                asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+                asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records, rate=rate))
             ),
             daemon=True,
         )

@@ -365,7 +365,10 @@ def test_f10_a_full_disk_stops_the_worker_cleanly_and_it_recovers(
         worker.start()
         worker.wait_ready()
         stream = scaled_stream(15_000, seed=10)
-        feeder = Feeder(broker, names, stream)
+        # A steady feed (5 s at 3,000 records/s) keeps records coming after the disk is full:
+        # at full speed the worker had processed and committed all of them before the fill,
+        # then sat idle with nothing to write, and never met the full disk.
+        feeder = Feeder(broker, names, stream, rate=3_000)
         time.sleep(2)
         filler = disk / "filler"
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
