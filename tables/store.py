@@ -375,10 +375,10 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         transaction read already, the rest with one multi-get."""
         read = self._read.get(partition, {})
         missing = [k for k in keys if k not in read]
-        if missing:
-            fetched = multi_get(self.db(partition), missing)
-            read = {**read, **dict(zip(missing, fetched, strict=True))}
-        return [read[k] for k in keys]
+        if not missing:
+            return [read[k] for k in keys]
+        fetched = dict(zip(missing, multi_get(self.db(partition), missing), strict=True))
+        return [read[k] if k in read else fetched[k] for k in keys]
 
     def staged_count(self, partition: int) -> int:
         return len(self._staged.get(partition, ()))
