@@ -118,6 +118,19 @@ def test_repeats_inside_the_window_are_dropped_and_after_it_forwarded(world: Wor
     assert len(world.index()) == 1  # the old index entry went with the re-insert
 
 
+def test_a_counted_repeat_keeps_its_one_index_entry_and_the_summary(world: World) -> None:
+    assert world.record("a", 1_000)
+    assert not world.record("a", 1_001)  # the first sighting and its repeat in one commit
+    world.commit()
+    index, summary = world.index(), world.store.summary(0)
+    assert not world.record("a", 1_002)  # a repeat of a committed id
+    assert not world.record("a", 1_003)
+    world.commit()
+    assert world.ids()[b"a"].repeats == 3
+    assert world.index() == index and len(index) == 1
+    assert world.store.summary(0) == summary and summary.held == 1
+
+
 def test_expired_buckets_are_removed_with_tombstones_and_counted(world: World) -> None:
     for i in range(20):
         assert world.record(f"old-{i}", 500 + i)  # bucket [0, 1000)
