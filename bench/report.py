@@ -15,11 +15,13 @@ CONTENDERS: dict[str, tuple[str, str]] = {
     "c": ("worker_alo", "(c) dedupe worker, at-least-once"),
     "d": ("quix_dedup", "(d) Quix Streams, exactly-once"),
     "e": ("spark_dedup", "(e) Spark dropDuplicatesWithinWatermark"),
+    "f": ("worker_group", "(f) dedupe worker, exactly-once, 2 processes"),
 }
 #: Contenders that are meant to de-duplicate (everything but the copy).
-DEDUPLICATING = frozenset("bcde")
-#: Contenders that run our worker (``python -m app worker``, settings from the environment).
-WORKERS = frozenset("bc")
+DEDUPLICATING = frozenset("bcdef")
+#: Contenders that run our worker (``python -m app worker``, settings from the environment);
+#: (f) runs two of them in one consumer group (``bench.contenders.worker_group``).
+WORKERS = frozenset("bcf")
 
 
 @dataclass
@@ -147,6 +149,18 @@ def targets(results: Sequence[Result], commit_interval: float) -> list[str]:
         lead = ratio(b_eps, o_eps)
         out.append(
             f"(b) ahead of {other.label}: {verdict(None if lead is None else lead > 1)}"
+            + ("" if lead is None else f" ({lead:.2f}x)")
+        )
+    f = by_key.get("f")
+    f_eps = f.sustained_eps if f is not None and f.status == "ok" else None
+    e = by_key.get("e")
+    if f is not None and e is not None:
+        # Not one of the targets: our worker on both cores, as Spark's local[2] runs.
+        e_eps = e.sustained_eps if e.status == "ok" else None
+        lead = ratio(f_eps, e_eps)
+        out.append(
+            f"(f), our worker on two processes, ahead of {e.label} (both on two cores): "
+            f"{verdict(None if lead is None else lead > 1)}"
             + ("" if lead is None else f" ({lead:.2f}x)")
         )
     limit_ms = commit_interval * 1000 + 250

@@ -92,6 +92,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {"dup0.6": 0.006, "dup20": 0.20}
 #: The worker's default commit interval (DEDUPE_COMMIT_INTERVAL); the p99 target builds on it.
 COMMIT_INTERVAL = 0.1
+#: Worker processes of contender (f): one per core of the 2-core machines we bench on, as
+#: Spark's ``local[2]``.
+GROUP_WORKERS = 2
 HEADERS = (("content-type", b"application/json"),)
 
 
@@ -217,6 +220,10 @@ def free_port() -> int:
 
 def command(key: str, bootstrap: str, names: Names, partitions: int, state: Path) -> list[str]:
     module = CONTENDERS[key][0]
+    if key == "f":
+        ports = ",".join(str(free_port()) for _ in range(GROUP_WORKERS))
+        group = [sys.executable, "-m", f"bench.contenders.{module}", "--web-ports", ports]
+        return [*group, "--state-dir", str(state)]
     if key in WORKERS:
         return [sys.executable, "-m", "app", "worker", "-l", "info"]
     return [
@@ -258,7 +265,7 @@ def environment(
             DEDUPE_PARTITIONS=str(partitions),
             DEDUPE_DATA_DIR=str(state),
             DEDUPE_WEB_PORT=str(free_port()),
-            DEDUPE_PROCESSING_GUARANTEE="exactly_once" if key == "b" else "at_least_once",
+            DEDUPE_PROCESSING_GUARANTEE="at_least_once" if key == "c" else "exactly_once",
         )
     return env
 

@@ -144,5 +144,45 @@ def test_worker_settings_reach_only_the_worker_contenders(tmp_path: Path) -> Non
         assert env["DEDUPE_PARTITIONS"] == "4"  # the harness's own settings win
     env = environment("d", "h:1", names, 4, tmp_path, args.worker_settings)
     assert "DEDUPE_COMMIT_INTERVAL" not in env
+    assert environment("f", "h:1", names, 4, tmp_path)["DEDUPE_PROCESSING_GUARANTEE"] == (
+        "exactly_once"
+    )
+    assert environment("c", "h:1", names, 4, tmp_path)["DEDUPE_PROCESSING_GUARANTEE"] == (
+        "at_least_once"
+    )
     with pytest.raises(SystemExit):
         parse_args(["--worker-setting", "COMMIT_INTERVAL=1s"])
+
+
+def test_the_worker_group_runs_one_worker_per_port_with_its_own_dir_and_port(
+    tmp_path: Path,
+) -> None:
+    """(f)'s launcher, with a stand-in for ``python -m app worker`` that reports its settings."""
+    from bench.contenders import worker_group
+    from bench.throughput import Names, command
+
+    cmd = command("f", "h:1", Names("bench-x"), 4, tmp_path)
+    assert cmd[1:3] == ["-m", "bench.contenders.worker_group"]
+    assert len(cmd[cmd.index("--web-ports") + 1].split(",")) == 2
+    fake = tmp_path / "fake"
+    (fake / "app").mkdir(parents=True)
+    (fake / "app" / "__init__.py").write_text("")
+    (fake / "app" / "__main__.py").write_text(
+        "import os, pathlib\n"
+        "d = pathlib.Path(os.environ['DEDUPE_DATA_DIR'])\n"
+        "(d / 'seen').write_text(os.environ['DEDUPE_WEB_PORT'])\n"
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(fake))
+        mp.chdir(fake)
+        code = worker_group.main(["--web-ports", "7001,7002", "--state-dir", str(tmp_path / "s")])
+    assert code == 0
+    assert (tmp_path / "s" / "worker-0" / "seen").read_text() == "7001"
+    assert (tmp_path / "s" / "worker-1" / "seen").read_text() == "7002"
+    (fake / "app" / "__main__.py").write_text("raise SystemExit(3)\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(fake))
+        mp.chdir(fake)
+        assert worker_group.main(["--web-ports", "7001", "--state-dir", str(tmp_path / "s")]) == 3
+    with pytest.raises(SystemExit):
+        worker_group.parse_args(["--web-ports", "x", "--state-dir", "d"])

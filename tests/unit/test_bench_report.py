@@ -65,6 +65,17 @@ def test_targets_met_and_missed() -> None:
     assert got[3] == "(b) p99 <= commit interval + 250 ms = 350 ms: MET (p99 300 ms)"
 
 
+def test_two_processes_are_compared_with_spark_on_its_two_cores() -> None:
+    rows = [_ok("b", 6_000, 300), _ok("e", 7_000, 900), _ok("f", 10_500, 250)]
+    got = targets(rows, 0.1)
+    assert got[2] == (
+        "(f), our worker on two processes, ahead of (e) Spark dropDuplicatesWithinWatermark "
+        "(both on two cores): MET (1.50x)"
+    )
+    assert got[1].endswith("NOT MET (0.86x)")  # (b) is still judged on its own
+    assert not any(line.startswith("(f)") for line in targets(rows[:2], 0.1))
+
+
 def test_targets_unknown_without_b() -> None:
     got = targets([_ok("a", 10_000, 150)], 0.1)
     assert got[0].endswith("unknown")
