@@ -22,17 +22,39 @@ class Feeder:
     """Produces a stream from a background thread while the test injects faults."""
 
     def __init__(
-        self, broker: Broker, names: Names, stream: Stream, rate: float | None = None
+        self,
+        broker: Broker,
+        names: Names,
+        stream: Stream,
+        rate: float | None = None,
+        *,
+        seconds: float | None = None,
+        part: tuple[int, int] | None = None,
     ) -> None:
-        """``rate``: records per second (a steady feed); default as fast as can be."""
+        """``rate``: records per second (a steady feed); ``seconds``: a steady feed spread over
+        about that long (whatever ``DEDUPE_FAULT_SCALE`` makes of the stream); default: as fast
+        as can be. A fault meant to land while the stream flows needs a steady feed: the worker
+        processes a test's stream at full speed in a second or two. ``part=(i, n)``: only the
+        i-th of n consecutive parts of the stream (feed them in order, one after the other)."""
+        records = stream.records
+        if part is not None:
+            i, n = part
+            size = -(-len(records) // n)
+            records = records[i * size : (i + 1) * size]
+        if seconds is not None:
+            rate = len(records) / seconds
         self.sent: list[int] = []
         self.thread = threading.Thread(
             target=lambda: self.sent.append(
-                asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records, rate=rate))
+                asyncio.run(produce(broker.bootstrap, names.input_topic, records, rate=rate))
             ),
             daemon=True,
         )
         self.thread.start()
+
+    def flowing(self) -> bool:
+        """True while records are still being produced."""
+        return self.thread.is_alive()
 
     def join(self, timeout: float = 600) -> int:
         self.thread.join(timeout)

@@ -58,13 +58,16 @@ def test_f3_graceful_restarts_leave_no_open_transaction(
 ) -> None:
     worker = started(broker, names, workers)
     stream = scaled_stream(15_000, seed=3)
-    feeder = Feeder(broker, names, stream)
     rng = random.Random(3)
-    for _ in range(3):
+    # Each stop meets a flowing stream: a quarter of it fed steadily over 6 s, then the stop.
+    for i in range(3):
+        feeder = Feeder(broker, names, stream, seconds=6, part=(i, 4))
         time.sleep(rng.uniform(1.5, 3.5))
+        assert feeder.flowing(), "the stream had ended: the fault met an idle worker"
         assert worker.kill(signal.SIGTERM) == 0  # a clean stop exits 0
         worker.start()
-    feeder.join()
+        feeder.join()
+    Feeder(broker, names, stream, part=(3, 4)).join()
     report, waited = drain_and_verify(broker, names, workers)
     assert report.open_transactions == []
     record(reliability, "F3 graceful restart (SIGTERM)", len(stream.records), 3, report, waited)
@@ -230,11 +233,12 @@ def test_f5_a_zombie_is_fenced(
     a = started(broker, names, workers, index=0)
     started(broker, names, workers, index=1)  # takes over when a freezes
     stream = scaled_stream(15_000, seed=5)
-    feeder = Feeder(broker, names, stream)
+    feeder = Feeder(broker, names, stream, seconds=20)
     time.sleep(2)
     assert a.proc is not None
     a.proc.send_signal(signal.SIGSTOP)  # frozen past its session timeout (3 s)
     time.sleep(10)  # the group gives a's partitions to b, whose producers fence a's
+    assert feeder.flowing(), "the stream had ended: the fault met an idle worker"
     a.proc.send_signal(signal.SIGCONT)  # a wakes up with open transactions: must be fenced
     feeder.join()
     report, waited = drain_and_verify(broker, names, workers)
@@ -255,9 +259,12 @@ def test_f6_f7_broker_restarts(
 ) -> None:
     started(broker, names, workers)
     stream = scaled_stream(15_000, seed=67)
-    feeder = Feeder(broker, names, stream)
-    for _ in range(3):
+    # Each restart meets a flowing stream: a quarter of it fed steadily over 6 s (the feed
+    # stalls while the broker is down and goes on after), then the restart.
+    for i in range(3):
+        feeder = Feeder(broker, names, stream, seconds=6, part=(i, 4))
         time.sleep(2.5)
+        assert feeder.flowing(), "the stream had ended: the fault met an idle worker"
         if how == "graceful":
             assert broker.script("down").returncode == 0
         else:
@@ -266,7 +273,8 @@ def test_f6_f7_broker_restarts(
             time.sleep(1)
         up = broker.script("up", timeout=300)
         assert up.returncode == 0, up.stdout + up.stderr
-    feeder.join()
+        feeder.join()
+    Feeder(broker, names, stream, part=(3, 4)).join()
     report, waited = drain_and_verify(broker, names, workers)
     fault = "F6 broker graceful restart" if how == "graceful" else "F7 broker kill -9"
     record(reliability, fault, len(stream.records), 3, report, waited)
@@ -282,8 +290,9 @@ def test_f11_a_damaged_store_is_rebuilt(
 ) -> None:
     worker = started(broker, names, workers)
     stream = scaled_stream(10_000, seed=11)
-    feeder = Feeder(broker, names, stream)
+    feeder = Feeder(broker, names, stream, seconds=10)
     time.sleep(3)
+    assert feeder.flowing(), "the stream had ended: the fault met an idle worker"
     worker.kill(signal.SIGKILL)
     dbs = sorted(worker.data_dir.rglob("seen_ids-*.db"))
     assert dbs

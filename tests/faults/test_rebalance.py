@@ -27,7 +27,9 @@ def test_three_workers_join_die_and_leave_while_the_stream_flows(
     a.start()
     a.wait_ready()
     stream = scaled_stream(80_000, seed=21)
-    feeder = Feeder(broker, names, stream)
+    # Steady over ~45 s, longer than the churn below (14-31 s): at full speed the workers had
+    # the whole stream done in seconds, before most of the joins and kills.
+    feeder = Feeder(broker, names, stream, seconds=45)
     time.sleep(1.0)
     b.start()  # joins mid-stream: partitions move from a to b
     time.sleep(rng.uniform(2.0, 4.0))
@@ -41,6 +43,9 @@ def test_three_workers_join_die_and_leave_while_the_stream_flows(
         victim.start()
         faults += 1
     time.sleep(rng.uniform(2.0, 4.0))
+    assert feeder.flowing(), (
+        "the stream had ended before the last fault: the churn met idle workers"
+    )
     assert c.kill(signal.SIGTERM) == 0  # leaves for good, cleanly: its partitions move to a, b
     faults += 1
     assert feeder.join() == len(stream.records)
