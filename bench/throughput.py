@@ -11,9 +11,13 @@ Contenders, one at a time, each a subprocess (so its process tree can be measure
 - (b) our worker, ``python -m app worker`` (exactly-once, the default);
 - (c) our worker with ``DEDUPE_PROCESSING_GUARANTEE=at_least_once``;
 - (d) ``bench.contenders.quix_dedup`` (Quix Streams), (e) ``bench.contenders.spark_dedup``
-  (Spark ``dropDuplicatesWithinWatermark``). A contender whose module is missing, which exits
-  early or does not finish is recorded as failed or incomplete, with its error, and the run
-  goes on.
+  (Spark ``dropDuplicatesWithinWatermark``, on ``local[2]``: two cores);
+- (f) our exactly-once worker as two processes in one consumer group
+  (``bench.contenders.worker_group``), one per core as Spark has them: (b) is one Python
+  process, so one core.
+
+A contender whose module is missing, which exits early or does not finish is recorded as failed
+or incomplete, with its error, and the run goes on.
 
 Data. For each profile (``dup0.6``: 0.6% of the records are repeats, ``dup20``: 20%) N records
 (``--events``/``BENCH_EVENTS``) are generated deterministically (``scripts.streams.make_event``:
@@ -683,7 +687,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=int(os.environ.get("BENCH_EVENTS", "2000000")),
         help="records per profile (BENCH_EVENTS; default 2,000,000)",
     )
-    p.add_argument("--contenders", default="a,b,c,d,e", help="which of a,b,c,d,e (default all)")
+    p.add_argument(
+        "--contenders", default=",".join(CONTENDERS), help="which of a,b,c,d,e,f (default all)"
+    )
     p.add_argument("--profiles", default=",".join(PROFILES), help="dup0.6,dup20 (default both)")
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument(
