@@ -536,7 +536,7 @@ class Run:
         )
 
     def _start_spy(self) -> None:
-        """With ``--py-spy``: sample a worker contender (b, c) until its backlog is done."""
+        """With ``--py-spy``: sample a worker contender (b, c, f) until its backlog is done."""
         opts = self.opts
         if opts.py_spy is None or self.key not in WORKERS or self.proc is None:
             return
@@ -545,6 +545,8 @@ class Run:
         spy = Path(sys.executable).with_name("py-spy")
         cmd = [str(spy), "record", "--pid", str(self.proc.pid), "--rate", "100"]
         cmd += ["--nonblocking", "--format", "raw", "--output", str(self.spy_out)]
+        if self.key == "f":
+            cmd.append("--subprocesses")  # the workers, not their launcher
         with self.log.open("ab") as log:
             log.write(f"$ {shlex.join(cmd)}\n".encode())
             self.spy = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -710,7 +712,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=None,
         metavar="DIR",
-        help="profile the worker contenders (b, c) with py-spy until their backlog is done: "
+        help="profile the worker contenders (b, c, f) with py-spy until their backlog is done: "
         "DIR/<profile>-<key>.folded (collapsed stacks) and .txt (summary, bench.profile); "
         "py-spy shares the cores, so profiled figures are not for comparison",
     )
