@@ -8,6 +8,9 @@ from pathlib import Path
 
 from bench.measure import ratio
 
+#: Worker processes of contender (f): one per core of the 2-core machines we bench on, as
+#: Spark's ``local[2]``.
+GROUP_WORKERS = 2
 #: Contender keys, module and label, in the order they run.
 CONTENDERS: dict[str, tuple[str, str]] = {
     "a": ("copy_eos", "(a) copy, EOS, no dedup"),
@@ -15,7 +18,7 @@ CONTENDERS: dict[str, tuple[str, str]] = {
     "c": ("worker_alo", "(c) dedupe worker, at-least-once"),
     "d": ("quix_dedup", "(d) Quix Streams, exactly-once"),
     "e": ("spark_dedup", "(e) Spark dropDuplicatesWithinWatermark"),
-    "f": ("worker_group", "(f) dedupe worker, exactly-once, 2 processes"),
+    "f": ("worker_group", f"(f) dedupe worker, exactly-once, {GROUP_WORKERS} processes"),
 }
 #: Contenders that are meant to de-duplicate (everything but the copy).
 DEDUPLICATING = frozenset("bcdef")
@@ -130,10 +133,17 @@ def targets(results: Sequence[Result], commit_interval: float) -> list[str]:
     def verdict(ok: bool | None) -> str:
         return "unknown" if ok is None else ("MET" if ok else "NOT MET")
 
-    b_eps = b.sustained_eps if b is not None and b.status == "ok" else None
-    a = by_key.get("a")
-    a_eps = a.sustained_eps if a is not None and a.status == "ok" else None
-    share = ratio(b_eps, a_eps)
+    def eps(r: Result | None) -> float | None:
+        """Sustained events/s of a contender that completed."""
+        return r.sustained_eps if r is not None and r.status == "ok" else None
+
+    def lead(ratio_: float | None) -> str:
+        return verdict(None if ratio_ is None else ratio_ > 1) + (
+            "" if ratio_ is None else f" ({ratio_:.2f}x)"
+        )
+
+    b_eps = eps(b)
+    share = ratio(b_eps, eps(by_key.get("a")))
     out.append(
         f"(b) >= 50% of (a)'s throughput: {verdict(None if share is None else share >= 0.5)}"
         + ("" if share is None else f" ({share:.0%})")
@@ -142,26 +152,16 @@ def targets(results: Sequence[Result], commit_interval: float) -> list[str]:
         other = by_key.get(key)
         if other is None:
             continue
-        o_eps = other.sustained_eps if other.status == "ok" else None
-        if b_eps is not None and o_eps is None and other.status != "ok":
+        if b_eps is not None and other.status != "ok":
             out.append(f"(b) ahead of {other.label}: unknown ({other.label} did not complete)")
             continue
-        lead = ratio(b_eps, o_eps)
-        out.append(
-            f"(b) ahead of {other.label}: {verdict(None if lead is None else lead > 1)}"
-            + ("" if lead is None else f" ({lead:.2f}x)")
-        )
-    f = by_key.get("f")
-    f_eps = f.sustained_eps if f is not None and f.status == "ok" else None
-    e = by_key.get("e")
+        out.append(f"(b) ahead of {other.label}: {lead(ratio(b_eps, eps(other)))}")
+    f, e = by_key.get("f"), by_key.get("e")
     if f is not None and e is not None:
         # Not one of the issue's targets: our worker on both cores, as Spark's local[2] runs.
-        e_eps = e.sustained_eps if e.status == "ok" else None
-        lead = ratio(f_eps, e_eps)
         out.append(
             f"(f), our worker on two processes, ahead of {e.label} (both on two cores): "
-            f"{verdict(None if lead is None else lead > 1)}"
-            + ("" if lead is None else f" ({lead:.2f}x)")
+            + lead(ratio(eps(f), eps(e)))
         )
     limit_ms = commit_interval * 1000 + 250
     p99 = b.p99_ms if b is not None else None

@@ -88,7 +88,15 @@ from bench.measure import (
     percentile,
     sample_tree,
 )
-from bench.report import CONTENDERS, WORKERS, Result, render_table, targets, write_chart
+from bench.report import (
+    CONTENDERS,
+    GROUP_WORKERS,
+    WORKERS,
+    Result,
+    render_table,
+    targets,
+    write_chart,
+)
 from scripts.streams import OutRecord, make_event, produce
 from scripts.topic_reader import start_consumer
 
@@ -96,9 +104,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {"dup0.6": 0.006, "dup20": 0.20}
 #: The worker's default commit interval (DEDUPE_COMMIT_INTERVAL); the p99 target builds on it.
 COMMIT_INTERVAL = 0.1
-#: Worker processes of contender (f): one per core of the 2-core machines we bench on, as
-#: Spark's ``local[2]``.
-GROUP_WORKERS = 2
 HEADERS = (("content-type", b"application/json"),)
 
 

@@ -56,6 +56,11 @@ class Feeder:
         """True while records are still being produced."""
         return self.thread.is_alive()
 
+    def assert_flowing(self) -> None:
+        """Fail the test when the feed already ended: the fault about to land would meet an
+        idle worker and prove less than it claims."""
+        assert self.flowing(), "the stream had ended: the fault met an idle worker"
+
     def join(self, timeout: float = 600) -> int:
         self.thread.join(timeout)
         assert self.sent, "the producer did not finish"

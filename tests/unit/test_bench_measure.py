@@ -172,17 +172,14 @@ def test_the_worker_group_runs_one_worker_per_port_with_its_own_dir_and_port(
         "d = pathlib.Path(os.environ['DEDUPE_DATA_DIR'])\n"
         "(d / 'seen').write_text(os.environ['DEDUPE_WEB_PORT'])\n"
     )
+    state = str(tmp_path / "s")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(fake))
         mp.chdir(fake)
-        code = worker_group.main(["--web-ports", "7001,7002", "--state-dir", str(tmp_path / "s")])
-    assert code == 0
-    assert (tmp_path / "s" / "worker-0" / "seen").read_text() == "7001"
-    assert (tmp_path / "s" / "worker-1" / "seen").read_text() == "7002"
-    (fake / "app" / "__main__.py").write_text("raise SystemExit(3)\n")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", str(fake))
-        mp.chdir(fake)
-        assert worker_group.main(["--web-ports", "7001", "--state-dir", str(tmp_path / "s")]) == 3
+        assert worker_group.main(["--web-ports", "7001,7002", "--state-dir", state]) == 0
+        assert (tmp_path / "s" / "worker-0" / "seen").read_text() == "7001"
+        assert (tmp_path / "s" / "worker-1" / "seen").read_text() == "7002"
+        (fake / "app" / "__main__.py").write_text("raise SystemExit(3)\n")
+        assert worker_group.main(["--web-ports", "7001", "--state-dir", state]) == 3
     with pytest.raises(SystemExit):
         worker_group.parse_args(["--web-ports", "x", "--state-dir", "d"])
