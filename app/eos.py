@@ -154,6 +154,15 @@ def append_now(
     )
 
 
+def abandon(waiter: asyncio.Future[None] | None) -> None:
+    """Stop waiting for a commit whose answer we no longer wait for (timed out, or the task
+    stopped). Its request stays out (``commit_transaction`` shields it) and the outcome is
+    settled otherwise; left pending, the waiter would be destroyed with its producer
+    ("Task was destroyed but it is pending", seen in F8 after an unknown outcome)."""
+    if waiter is not None and not waiter.done():
+        waiter.cancel()
+
+
 def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     """True when ``exc`` (or the error that broke ``producer``) says another owner took over.
 
@@ -1165,6 +1174,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 if self._transaction_error(task, exc, "before the commit"):
                     await self._abort(task)
                 return
+            commit: asyncio.Future[None] | None = None
             try:
                 fault = self.faults.reach("commit") if self.faults is not None else None
                 if fault == "pause":
@@ -1180,10 +1190,12 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 # Stopped while the commit request is out: its outcome is unknown here. Apply
                 # nothing and commit nothing more on this task; the store keeps its older
                 # changelog offset, so recovery replays the transaction if it did commit.
+                abandon(commit)
                 task.state = TaskState.FAILED
                 self._discard_staged(task)
                 raise
             except (TimeoutError, KafkaError, OSError) as exc:
+                abandon(commit)
                 if is_fenced(producer, exc):
                     self._fenced(task, exc)
                     return
