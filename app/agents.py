@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 
 import faust
 from faust.types import EventT, Message
@@ -34,6 +35,16 @@ class Outcome:
     REKEYED = "rekeyed"
 
 
+def message_ms(message: Message) -> int | None:
+    """The Kafka timestamp of Faust's ``Message`` (seconds) in ms; None when it has none."""
+    return round(message.timestamp * 1000) if message.timestamp >= 0 else None
+
+
+def record_ms(record: SourceRecord) -> int | None:
+    """The Kafka timestamp of aiokafka's record (ms, -1: none); None when it has none."""
+    return record.timestamp if record.timestamp >= 0 else None
+
+
 class Deduplicator:
     """Handles one record inside its transaction. Counters are per partition, this process."""
 
@@ -48,14 +59,15 @@ class Deduplicator:
         self,
         txn: TaskTransaction,
         message: Message | SourceRecord,
+        timestamp_ms: int | None,
         key_partition: int | None = None,
     ) -> str:
-        """Decide ``message`` and send what it becomes; ``key_partition`` is the partition its
-        key hashes to, when the caller computed it for a whole batch."""
+        """Decide ``message`` and send what it becomes. ``timestamp_ms`` is its Kafka timestamp
+        (None: it has none; see :func:`message_ms`, :func:`record_ms`); ``key_partition`` is
+        the partition its key hashes to, when the caller computed it for a whole batch."""
         s = self.settings
         value: bytes | None = message.value
-        headers = list(message.headers or ())
-        timestamp_ms = round(message.timestamp * 1000) if message.timestamp >= 0 else None
+        headers: Sequence[tuple[str, bytes]] = message.headers or ()
         checked = rules.inspect(
             value, max_event_bytes=s.max_event_bytes, max_id_bytes=s.max_message_id_bytes
         )
@@ -65,7 +77,7 @@ class Deduplicator:
                 key=message.key,
                 value=value,
                 headers=rules.dead_letter_headers(
-                    headers, checked, message.topic, message.partition, message.offset
+                    list(headers), checked, message.topic, message.partition, message.offset
                 ),
                 timestamp_ms=timestamp_ms,
                 partition=message.partition,
@@ -89,8 +101,9 @@ class Deduplicator:
             if s.time_source == "kafka"
             else rules.event_time_ms(checked.event_timestamp, kafka_ms, self.max_future_ms)
         )
-        first = self.seen_ids.first_sighting(checked.id_bytes, record_ms)
-        self.seen_ids.age_out(record_ms)
+        # The tables are co-partitioned with the record: its partition is theirs.
+        first = self.seen_ids.first_sighting(checked.id_bytes, record_ms, message.partition)
+        self.seen_ids.age_out(record_ms, message.partition)
         if not first:
             return Outcome.DUPLICATE
         if self.faults is not None:
@@ -138,7 +151,7 @@ def register_agents(
             async with transactions.processing(message) as txn:
                 if txn is None:
                     continue  # not our partition any more: its owner processes it
-                outcome = await dedup.handle(txn, message)
+                outcome = await dedup.handle(txn, message, message_ms(message))
             dedup.count(message.partition, outcome)
 
     agent: faust.types.AgentT = app.agent(source, name="dedupe_events", concurrency=1)(
@@ -154,10 +167,10 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
 
     partitions = dedup.settings.partitions
 
-    async def dedupe_batch(messages: list[SourceRecord]) -> None:
+    async def dedupe_batch(messages: list[SourceRecord], generation_id: int) -> None:
         transactions: TaskTransactionManager = app.consumer.transactions
         outcomes: Counter[str] = Counter()
-        async with transactions.processing_batch(messages) as batch:
+        async with transactions.processing_batch(messages, generation_id) as batch:
             if batch is None:
                 return  # not our partition any more: its owner processes it
             # Where each key belongs, for the whole batch at once (the placement check).
@@ -168,7 +181,9 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
             dedup.seen_ids.prefetch(batch.partition, keys)
             home_of = {m.offset: home for m, home in zip(messages, homes, strict=True)}
             async for message in batch.records():
-                outcome = await dedup.handle(batch, message, home_of[message.offset])
+                outcome = await dedup.handle(
+                    batch, message, record_ms(message), home_of[message.offset]
+                )
                 outcomes[outcome] += 1
         for outcome, n in outcomes.items():
             dedup.count(messages[0].partition, outcome, n)

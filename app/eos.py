@@ -60,7 +60,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -72,7 +72,7 @@ from aiokafka.errors import (
     ProducerFenced,
     TransactionalIdAuthorizationFailed,
 )
-from aiokafka.structs import RecordMetadata, TopicPartition
+from aiokafka.structs import ConsumerRecord, RecordMetadata, TopicPartition
 from faust.transport.consumer import CONSUMER_FETCHING, TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustKafkaConsumer
@@ -253,12 +253,10 @@ class SourceOffsetStore(Protocol):
     def source_offsets(self, partition: int) -> dict[str, int]: ...
 
 
-class StagedRecord(NamedTuple):
-    """A changelog record staged by a table write, sent when the record's scope closes."""
-
-    topic: str
-    key: bytes
-    value: bytes | None
+#: A changelog record staged by a table write, sent when the record's scope closes:
+#: (changelog topic, key, value; None is a tombstone). A plain tuple: one is staged per
+#: forwarded record.
+StagedRecord = tuple[str, bytes, "bytes | None"]
 
 
 @dataclass
@@ -354,13 +352,25 @@ class TaskTransaction:
         timestamp_ms: int | None,
         partition: int | None,
     ) -> None:
-        """Send one record in this task's open transaction; it becomes visible only on commit."""
+        """Send one record in this task's open transaction; it becomes visible only on commit.
+
+        It runs for every forwarded record: the open batch is found by a plain ``(topic,
+        partition)`` tuple (equal to, and hashed as, the ``TopicPartition`` it is kept under),
+        so a ``TopicPartition`` is built only when a batch is opened."""
         if partition is None:
             raise ValueError("a task transaction sends to explicit partitions only")
+        task = self._task
+        builder = task.builders.get((topic, partition))
+        if (
+            builder is not None
+            and builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or ())
+            is not None
+        ):
+            return
         tp = TopicPartition(topic, partition)
         listed = list(headers) if headers else None
-        if not append_now(self._task, tp, key, value, timestamp_ms, listed):
-            await append_record(self._task, tp, key, value, timestamp_ms, listed)
+        if not append_now(task, tp, key, value, timestamp_ms, listed):
+            await append_record(task, tp, key, value, timestamp_ms, listed)
 
 
 #: The partition whose records the current batch scope processes (tables read it: see
@@ -371,84 +381,89 @@ batch_partition: ContextVar[int | None] = ContextVar("dedupe_batch_partition", d
 YIELD_EVERY = 256
 
 
-class SourceRecord:
-    """A fetched record of a source topic, as the batch path reads it: the fields of Faust's
-    ``Message`` that path uses (same names, ``timestamp`` in seconds), built straight from
-    aiokafka's record. Faust's message sets about twenty attributes per record (its consumer's
-    ``_to_message`` took 8% of the worker's samples in a profile at 2M events)."""
-
-    __slots__ = (
-        "generation_id",
-        "headers",
-        "key",
-        "offset",
-        "partition",
-        "timestamp",
-        "topic",
-        "value",
-    )
-
-    def __init__(self, record: Any, generation_id: int) -> None:
-        self.topic: str = record.topic
-        self.partition: int = record.partition
-        self.offset: int = record.offset
-        # Kafka's record format v2 always has one (-1: none), so never None here.
-        self.timestamp: float = record.timestamp / 1000.0
-        self.headers: Sequence[tuple[str, bytes]] = record.headers
-        self.key: bytes | None = record.key
-        self.value: bytes | None = record.value
-        self.generation_id = generation_id
+#: A fetched record of a source topic, as the batch path reads it: aiokafka's own record
+#: (``timestamp`` in ms, -1 when it has none; ``headers`` a tuple), handed over as fetched.
+#: Faust's ``Message`` copies about twenty attributes per record (its consumer's ``_to_message``
+#: took 8% of the worker's samples in a profile at 2M events), and a copy of our own still
+#: took 5%.
+SourceRecord: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
 
 #: What the consumer hands records of the source topics to: one partition's records, in offset
-#: order, as fetched (see :class:`Consumer`).
-BatchHandler = Callable[[list[SourceRecord]], Awaitable[None]]
+#: order, as fetched, and the consumer generation they were fetched in (see :class:`Consumer`).
+BatchHandler = Callable[[list[SourceRecord], int], Awaitable[None]]
 
 
 class TaskBatch(TaskTransaction):
     """What the agent may do while processing a batch of one task's records."""
 
-    __slots__ = ("_manager", "_messages")
+    __slots__ = ("_generation_id", "_manager", "_messages")
 
     def __init__(
-        self, manager: TaskTransactionManager, task: Task, messages: list[SourceRecord]
+        self,
+        manager: TaskTransactionManager,
+        task: Task,
+        messages: list[SourceRecord],
+        generation_id: int,
     ) -> None:
         super().__init__(task)
         self._manager = manager
         self._messages = messages
+        self._generation_id = generation_id
 
     async def records(self) -> AsyncIterator[SourceRecord]:
         """The batch's records to process, in offset order; a record counts as processed (its
         offset joins the transaction) once the loop body that got it finished.
 
         Skipped, as Faust's stream skips them: records of an older consumer generation or while
-        the flow is stopped (a rebalance began); and records ``_in_sequence`` rejects. The
-        rest of the batch is dropped when the task stops (fenced, failed): its records are
-        re-read from the committed offset. Nothing skipped is committed.
+        the flow is stopped (a rebalance began); and records out of sequence
+        (a record delivered again, or one after a gap that holds records:
+        :meth:`TaskTransactionManager._gap_checked`). The rest of the batch is dropped when the
+        task stops (fenced, failed): its records are re-read from the committed offset. Nothing
+        skipped is committed.
+
+        The checks and the offset bookkeeping are written out here, for the batch's one
+        partition, without a call per record: they run for every record.
         """
         manager, task = self._manager, self._task
         app = manager.app
         flow_active = app.flow_control.is_active
-        in_sequence, processed = manager._in_sequence_now, manager._processed_now
+        generation_id = self._generation_id
         faults = manager.faults
+        first = self._messages[0]
+        tp = TopicPartition(first.topic, first.partition)
+        positions, offsets = task.positions, task.offsets
+        logged_first = tp in manager.first_offsets
+        seen = False
         for n, message in enumerate(self._messages, 1):
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # let the web server and timers run in a long batch
             if (
                 task.state is not TaskState.RUNNING
                 or not flow_active()
-                or message.generation_id != app.consumer_generation_id
+                or app.consumer_generation_id != generation_id
             ):
                 return
-            # The checks per record, without a coroutine each unless there is a gap to ask
-            # the broker about, or a fault to inject.
-            ok = in_sequence(task, message)
-            if ok is None:
-                ok = await manager._gap_checked(task, message)
-            if not ok:
-                continue
+            offset = message.offset
+            if manager._skipping and offset < manager._skipping.get(tp, -1):
+                continue  # fault injection: as if the consumer had never delivered it
+            if not seen:  # delivered: what the stall watchdog watches
+                seen = True
+                task.delivered_at[tp] = time.monotonic()
+                task.stall_seeks.discard(tp)
+            expected = positions.get(tp)
+            if expected is not None and offset != expected:
+                if offset < expected:
+                    continue  # delivered again: already processed in this or a committed txn
+                if not await manager._gap_checked(task, message):
+                    continue
             yield message
-            processed(task, message)
+            offsets[tp] = positions[tp] = offset + 1
+            task.records += 1
+            if not logged_first:
+                logged_first = True
+                manager.first_offsets.setdefault(tp, offset)
+                log.info("%s-%d: first record processed at offset %d", *tp, offset)
             if faults is not None:
                 await manager._fault_after_processed(message)
 
@@ -460,11 +475,14 @@ class _BatchScope:
     Yields ``None`` when this worker does not own the task (revoked, fenced or failed).
     """
 
-    __slots__ = ("_manager", "_messages", "_task", "_token")
+    __slots__ = ("_generation_id", "_manager", "_messages", "_task", "_token")
 
-    def __init__(self, manager: TaskTransactionManager, messages: list[SourceRecord]) -> None:
+    def __init__(
+        self, manager: TaskTransactionManager, messages: list[SourceRecord], generation_id: int
+    ) -> None:
         self._manager = manager
         self._messages = messages
+        self._generation_id = generation_id
         self._task: Task | None = None
         self._token: Any = None
 
@@ -490,7 +508,7 @@ class _BatchScope:
             raise
         self._task = task
         self._token = batch_partition.set(task.partition)
-        return TaskBatch(self._manager, task, self._messages)
+        return TaskBatch(self._manager, task, self._messages, self._generation_id)
 
     async def __aexit__(
         self,
@@ -589,10 +607,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     # -- the agent's side ----------------------------------------------------------------------
 
-    def processing_batch(self, messages: list[SourceRecord]) -> _BatchScope:
-        """Scope for processing ``messages`` (records of one partition, in offset order):
-        ``async with tm.processing_batch(msgs) as batch: async for m in batch.records(): ...``."""
-        return _BatchScope(self, messages)
+    def processing_batch(self, messages: list[SourceRecord], generation_id: int) -> _BatchScope:
+        """Scope for processing ``messages`` (records of one partition, in offset order, fetched
+        in consumer generation ``generation_id``):
+        ``async with tm.processing_batch(msgs, gen) as batch: async for m in batch.records():``."""
+        return _BatchScope(self, messages, generation_id)
 
     def stage_changelog(self, partition: int, topic: str, key: bytes, value: bytes | None) -> None:
         """Called by a table write: the changelog record joins task ``partition``'s transaction."""
@@ -610,29 +629,17 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 f"a second transactional table ({topic}) is not supported: this manager "
                 f"tracks the changelog offset of one table ({kept[1]})"
             )
-        task.outbox.append(StagedRecord(topic, key, value))
+        task.outbox.append((topic, key, value))
 
     async def _flush_outbox(self, task: Task) -> None:
-        for rec in task.outbox:
-            tp = TopicPartition(rec.topic, task.partition)
-            task.changelog_tps.add(tp)
-            if not append_now(task, tp, rec.key, rec.value):
-                await append_record(task, tp, rec.key, rec.value)
+        tp: TopicPartition | None = None
+        for topic, key, value in task.outbox:
+            if tp is None or tp.topic != topic:
+                tp = TopicPartition(topic, task.partition)
+                task.changelog_tps.add(tp)
+            if not append_now(task, tp, key, value):
+                await append_record(task, tp, key, value)
         task.outbox.clear()
-
-    async def _processed(self, task: Task, message: Message) -> None:
-        """``message`` is processed: its offset joins the task's open transaction."""
-        self._processed_now(task, message)
-        if self.faults is not None:
-            await self._fault_after_processed(message)
-
-    def _processed_now(self, task: Task, message: Message) -> None:
-        tp = TopicPartition(message.topic, message.partition)
-        if tp not in self.first_offsets:
-            self.first_offsets[tp] = message.offset
-            log.info("%s-%d: first record processed at offset %d", *tp, message.offset)
-        task.offsets[tp] = task.positions[tp] = message.offset + 1
-        task.records += 1
 
     async def _fault_after_processed(self, message: Message) -> None:
         assert self.faults is not None
@@ -642,39 +649,19 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     def commit_soon(self) -> None:
         self._wakeup.set()
 
-    async def _in_sequence(self, task: Task, message: Message) -> bool:
-        """True when ``message`` is the next record of its partition, so processing it and then
-        committing ``offset + 1`` covers no record that was never processed.
+    async def _gap_checked(self, task: Task, message: Message) -> bool:
+        """A record above the expected offset: the broker says whether the gap holds records.
 
         Faust's consumer does not deliver every partition gap-free: around recovery and seeks
         it drops records it believes it already delivered ("DROPPED MESSAGE ROFF") and streams
         skip records of another generation, and the records after them still arrive. Committing
         after such a skip would lose the skipped record. So each task knows the next offset of
-        each source partition (from the committed offset at assignment, then from each record):
-        a record below it was delivered again and is skipped; a record above it leaves a gap,
-        which the broker is asked about (read_committed): commit markers and aborted records
-        are fine, a real record means the partition is re-read from its committed offset.
+        each source partition (from the committed offset at assignment, then from each record;
+        :meth:`TaskBatch.records` checks every record against it): a record below it was
+        delivered again and is skipped; a record above it leaves a gap, which the broker is
+        asked about here (read_committed): commit markers and aborted records are fine (True),
+        a real record means the partition is re-read from its committed offset (False).
         """
-        ok = self._in_sequence_now(task, message)
-        return await self._gap_checked(task, message) if ok is None else ok
-
-    def _in_sequence_now(self, task: Task, message: Message) -> bool | None:
-        """:meth:`_in_sequence` where no broker is needed; ``None`` for a gap."""
-        tp = TopicPartition(message.topic, message.partition)
-        if self._skipping and message.offset < self._skipping.get(tp, -1):
-            return False  # fault injection: as if the consumer had never delivered it
-        task.delivered_at[tp] = time.monotonic()
-        if task.stall_seeks:
-            task.stall_seeks.discard(tp)
-        expected = task.positions.get(tp)
-        if expected is None or message.offset == expected:
-            return True
-        if message.offset < expected:
-            return False  # delivered again: already processed in this or a committed transaction
-        return None
-
-    async def _gap_checked(self, task: Task, message: Message) -> bool:
-        """A record above the expected offset: the broker says whether the gap holds records."""
         tp = TopicPartition(message.topic, message.partition)
         expected = task.positions[tp]
         try:
@@ -1467,14 +1454,14 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
             app.monitor.track_tp_end_offset(tp, self.highwater(tp))
             r_offset = read_offset[tp]
             if tp.topic in batch_topics:
-                messages = [
-                    SourceRecord(record, generation_id)
-                    for record in fetched
-                    if r_offset is None or record.offset >= r_offset
-                ]
+                messages = (
+                    fetched
+                    if r_offset is None or fetched[0].offset >= r_offset
+                    else [record for record in fetched if record.offset >= r_offset]
+                )
                 if messages:
                     read_offset[tp] = messages[-1].offset
-                    await asyncio.shield(handler(messages))
+                    await asyncio.shield(handler(messages, generation_id))
                 continue
             for record in fetched:
                 if r_offset is not None and record.offset < r_offset:

@@ -153,15 +153,22 @@ class _Table:
     def __init__(self, store: object) -> None:
         self.data = store
 
-    def lookup(self, key: bytes) -> bytes | None:
-        value: bytes | None = self.data._get(key)  # type: ignore[attr-defined]
+    def lookup(self, key: bytes, partition: int | None = None) -> bytes | None:
+        if partition is None:
+            partition = self.data._partition_of()  # type: ignore[attr-defined]
+        value: bytes | None = self.data.get_in(partition, key)  # type: ignore[attr-defined]
         return value
 
+    def put(self, key: bytes, value: bytes | None, partition: int | None = None) -> None:
+        if partition is None:
+            partition = self.data._partition_of()  # type: ignore[attr-defined]
+        self.data.stage(partition, key, value)  # type: ignore[attr-defined]
+
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.data._set(key, value)  # type: ignore[attr-defined]
+        self.put(key, value)
 
     def __delitem__(self, key: bytes) -> None:
-        self.data._del(key)  # type: ignore[attr-defined]
+        self.put(key, None)
 
 
 def rocksdb_memory(store: object, partitions: int) -> dict[str, int]:

@@ -258,25 +258,31 @@ class SeenIds:
 
     # -- per record ----------------------------------------------------------------------------
 
-    def first_sighting(self, id_bytes: bytes, record_ms: int) -> bool:
-        """True (and the id is remembered) when the record is not a repeat within the window."""
-        raw = self.table.lookup(id_bytes)
+    def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
+        """True (and the id is remembered) when the record is not a repeat within the window.
+        ``partition`` is :func:`current_partition`, when the caller has it already (it runs
+        for every record)."""
+        if partition is None:
+            partition = current_partition()
+        table = self.table
+        raw = table.lookup(id_bytes, partition)
         held = None if raw is None else Entry.decode(raw)
-        partition = current_partition()
-        live = self._state(partition)
+        live = self._live.get(partition) or self._state(partition)
         if is_duplicate(held, record_ms, self.window_ms):
             assert held is not None
-            self.table[id_bytes] = held.repeated().encode()
+            table.put(id_bytes, held.repeated().encode(), partition)
             return False
         # Stream time is the newest first sighting held: derived from the state alone, so a
         # worker restarted from the changelog ages out exactly as the live one did.
-        live.stream_ms = max(live.stream_ms, record_ms)
-        summary = self.store.summary(partition)
-        seq = summary.next_seq if live.next_seq is None else live.next_seq
+        if record_ms > live.stream_ms:
+            live.stream_ms = record_ms
+        seq = live.next_seq
+        if seq is None:
+            seq = self.store.summary(partition).next_seq
         live.next_seq = seq + 1
         if held is None:
             live.held_delta += 1
-        self.table[id_bytes] = encode_entry(record_ms, seq)
+        table.put(id_bytes, encode_entry(record_ms, seq), partition)
         mark = (record_ms - record_ms % self.bucket_ms, record_ms)
         if live.staged_oldest is None or mark < live.staged_oldest:
             live.staged_oldest = mark
@@ -292,11 +298,12 @@ class SeenIds:
         if live.oldest_bucket is None or mark < (live.oldest_bucket, live.oldest_ms or 0):
             live.oldest_bucket, live.oldest_ms = mark
 
-    def age_out(self, record_ms: int) -> int:
+    def age_out(self, record_ms: int, partition: int | None = None) -> int:
         """Delete up to ``DEDUPE_EVICTION_BATCH`` ids that are out of the window or over the cap,
-        oldest first; returns how many went."""
-        partition = current_partition()
-        live = self._state(partition)
+        oldest first; returns how many went. ``partition``: see :meth:`first_sighting`."""
+        if partition is None:
+            partition = current_partition()
+        live = self._live.get(partition) or self._state(partition)
         if not self._needs_age_out(partition, live):
             self._check_window(partition, live, record_ms)
             return 0

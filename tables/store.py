@@ -409,7 +409,11 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     # -- the mapping interface (partition of the record being processed) ------------------------
 
     def _get(self, key: bytes) -> bytes | None:
-        partition = self._partition_of()
+        return self.get_in(self._partition_of(), key)
+
+    def get_in(self, partition: int, key: bytes) -> bytes | None:
+        """``key``'s value in ``partition``: this transaction's staged write, else the
+        committed value (read once per transaction, or prefetched)."""
         staged = self._staged.get(partition)
         if staged is not None and key in staged:
             return staged[key]
@@ -423,10 +427,17 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         return value
 
     def _set(self, key: bytes, value: bytes | None) -> None:
-        self._staged.setdefault(self._partition_of(), {})[key] = value
+        self.stage(self._partition_of(), key, value)
 
     def _del(self, key: bytes) -> None:
-        self._staged.setdefault(self._partition_of(), {})[key] = None
+        self.stage(self._partition_of(), key, None)
+
+    def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Stage a write (None: delete) in ``partition``'s open transaction."""
+        staged = self._staged.get(partition)
+        if staged is None:
+            staged = self._staged[partition] = {}
+        staged[key] = value
 
     def _contains(self, key: bytes) -> bool:
         return self._get(key) is not None

@@ -48,6 +48,7 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         self.store_factory = store_factory
+        self._changelog_name: str | None = None
         super().__init__(
             app,
             name=name,
@@ -86,28 +87,37 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
         self.transactions.register_store(self.store)
         self.transactions.keep_source_offsets(self.store, self.changelog_topic.get_topic_name())
 
-    def lookup(self, key: bytes) -> bytes | None:
-        """One point read: the committed value plus this transaction's staged write."""
-        return self.store._get(key)
+    def changelog_name(self) -> str:
+        name = self._changelog_name
+        if name is None:
+            name = self._changelog_name = self.changelog_topic.get_topic_name()
+        return name
+
+    def lookup(self, key: bytes, partition: int | None = None) -> bytes | None:
+        """One point read: the committed value plus this transaction's staged write.
+        ``partition`` is :func:`current_partition`, when the caller has it already."""
+        return self.store.get_in(current_partition() if partition is None else partition, key)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        """``table[key] = value``: stage the changelog record, then the store write. What
-        Faust's mapping does, without its serializer registry round trip (keys and values are
-        raw bytes already); it runs for every forwarded record."""
-        self.on_key_set(key, value)
-        self.store._set(key, value)
+        """``table[key] = value`` (see :meth:`put`)."""
+        self.put(key, value)
 
     def __delitem__(self, key: bytes) -> None:
-        """``del table[key]`` (see :meth:`__setitem__`)."""
-        self.on_key_del(key)
-        self.store._del(key)
+        """``del table[key]`` (see :meth:`put`)."""
+        self.put(key, None)
+
+    def put(self, key: bytes, value: bytes | None, partition: int | None = None) -> None:
+        """Stage the changelog record, then the store write (None: delete). What Faust's
+        mapping does, without its serializer registry round trip (keys and values are raw
+        bytes already); it runs for every forwarded record. ``partition``: see :meth:`lookup`.
+        """
+        if partition is None:
+            partition = current_partition()
+        self.transactions.stage_changelog(partition, self.changelog_name(), key, value)
+        self.store.stage(partition, key, value)
 
     def on_key_set(self, key: bytes, value: bytes) -> None:
-        self.transactions.stage_changelog(
-            current_partition(), self.changelog_topic.get_topic_name(), key, value
-        )
+        self.transactions.stage_changelog(current_partition(), self.changelog_name(), key, value)
 
     def on_key_del(self, key: bytes) -> None:
-        self.transactions.stage_changelog(
-            current_partition(), self.changelog_topic.get_topic_name(), key, None
-        )
+        self.transactions.stage_changelog(current_partition(), self.changelog_name(), key, None)

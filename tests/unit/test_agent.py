@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from app import rules
-from app.agents import Deduplicator, Outcome
+from app.agents import Deduplicator, Outcome, message_ms
 from app.settings import Settings
 
 SETTINGS = Settings.from_env({"DEDUPE_PARTITIONS": "8"})
@@ -52,7 +52,7 @@ class FakeSeenIds:
         self.first: dict[bytes, int] = {}
         self.aged_at: list[int] = []
 
-    def first_sighting(self, id_bytes: bytes, record_ms: int) -> bool:
+    def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
         held = self.first.get(id_bytes)
         entry = None if held is None else rules.Entry(held, 0)
         if rules.is_duplicate(entry, record_ms, round(SETTINGS.window * 1000)):
@@ -60,7 +60,7 @@ class FakeSeenIds:
         self.first[id_bytes] = record_ms
         return True
 
-    def age_out(self, record_ms: int) -> int:
+    def age_out(self, record_ms: int, partition: int | None = None) -> int:
         self.aged_at.append(record_ms)
         return 0
 
@@ -79,7 +79,7 @@ async def run(*msgs: Msg, settings: Settings = SETTINGS) -> tuple[list[str], Fak
     seen = FakeSeenIds()
     dedup = Deduplicator(settings, seen)  # type: ignore[arg-type]
     txn = FakeTxn()
-    outcomes = [await dedup.handle(txn, m) for m in msgs]  # type: ignore[arg-type]
+    outcomes = [await dedup.handle(txn, m, message_ms(m)) for m in msgs]  # type: ignore[arg-type]
     return outcomes, txn, seen
 
 

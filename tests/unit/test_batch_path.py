@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import gc
 from dataclasses import dataclass
-from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,46 +32,36 @@ class Msg:
     topic: str
     partition: int
     offset: int
-    generation_id: int = 1
 
 
 class FakeManager:
     """What ``TaskBatch.records`` reads of the manager: the app's flow and generation, the
-    sequence check, the fault hook and the first-offset log."""
+    broker's answer about gaps, the fault hooks and the first-offset log."""
 
-    def __init__(
-        self,
-        rejected: set[int] = frozenset(),  # type: ignore[assignment]
-        gaps: dict[int, bool] | None = None,
-    ) -> None:
+    def __init__(self, gaps: dict[int, bool] | None = None) -> None:
         self.flow = True
         self.app = SimpleNamespace(
             flow_control=SimpleNamespace(is_active=lambda: self.flow), consumer_generation_id=1
         )
         self.faults = None
+        self._skipping: dict[TopicPartition, int] = {}
         self.first_offsets: dict[TopicPartition, int] = {}
-        self.rejected = rejected
         #: offset -> the broker's answer about the gap before it (True: nothing missed)
         self.gaps = gaps or {}
         self.asked: list[int] = []
-
-    def _in_sequence_now(self, task: Task, message: Msg) -> bool | None:
-        if message.offset in self.gaps:
-            return None
-        return message.offset not in self.rejected
 
     async def _gap_checked(self, task: Task, message: Msg) -> bool:
         await asyncio.sleep(0)
         self.asked.append(message.offset)
         return self.gaps[message.offset]
 
-    _processed_now = TaskTransactionManager._processed_now  # the real bookkeeping
 
-
-def batch(manager: FakeManager, offsets: list[int], **kw: Any) -> tuple[Task, TaskBatch]:
+def batch(
+    manager: FakeManager, offsets: list[int], generation_id: int = 1
+) -> tuple[Task, TaskBatch]:
     task = Task(3, "txn-3")
-    messages = [Msg("events", 3, o, **kw) for o in offsets]
-    return task, TaskBatch(manager, task, messages)  # type: ignore[arg-type]
+    messages = [Msg("events", 3, o) for o in offsets]
+    return task, TaskBatch(manager, task, messages, generation_id)  # type: ignore[arg-type]
 
 
 TP = TopicPartition("events", 3)
@@ -88,6 +77,7 @@ async def test_a_record_counts_once_the_loop_body_finished() -> None:
     assert seen == [10, 11, 12]
     assert task.offsets[TP] == task.positions[TP] == 13
     assert task.records == 3
+    assert TP in task.delivered_at
 
 
 async def test_a_body_that_raises_leaves_the_record_out() -> None:
@@ -100,18 +90,29 @@ async def test_a_body_that_raises_leaves_the_record_out() -> None:
     assert task.records == 1
 
 
-async def test_records_the_sequence_check_rejects_are_skipped() -> None:
-    task, b = batch(FakeManager(rejected={11}), [10, 11, 12])
-    assert [m.offset async for m in b.records()] == [10, 12]
+async def test_records_delivered_again_are_skipped() -> None:
+    task, b = batch(FakeManager(), [10, 11, 11, 12, 9])
+    task.positions[TP] = 11  # 10 was processed in an earlier batch
+    assert [m.offset async for m in b.records()] == [11, 12]
     assert task.records == 2
+    assert task.offsets[TP] == task.positions[TP] == 13
 
 
 async def test_a_gap_is_asked_about_and_the_answer_decides() -> None:
     manager = FakeManager(gaps={12: True, 20: False})
-    task, b = batch(manager, [10, 12, 20, 21])
-    assert [m.offset async for m in b.records()] == [10, 12, 21]
+    task, b = batch(manager, [10, 12, 20])
+    assert [m.offset async for m in b.records()] == [10, 12]
     assert manager.asked == [12, 20]
-    assert task.records == 3
+    assert task.records == 2
+    assert task.offsets[TP] == 13
+
+
+async def test_records_fault_injection_skips_are_not_delivered() -> None:
+    manager = FakeManager()
+    manager._skipping[TP] = 12
+    task, b = batch(manager, [10, 11])
+    assert [m async for m in b.records()] == []
+    assert task.delivered_at == {}  # what lets the stall watchdog see the stall
 
 
 async def test_a_stopped_flow_or_a_new_generation_ends_the_batch() -> None:
@@ -189,7 +190,7 @@ async def test_sends_of_a_transaction_given_up_fail_quietly() -> None:
 
 
 def gap_manager(reader_batches: list[dict[TopicPartition, list[Any]]]) -> Any:
-    """What ``_first_record`` and ``_in_sequence`` read of the manager, with a gap reader that
+    """What ``_first_record`` and ``_gap_checked`` read of the manager, with a gap reader that
     answers ``reader_batches`` in turn (then nothing) and never moves past offset 10."""
     failures: list[str] = []
 
@@ -218,8 +219,6 @@ def gap_manager(reader_batches: list[dict[TopicPartition, list[Any]]]) -> Any:
         return await TaskTransactionManager._first_record(manager, manager.reader, tp, start, end)  # type: ignore[arg-type]
 
     manager._records_between = records_between
-    manager._in_sequence_now = partial(TaskTransactionManager._in_sequence_now, manager)
-    manager._gap_checked = partial(TaskTransactionManager._gap_checked, manager)
     return manager
 
 
@@ -230,7 +229,7 @@ async def test_a_gap_the_broker_does_not_answer_for_is_unknown_not_a_skip() -> N
 
     task = Task(3, "txn-3")
     task.positions[TP] = 10
-    ok = await TaskTransactionManager._in_sequence(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
+    ok = await TaskTransactionManager._gap_checked(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
     assert not ok
     assert manager.failures == [
         "could not learn what lies between offsets 10 and 12 of events-3 (the broker did not "
@@ -242,20 +241,22 @@ async def test_a_gap_with_a_committed_record_in_it_is_a_skip() -> None:
     manager = gap_manager([{TP: [SimpleNamespace(offset=11)]}])
     task = Task(3, "txn-3")
     task.positions[TP] = 10
-    ok = await TaskTransactionManager._in_sequence(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
+    ok = await TaskTransactionManager._gap_checked(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
     assert not ok
     assert manager.failures[0].startswith("the consumer skipped record 11 of events-3")
 
 
 @pytest.mark.parametrize("timestamp_ms", [1_700_000_000_123, -1])
 def test_a_source_record_reads_as_fausts_message_would(timestamp_ms: int) -> None:
-    """The batch path builds ``SourceRecord`` where Faust's consumer builds its ``Message``
-    (``_to_message``): every field the path reads must be the same."""
+    """The batch path reads aiokafka's record where the agent reads Faust's ``Message``
+    (``_to_message``): every field ``Deduplicator.handle`` reads must come out the same."""
     from aiokafka.structs import ConsumerRecord
     from faust.types import TP as FaustTP
     from faust.types.tuples import Message
 
-    record = ConsumerRecord(
+    from app.agents import message_ms, record_ms
+
+    record: SourceRecord = ConsumerRecord(
         topic="events",
         partition=3,
         offset=42,
@@ -266,7 +267,7 @@ def test_a_source_record_reads_as_fausts_message_would(timestamp_ms: int) -> Non
         checksum=None,
         serialized_key_size=4,
         serialized_value_size=20,
-        headers=[("h", b"v")],
+        headers=(("h", b"v"),),
     )
     faust_message = Message(  # what faust.transport.drivers.aiokafka.Consumer._to_message makes
         record.topic,
@@ -283,6 +284,7 @@ def test_a_source_record_reads_as_fausts_message_would(timestamp_ms: int) -> Non
         FaustTP(record.topic, record.partition),
         generation_id=7,
     )
-    ours = SourceRecord(record, 7)
-    for field in SourceRecord.__slots__:
-        assert getattr(ours, field) == getattr(faust_message, field), field
+    for field in ("topic", "partition", "offset", "headers", "key", "value"):
+        assert getattr(record, field) == getattr(faust_message, field), field
+    assert record_ms(record) == message_ms(faust_message)
+    assert record_ms(record) == (None if timestamp_ms < 0 else timestamp_ms)

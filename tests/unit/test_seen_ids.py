@@ -29,16 +29,19 @@ class StoreTable:
         self.changelog: list[tuple[int, bytes, bytes | None]] = []
         self.partition = 0
 
-    def lookup(self, key: bytes) -> bytes | None:
-        return self.data._get(key)
+    def lookup(self, key: bytes, partition: int | None = None) -> bytes | None:
+        return self.data.get_in(self.partition if partition is None else partition, key)
+
+    def put(self, key: bytes, value: bytes | None, partition: int | None = None) -> None:
+        p = self.partition if partition is None else partition
+        self.data.stage(p, key, value)
+        self.changelog.append((p, key, value))
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.data._set(key, value)
-        self.changelog.append((self.partition, key, value))
+        self.put(key, value)
 
     def __delitem__(self, key: bytes) -> None:
-        self.data._del(key)
-        self.changelog.append((self.partition, key, None))
+        self.put(key, None)
 
 
 class World:
