@@ -360,15 +360,15 @@ class TaskTransaction:
         if partition is None:
             raise ValueError("a task transaction sends to explicit partitions only")
         task = self._task
+        listed = list(headers) if headers else None  # aiokafka's builder takes a list only
         builder = task.builders.get((topic, partition))
         if (
             builder is not None
-            and builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or ())
+            and builder.append(timestamp=timestamp_ms, key=key, value=value, headers=listed)
             is not None
         ):
             return
         tp = TopicPartition(topic, partition)
-        listed = list(headers) if headers else None
         if not append_now(task, tp, key, value, timestamp_ms, listed):
             await append_record(task, tp, key, value, timestamp_ms, listed)
 

@@ -141,6 +141,31 @@ async def test_a_task_that_stopped_processes_nothing_more() -> None:
     assert got == [10]
 
 
+async def test_sends_join_the_open_batch_of_their_partition() -> None:
+    """``TaskTransaction.send`` with aiokafka's own batch builder (a producer that never
+    connects): headers as the fetched record has them (a tuple), none, and a second
+    partition; the open batch is found by a plain (topic, partition) tuple."""
+    from aiokafka import AIOKafkaProducer
+
+    from app.eos import TaskTransaction
+
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9")
+    task = Task(3, "txn-3", producer=producer)
+    txn = TaskTransaction(task)
+    common = {"timestamp_ms": 1_700_000_000_000}
+    await txn.send("out", key=b"a", value=b"1", headers=(("h", b"v"),), partition=3, **common)
+    await txn.send("out", key=b"b", value=b"2", headers=(), partition=3, **common)
+    await txn.send("out", key=b"c", value=b"3", headers=None, partition=3, **common)
+    await txn.send("out", key=b"d", value=b"4", headers=[("h", b"w")], partition=5, **common)
+    assert {tp: b.record_count() for tp, b in task.builders.items()} == {
+        TopicPartition("out", 3): 3,
+        TopicPartition("out", 5): 1,
+    }
+    assert all(isinstance(tp, TopicPartition) for tp in task.builders)
+    with pytest.raises(ValueError, match="explicit partitions"):
+        await txn.send("out", key=b"e", value=b"5", headers=None, partition=None, **common)
+
+
 async def test_delivered_waits_for_unanswered_sends_and_raises_the_first_error() -> None:
     loop = asyncio.get_running_loop()
     task = Task(0, "txn-0")
