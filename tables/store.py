@@ -67,6 +67,9 @@ OFFSET_KEY = b"changelog-offset"
 SOURCE_OFFSETS_KEY = b"\xffdedupe:source-offsets"
 
 BLOOM_BITS_PER_KEY = 10
+#: Memtable bloom filter of the ids' column family, as a share of its write buffer (64 MiB:
+#: 1.3 MiB, some 20 bits per id a full memtable holds).
+MEMTABLE_BLOOM_RATIO = 0.02
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096
 
@@ -89,8 +92,14 @@ class PartitionDB:
 
     __slots__ = ("db", "extra", "handles", "meta", "meta_handle")
 
-    def __init__(self, path: Path, options: Options, extra_cfs: tuple[str, ...] = ()) -> None:
-        families = {name: options for name in (META_CF, *extra_cfs)}
+    def __init__(
+        self,
+        path: Path,
+        options: Options,
+        family_options: Options,
+        extra_cfs: tuple[str, ...] = (),
+    ) -> None:
+        families = {name: family_options for name in (META_CF, *extra_cfs)}
         self.db = Rdict(str(path), options, column_families=families)
         self.meta = self.db.get_column_family(META_CF)
         self.meta_handle = self.db.get_column_family_handle(META_CF)
@@ -132,14 +141,26 @@ def decode_source_offsets(raw: bytes) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(raw).items()}
 
 
-def _options(tuning: RocksTuning) -> tuple[Options, Cache]:
-    """Options for every partition database of one store, sharing one cache and one budget."""
-    write_buffer_bytes = min(tuning.write_buffer_bytes, tuning.memtable_budget_bytes)
+def _options(tuning: RocksTuning) -> tuple[Options, Options, Cache]:
+    """Options for every partition database of one store, sharing one cache and one budget:
+    those of the ids (the default column family) and those of the other column families."""
     cache = Cache(tuning.block_cache_bytes)
+    # No stall: past the budget RocksDB flushes memtables early instead of blocking writers.
+    budget = WriteBufferManager(tuning.memtable_budget_bytes, False)
+    ids = _family_options(tuning, cache, budget)
+    # Most lookups are of ids not held (every first sighting): a bloom filter over the whole
+    # keys of the memtable answers those without walking its skiplist, which grows to hundreds
+    # of thousands of ids per partition before a flush.
+    ids.set_memtable_whole_key_filtering(True)
+    ids.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
+    return ids, _family_options(tuning, cache, budget), cache
+
+
+def _family_options(tuning: RocksTuning, cache: Cache, budget: WriteBufferManager) -> Options:
+    write_buffer_bytes = min(tuning.write_buffer_bytes, tuning.memtable_budget_bytes)
     opts = Options(raw_mode=True)
     opts.set_write_buffer_size(write_buffer_bytes)
-    # No stall: past the budget RocksDB flushes memtables early instead of blocking writers.
-    opts.set_write_buffer_manager(WriteBufferManager(tuning.memtable_budget_bytes, False))
+    opts.set_write_buffer_manager(budget)
     # The bookkeeping column family takes a few bytes per commit and would never fill its
     # memtable, so RocksDB would keep every write-ahead log file for it: cap the WAL, which
     # makes RocksDB flush the column families that hold old logs.
@@ -158,7 +179,7 @@ def _options(tuning: RocksTuning) -> tuple[Options, Cache]:
     table.set_metadata_block_size(METADATA_BLOCK_BYTES)
     table.set_pin_top_level_index_and_filter(True)
     opts.set_block_based_table_factory(table)
-    return opts, cache
+    return opts
 
 
 class TransactionalStore(SerializedStore):  # type: ignore[misc]
@@ -191,7 +212,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self._read: dict[int, dict[bytes, bytes | None]] = {}
         self._store_stopped = False
         self.tuning = tuning
-        self._options, self._cache = _options(tuning)
+        self._options, self._family_options, self._cache = _options(tuning)
         self.directory = Path(app.conf.tabledir)
 
     # -- partitions ----------------------------------------------------------------------------
@@ -206,7 +227,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.partition_path(partition)
             try:
-                pdb = PartitionDB(path, self._options, self.extra_cfs)
+                pdb = PartitionDB(path, self._options, self._family_options, self.extra_cfs)
             except Exception as exc:
                 if "lock" in str(exc).lower():
                     raise  # another process uses this data dir: never touch its files
@@ -222,7 +243,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
                     aside.name,
                 )
                 path.rename(aside)
-                pdb = PartitionDB(path, self._options, self.extra_cfs)
+                pdb = PartitionDB(path, self._options, self._family_options, self.extra_cfs)
             self._dbs[partition] = pdb
         return pdb
 

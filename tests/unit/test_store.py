@@ -14,6 +14,7 @@ from faust.types import TP
 from rocksdict import AccessType, Options, Rdict
 
 from tables.store import (
+    MEMTABLE_BLOOM_RATIO,
     META_CF,
     OFFSET_KEY,
     SOURCE_OFFSETS_KEY,
@@ -763,3 +764,29 @@ def test_filters_and_index_are_partitioned(harness: Harness, store: Transactiona
     props = db.property_value("rocksdb.aggregated-table-properties") or ""
     partitions = int(props.split("# index partitions=")[1].split(";")[0])
     assert partitions > 1, props
+
+
+def test_the_ids_memtable_has_a_bloom_filter_and_bookkeeping_does_not(
+    store: TransactionalStore,
+) -> None:
+    """Lookups of ids not held (every first sighting) skip the memtable's skiplist: the ids'
+    column family has a whole-key memtable bloom filter; the bookkeeping family, read once per
+    commit, does not pay for one. Read back from the OPTIONS file RocksDB writes."""
+    store.partition_db(0)
+    options = max(store.partition_path(0).glob("OPTIONS-*"))
+    sections: dict[str, dict[str, str]] = {}
+    section = ""
+    for line in options.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+            sections[section] = {}
+        elif "=" in line and section:
+            key, _, value = line.partition("=")
+            sections[section][key] = value
+    ids = sections['[CFOptions "default"]']
+    meta = sections[f'[CFOptions "{META_CF}"]']
+    assert ids["memtable_whole_key_filtering"] == "true"
+    assert float(ids["memtable_prefix_bloom_size_ratio"]) == MEMTABLE_BLOOM_RATIO
+    assert meta["memtable_whole_key_filtering"] == "false"
+    assert float(meta["memtable_prefix_bloom_size_ratio"]) == 0
