@@ -701,6 +701,18 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         async with self._gap_lock:
             return await self._first_record(await self._started_gap_reader(), tp, start, end)
 
+    async def first_committed_record(self, tp: TP, start: int, end: int) -> int | None:
+        """:meth:`_records_between` for a partition of any topic (a changelog at the end of its
+        recovery): the reader gives it up afterwards, so it does not go on fetching it."""
+        tp = TopicPartition(tp.topic, tp.partition)
+        async with self._gap_lock:
+            reader = await self._started_gap_reader()
+            try:
+                return await self._first_record(reader, tp, start, end)
+            finally:
+                if tp.topic not in self.source_topics and tp in reader.assignment():
+                    reader.assign(sorted(reader.assignment() - {tp}))
+
     async def _first_record_from(self, tp: TopicPartition, start: int) -> int | None:
         """Offset of the first committed record at or after ``start``, if any (for the
         stall watchdog: up to the partition's last stable offset)."""
