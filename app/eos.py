@@ -77,7 +77,7 @@ from faust.transport.consumer import CONSUMER_FETCHING, TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustKafkaConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
-from faust.types import TP, Message
+from faust.types import TP
 from mode import Service
 
 from app import faults
@@ -641,7 +641,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 await append_record(task, tp, key, value)
         task.outbox.clear()
 
-    async def _fault_after_processed(self, message: Message) -> None:
+    async def _fault_after_processed(self, message: SourceRecord) -> None:
         assert self.faults is not None
         if self.faults.reach("processed") == "skip-fetched":
             await self._skip_fetched(TopicPartition(message.topic, message.partition))
@@ -649,7 +649,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     def commit_soon(self) -> None:
         self._wakeup.set()
 
-    async def _gap_checked(self, task: Task, message: Message) -> bool:
+    async def _gap_checked(self, task: Task, message: SourceRecord) -> bool:
         """A record above the expected offset: the broker says whether the gap holds records.
 
         Faust's consumer does not deliver every partition gap-free: around recovery and seeks
