@@ -377,6 +377,9 @@ class TaskTransaction:
 #: ``tables.transactional.current_partition``).
 batch_partition: ContextVar[int | None] = ContextVar("dedupe_batch_partition", default=None)
 
+#: A gap check polls the broker this often (seconds) until the position passes the gap.
+GAP_POLL = 0.05
+
 #: A batch gives the event loop a turn after this many records.
 YIELD_EVERY = 256
 
@@ -733,14 +736,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             wanted = {TopicPartition(t, p) for t in self.source_topics for p in self.tasks}
             reader.assign(sorted(wanted | {tp}))
         reader.seek(tp, start)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.commit_timeout
         while await reader.position(tp) < end:
-            batch = await reader.getmany(tp, timeout_ms=int(self.settings.commit_timeout * 1000))
-            records = batch.get(tp, [])
-            for record in records:
-                if record.offset < end:
-                    found: int = record.offset
-                    return found
-            if not records and await reader.position(tp) < end:
+            left = deadline - loop.time()
+            if left <= 0:
                 # Nothing below ``end`` came back in time. The gap is before a record already
                 # delivered (or below the last stable offset), so no transaction is open in it:
                 # the broker did not answer (paused, overloaded), and the gap is unknown.
@@ -748,6 +748,14 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                     f"no answer for {tp.topic}-{tp.partition} offsets [{start}, {end}) "
                     f"within {self.settings.commit_timeout:g}s"
                 )
+            # Short polls: a range of control records only (commit markers, aborted batches)
+            # moves the position without returning a record, and ``getmany`` would wait for
+            # records until its timeout.
+            batch = await reader.getmany(tp, timeout_ms=max(1, round(min(left, GAP_POLL) * 1000)))
+            for record in batch.get(tp, []):
+                if record.offset < end:
+                    found: int = record.offset
+                    return found
         return None
 
     async def _skip_fetched(self, tp: TopicPartition) -> None:

@@ -16,6 +16,7 @@ from aiokafka.errors import KafkaTimeoutError
 from aiokafka.structs import TopicPartition
 
 from app.eos import (
+    GAP_POLL,
     SourceRecord,
     Task,
     TaskBatch,
@@ -313,3 +314,33 @@ def test_a_source_record_reads_as_fausts_message_would(timestamp_ms: int) -> Non
         assert getattr(record, field) == getattr(faust_message, field), field
     assert record_ms(record) == message_ms(faust_message)
     assert record_ms(record) == (None if timestamp_ms < 0 else timestamp_ms)
+
+
+async def test_a_range_of_control_records_only_is_answered_by_the_position() -> None:
+    """A commit marker (or aborted batches) moves the reader's position without a record, and
+    aiokafka's ``getmany`` waits for records until its timeout: the check polls briefly and
+    reads the position, instead of waiting the whole commit timeout (30 s by default) for an
+    answer it had after the first fetch."""
+    asked: list[int] = []
+
+    class Reader:
+        at = 0
+
+        def assignment(self) -> set[TopicPartition]:
+            return {TP}
+
+        def seek(self, tp: TopicPartition, offset: int) -> None:
+            self.at = offset
+
+        async def position(self, tp: TopicPartition) -> int:
+            return self.at
+
+        async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[TopicPartition, Any]:
+            asked.append(timeout_ms)
+            self.at = 12  # the fetch held the marker at 11: skipped, position past it
+            return {}
+
+    manager = SimpleNamespace(settings=SimpleNamespace(commit_timeout=30.0))
+    found = await TaskTransactionManager._first_record(manager, Reader(), TP, 11, 12)  # type: ignore[arg-type]
+    assert found is None
+    assert asked == [round(GAP_POLL * 1000)]
