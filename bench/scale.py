@@ -399,7 +399,8 @@ def run(
                 f"{mib(tuning.memtable_budget_bytes)} for all partitions (write-buffer manager), "
                 f"at most {mib(tuning.write_buffer_bytes)} each, bloom "
                 f"{store_module.BLOOM_BITS_PER_KEY} bits/key partitioned with a two-level index "
-                f"({store_module.METADATA_BLOCK_BYTES} B partitions)",
+                f"({store_module.METADATA_BLOCK_BYTES} B partitions), memtable bloom filter "
+                f"{store_module.MEMTABLE_BLOOM_RATIO:.0%} of the ids' write buffer",
             ),
             ("lookups measured per partition and method", f"{lookups:,}"),
         ]
