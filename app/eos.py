@@ -668,7 +668,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         tp = TopicPartition(message.topic, message.partition)
         expected = task.positions[tp]
         try:
-            missed = await self._records_between(tp, expected, message.offset)
+            missed = await self.first_committed_record(tp, expected, message.offset)
         except (KafkaError, TimeoutError, OSError) as exc:
             self._fail(
                 task,
@@ -699,14 +699,10 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             self._gap_reader = reader
         return self._gap_reader
 
-    async def _records_between(self, tp: TopicPartition, start: int, end: int) -> int | None:
-        """Offset of the first record a read_committed reader sees in [start, end), if any."""
-        async with self._gap_lock:
-            return await self._first_record(await self._started_gap_reader(), tp, start, end)
-
     async def first_committed_record(self, tp: TP, start: int, end: int) -> int | None:
-        """:meth:`_records_between` for a partition of any topic (a changelog at the end of its
-        recovery): the reader gives it up afterwards, so it does not go on fetching it."""
+        """Offset of the first record a read_committed reader sees in [start, end), if any: a
+        gap in a source partition, or a changelog's end at its recovery (a partition of
+        another topic is given up afterwards, so the reader does not go on fetching it)."""
         tp = TopicPartition(tp.topic, tp.partition)
         async with self._gap_lock:
             reader = await self._started_gap_reader()

@@ -215,43 +215,58 @@ async def test_sends_of_a_transaction_given_up_fail_quietly() -> None:
         loop.set_exception_handler(None)
 
 
+class FakeReader:
+    """The gap reader as ``_first_record`` uses it: answers ``batches`` in turn (then
+    nothing); a fetch moves its position to ``moves_to`` (control records skipped), else it
+    stays where it was sought. ``asked``: the timeouts of its fetches."""
+
+    def __init__(
+        self, batches: list[dict[TopicPartition, list[Any]]], moves_to: int | None = None
+    ) -> None:
+        self.batches = batches
+        self.moves_to = moves_to
+        self.at = 0
+        self.asked: list[int] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TP}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.at = offset
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.at
+
+    async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[TopicPartition, Any]:
+        self.asked.append(timeout_ms)
+        if self.moves_to is not None:
+            self.at = self.moves_to
+        return self.batches.pop(0) if self.batches else {}
+
+
 def gap_manager(reader_batches: list[dict[TopicPartition, list[Any]]]) -> Any:
     """What ``_first_record`` and ``_gap_checked`` read of the manager, with a gap reader that
     answers ``reader_batches`` in turn (then nothing) and never moves past offset 10."""
     failures: list[str] = []
-
-    class Reader:
-        def assignment(self) -> set[TopicPartition]:
-            return {TP}
-
-        def seek(self, tp: TopicPartition, offset: int) -> None:
-            self.at = offset
-
-        async def position(self, tp: TopicPartition) -> int:
-            return self.at
-
-        async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[TopicPartition, Any]:
-            return reader_batches.pop(0) if reader_batches else {}
-
     manager = SimpleNamespace(
         settings=SimpleNamespace(commit_timeout=0.01),
         _skipping={},
         failures=failures,
-        reader=Reader(),
+        reader=FakeReader(reader_batches),
         _fail=lambda task, why: failures.append(why),
     )
 
-    async def records_between(tp: TopicPartition, start: int, end: int) -> int | None:
+    async def first_committed_record(tp: TopicPartition, start: int, end: int) -> int | None:
         return await TaskTransactionManager._first_record(manager, manager.reader, tp, start, end)  # type: ignore[arg-type]
 
-    manager._records_between = records_between
+    manager.first_committed_record = first_committed_record
     return manager
 
 
 async def test_a_gap_the_broker_does_not_answer_for_is_unknown_not_a_skip() -> None:
     manager = gap_manager([])  # a paused broker: nothing comes back
     with pytest.raises(TimeoutError, match=r"offsets \[10, 12\)"):
-        await manager._records_between(TP, 10, 12)
+        await manager.first_committed_record(TP, 10, 12)
 
     task = Task(3, "txn-3")
     task.positions[TP] = 10
@@ -321,26 +336,8 @@ async def test_a_range_of_control_records_only_is_answered_by_the_position() -> 
     aiokafka's ``getmany`` waits for records until its timeout: the check polls briefly and
     reads the position, instead of waiting the whole commit timeout (30 s by default) for an
     answer it had after the first fetch."""
-    asked: list[int] = []
-
-    class Reader:
-        at = 0
-
-        def assignment(self) -> set[TopicPartition]:
-            return {TP}
-
-        def seek(self, tp: TopicPartition, offset: int) -> None:
-            self.at = offset
-
-        async def position(self, tp: TopicPartition) -> int:
-            return self.at
-
-        async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[TopicPartition, Any]:
-            asked.append(timeout_ms)
-            self.at = 12  # the fetch held the marker at 11: skipped, position past it
-            return {}
-
+    reader = FakeReader([], moves_to=12)  # the fetch held the marker at 11: skipped
     manager = SimpleNamespace(settings=SimpleNamespace(commit_timeout=30.0))
-    found = await TaskTransactionManager._first_record(manager, Reader(), TP, 11, 12)  # type: ignore[arg-type]
+    found = await TaskTransactionManager._first_record(manager, reader, TP, 11, 12)  # type: ignore[arg-type]
     assert found is None
-    assert asked == [round(GAP_POLL * 1000)]
+    assert reader.asked == [round(GAP_POLL * 1000)]
