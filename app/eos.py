@@ -1479,6 +1479,8 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                     read_offset[tp] = messages[-1].offset
                     await asyncio.shield(handler(messages, generation_id))
                 continue
+            if self._held(tp, fetched):
+                continue
             for record in fetched:
                 if r_offset is not None and record.offset < r_offset:
                     continue
@@ -1486,6 +1488,36 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                     self.callback(to_message(tp, record)), self.suspend_flow.wait()
                 )
                 read_offset[tp] = record.offset
+
+    _hold: faults.Hold | None = None
+
+    def _held(self, tp: TP, fetched: list[Any]) -> bool:
+        """Fault injection ``recovering=hold``: changelog records fetched from the first one
+        while state is being recovered reach the recovery only ``HOLD_SECONDS`` later, in
+        order (the consumer's position is past them meanwhile). False in production."""
+        hold = self._hold
+        if hold is None:
+            plan: faults.FaultPlan | None = getattr(self.transactions, "faults", None)
+            if plan is None or not self.app.tables.recovery.in_recovery:
+                return False
+            if plan.reach("recovering") != "hold":
+                return False
+            hold = self._hold = faults.Hold(faults.HOLD_SECONDS)
+            hold.release = asyncio.ensure_future(self._release_held(hold))
+        if hold.done:
+            return False
+        hold.messages.extend(self._to_message(tp, record) for record in fetched)
+        self._read_offset[tp] = fetched[-1].offset
+        return True
+
+    async def _release_held(self, hold: faults.Hold) -> None:
+        await asyncio.sleep(hold.seconds)
+        log.warning("fault injection: releasing %d held changelog records", len(hold.messages))
+        released = 0
+        while released < len(hold.messages):  # records held meanwhile go in order, after
+            await self.callback(hold.messages[released])
+            released += 1
+        hold.done = True
 
 
 class Transport(AIOKafkaTransport):  # type: ignore[misc]

@@ -19,6 +19,7 @@ from app.eos import BatchHandler, TaskTransactionManager, Transport
 from app.settings import EXACTLY_ONCE, Settings
 from app.topics import ensure_topics
 from app.web import register_views
+from tables.recovery import TransactionalTableManager, use_broker_reader
 from tables.seen_ids import SeenIds, changelog_topic_name, declare_seen_ids
 from tables.transactional import TransactionalTable
 
@@ -121,8 +122,13 @@ def create_app(settings: Settings) -> Pipeline:
         web_stats_enabled=False,
         web_metrics_enabled=False,
         logging_config=None,
+        # A recovery that ends a partition only on records applied (tables/recovery.py).
+        TableManager=TransactionalTableManager,
     )
     app.dedupe_settings = settings
+    use_broker_reader(
+        app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
+    )
     seen_ids = declare_seen_ids(app, settings)
     source = app.topic(
         settings.input_topic,

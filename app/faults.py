@@ -10,6 +10,7 @@ reaches ``point`` (once). Points:
 - ``committed``: right after a commit succeeded, before the store applied it.
 - ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
 - ``assigned``: a rebalance's new tasks have their producers, their start offsets not read yet.
+- ``recovering``: a changelog record was fetched for a partition whose state is being recovered.
 
 Actions:
 
@@ -25,28 +26,46 @@ Actions:
 - ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
   partition's end without delivering the records in between, as Faust's consumer does when it
   drops a fetched batch (the stall watchdog must bring them back).
+- ``hold`` (``recovering`` only): changelog records fetched during the next ``HOLD_SECONDS``
+  reach the recovery only at the end of that time, in order; the consumer's position is past
+  them meanwhile and the recovery's queue stays empty for more than two of its 5 s waits (the
+  takeover race of issue 18: a recovery that ends on the consumer's position loses them).
 
 Production never sets it; the check is one attribute read per point.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-POINTS = {"stored", "sent", "processed", "commit", "committed", "rebalance", "assigned"}
-ACTIONS = {"kill", "term", "lose-response", "lose-request", "pause", "skip-fetched"}
+POINTS = {
+    "stored",
+    "sent",
+    "processed",
+    "commit",
+    "committed",
+    "rebalance",
+    "assigned",
+    "recovering",
+}
+ACTIONS = {"kill", "term", "lose-response", "lose-request", "pause", "skip-fetched", "hold"}
 #: The point each action other than ``kill`` applies to.
 ACTION_POINT = {
     "lose-response": "commit",
     "lose-request": "commit",
     "pause": "commit",
     "skip-fetched": "processed",
+    "hold": "recovering",
 }
 #: How long the ``pause`` action holds a commit.
 PAUSE_SECONDS = 5.0
+#: How long the ``hold`` action keeps fetched changelog records from the recovery.
+HOLD_SECONDS = 12.0
 _SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
 
 
@@ -71,6 +90,16 @@ class FaultPlan:
         if self.action == "term":
             os.kill(os.getpid(), signal.SIGTERM)
         return self.action
+
+
+@dataclass
+class Hold:
+    """The ``hold`` action's records: kept for ``seconds``, then released in order."""
+
+    seconds: float
+    messages: list[Any] = field(default_factory=list)
+    done: bool = False
+    release: asyncio.Future[None] | None = None
 
 
 def parse(spec: str) -> FaultPlan | None:

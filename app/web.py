@@ -1,7 +1,8 @@
 """The worker's web views (Faust's web server, on DEDUPE_WEB_HOST:DEDUPE_WEB_PORT).
 
 - ``GET /health``: 200 ``{"status": "ok"}`` while the worker process runs.
-- ``GET /ready``: 200 once partitions are assigned and their state recovered, else 503.
+- ``GET /ready``: 200 once partitions are assigned and their state recovered, else 503 (also
+  during a rebalance, until the new assignment's state is recovered).
 - ``GET /messages/{messageId}``: is the id held, when was it first seen, where did its one
   forwarded copy go (clean topic partition and offset), how many repeats were dropped; 404 when
   unknown. Any worker answers: a request for an id of a partition another worker owns is
@@ -93,10 +94,13 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
     class Ready(View):  # type: ignore[misc]
         async def get(self, request: Request) -> Response:
             recovery = app.tables.recovery
+            # Faust never clears ``completed`` after the first recovery: during a rebalance it
+            # still reads set while the new partitions' state is not recovered yet.
             ready = bool(
                 app.consumer.assignment()
                 and recovery.completed.is_set()
                 and not recovery.in_recovery
+                and not app.rebalancing
             )
             body = {"ready": ready, "partitions": sorted(app.consumer.transactions.tasks)}
             return self.json(body, status=200 if ready else 503)

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import faust
-from aiokafka.errors import KafkaError
-from faust.types import TP, EventT, StoreT
+from faust.types import EventT, StoreT
 
 from app.eos import TaskTransactionManager, batch_partition
 from tables.store import TransactionalStore
@@ -90,50 +89,6 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
         await super().on_start()
         self.transactions.register_store(self.store)
         self.transactions.keep_source_offsets(self.store, self.changelog_topic.get_topic_name())
-
-    async def on_changelog_event(self, event: EventT) -> None:
-        """Faust's recovery applied a changelog record (its offset counted already)."""
-        await super().on_changelog_event(event)
-        await self._end_recovery_at_marker(event.message.tp, event.message.offset)
-
-    async def _end_recovery_at_marker(self, tp: TP, offset: int) -> None:
-        """End the recovery of an active changelog partition at its last transaction's commit
-        marker, instead of waiting for a record that never comes.
-
-        Faust recovers a partition up to its last stable offset minus one (its "highwater").
-        A transactional changelog ends with a commit marker, which a read_committed consumer
-        never delivers: after the last record Faust counts one record remaining, and waits for
-        two 5 s rounds of an empty queue before it checks the consumer's position ("Aborted tx
-        until highwater"): 10-13 s with the partition's records all applied, on every takeover
-        of a partition whose local state is behind. So at the record one below the highwater
-        the broker is asked (read_committed) whether any record lies after it; when none does,
-        the buffered records are applied, the store records that it holds the changelog through
-        the marker (as a live commit does: ``TransactionalStore.commit_partition``), and the
-        partition counts as recovered. A record still to come, or no answer from the broker,
-        leaves Faust's own path in charge.
-        """
-        recovery = self.app.tables.recovery
-        last = recovery.active_highwaters.get(tp)
-        if last is None or last - offset != 1 or tp not in recovery.active_tps:
-            return
-        try:
-            found = await self.transactions.first_committed_record(tp, offset + 1, last + 1)
-        except (KafkaError, TimeoutError, OSError) as exc:
-            log.info("%s-%d: could not check the changelog's end (%r)", *tp, exc)
-            return
-        if found is not None:
-            return  # a record to come: Faust's recovery applies it
-        recovery.flush_buffers()
-        self.store.set_persisted_offset(tp, last)
-        recovery.active_offsets[tp] = last
-        log.info(
-            "%s-%d: recovered through offset %d; offset %d is a transaction marker: "
-            "recovery of this partition is complete",
-            tp.topic,
-            tp.partition,
-            offset,
-            last,
-        )
 
     def changelog_name(self) -> str:
         name = self._changelog_name

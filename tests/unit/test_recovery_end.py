@@ -1,6 +1,8 @@
-"""``TransactionalTable._end_recovery_at_marker``: when the recovery of a changelog partition
-ends at its last commit marker, and when it is left to Faust. The real broker's answer is
-covered by tests/integration/test_age_out.py (a rebuild from the changelog)."""
+"""``TransactionalRecovery.settle``: when the recovery of an active changelog partition ends,
+and when it reads a partition again. The rule: a partition ends only when the broker says no
+committed record lies between the last record applied and the end, never on the consumer's
+position (issue 18). The real broker's answers are covered by tests/integration/test_age_out.py
+(a rebuild ends at the commit markers) and tests/faults/test_recovery_takeover.py."""
 
 from __future__ import annotations
 
@@ -11,24 +13,43 @@ from typing import Any
 import pytest
 from faust.types import TP
 
-from tables.transactional import TransactionalTable
+from tables.recovery import TransactionalRecovery
 
 CHANGELOG = TP("app-seen_ids-changelog", 2)
 
 
-class Recovery:
-    def __init__(self, last: int) -> None:
-        self.active_highwaters: Counter[TP] = Counter({CHANGELOG: last})
-        self.active_offsets: Counter[TP] = Counter()
-        self.active_tps = {CHANGELOG}
-        self.flushed = 0
+class Consumer:
+    def __init__(self, position: int | None) -> None:
+        self._position = position
+        self.seeks: list[tuple[TP, int]] = []
 
-    def flush_buffers(self) -> None:
-        self.flushed += 1
+    async def position(self, tp: TP) -> int | None:
+        return self._position
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append((tp, offset))
 
 
-def table(last: int, answer: int | BaseException | None) -> Any:
+def recovery(
+    *, applied: int, highwater: int, answer: int | BaseException | None, position: int = 0
+) -> Any:
+    """A stand-in for the recovery service with one active partition."""
     asked: list[tuple[TP, int, int]] = []
+    persisted: dict[TP, int] = {}
+    r = SimpleNamespace(
+        active_highwaters=Counter({CHANGELOG: highwater}),
+        active_offsets=Counter({CHANGELOG: applied}),
+        active_tps={CHANGELOG},
+        tp_to_table={
+            CHANGELOG: SimpleNamespace(
+                data=SimpleNamespace(set_persisted_offset=persisted.__setitem__)
+            )
+        },
+        app=SimpleNamespace(consumer=Consumer(position)),
+        flushed=0,
+        asked=asked,
+        persisted=persisted,
+    )
 
     async def first_committed_record(tp: TP, start: int, end: int) -> int | None:
         asked.append((tp, start, end))
@@ -36,56 +57,89 @@ def table(last: int, answer: int | BaseException | None) -> Any:
             raise answer
         return answer
 
-    persisted: dict[TP, int] = {}
-    return SimpleNamespace(
-        app=SimpleNamespace(tables=SimpleNamespace(recovery=Recovery(last))),
-        transactions=SimpleNamespace(first_committed_record=first_committed_record),
-        store=SimpleNamespace(set_persisted_offset=persisted.__setitem__),
-        asked=asked,
-        persisted=persisted,
-    )
+    def flush_buffers() -> None:
+        r.flushed += 1
+
+    async def read_again(tp: TP, applied: int, found: int) -> None:
+        await TransactionalRecovery._read_again_if_skipped(r, tp, applied, found)
+
+    r.first_committed_record = first_committed_record
+    r.flush_buffers = flush_buffers
+    r._read_again_if_skipped = read_again
+    return r
 
 
-async def end(t: Any, tp: TP, offset: int) -> Any:
-    await TransactionalTable._end_recovery_at_marker(t, tp, offset)
-    return t.app.tables.recovery
+async def settle(r: Any, *, idle: bool) -> bool:
+    ended: bool = await TransactionalRecovery.settle(r, CHANGELOG, idle=idle)
+    return ended
 
 
-async def test_nothing_after_the_record_before_the_highwater_ends_the_recovery() -> None:
-    t = table(last=100, answer=None)
-    recovery = await end(t, CHANGELOG, 99)
-    assert t.asked == [(CHANGELOG, 100, 101)]  # [marker, last stable offset)
-    assert recovery.flushed == 1  # the buffered records are applied before the offset
-    assert t.persisted == {CHANGELOG: 100}  # held through the marker
-    assert recovery.active_offsets[CHANGELOG] == 100  # nothing remaining
+async def test_nothing_committed_after_the_last_record_applied_ends_the_partition() -> None:
+    r = recovery(applied=99, highwater=100, answer=None)
+    assert await settle(r, idle=False)
+    assert r.asked == [(CHANGELOG, 100, 101)]  # [after the last applied, last stable offset)
+    assert r.flushed == 1  # the buffered records are applied before the offset is recorded
+    assert r.persisted == {CHANGELOG: 100}  # the store holds the changelog through the end
+    assert r.active_offsets[CHANGELOG] == 100  # nothing remaining
 
 
-async def test_a_record_still_to_come_is_left_to_fausts_recovery() -> None:
-    t = table(last=100, answer=100)
-    recovery = await end(t, CHANGELOG, 99)
-    assert t.asked and recovery.flushed == 0 and t.persisted == {}
-    assert recovery.active_offsets[CHANGELOG] == 0
+async def test_an_aborted_tail_ends_the_partition_after_an_idle_wait() -> None:
+    r = recovery(applied=60, highwater=100, answer=None, position=101)
+    assert await settle(r, idle=True)
+    assert r.asked == [(CHANGELOG, 61, 101)] and r.active_offsets[CHANGELOG] == 100
+
+
+async def test_a_consumer_at_the_end_does_not_end_a_partition_with_records_to_apply() -> None:
+    """Issue 18: the position says what was fetched, not what was applied. Records fetched and
+    never applied are read again from the record after the last one applied."""
+    r = recovery(applied=-1, highwater=100_958, answer=0, position=100_959)
+    assert not await settle(r, idle=True)
+    assert r.flushed == 0 and r.persisted == {}
+    assert r.active_offsets[CHANGELOG] == -1
+    assert r.app.consumer.seeks == [(CHANGELOG, 0)]
+
+
+async def test_records_not_fetched_yet_are_waited_for() -> None:
+    r = recovery(applied=40, highwater=100, answer=50, position=45)
+    assert not await settle(r, idle=True)
+    assert r.app.consumer.seeks == [] and r.active_offsets[CHANGELOG] == 40
+
+
+async def test_a_record_still_to_come_after_the_one_before_the_end_is_waited_for() -> None:
+    r = recovery(applied=99, highwater=100, answer=100, position=101)
+    assert not await settle(r, idle=False)  # not idle: records may be on their way
+    assert r.flushed == 0 and r.persisted == {} and r.app.consumer.seeks == []
 
 
 @pytest.mark.parametrize("error", [TimeoutError("no answer"), OSError("refused")])
-async def test_no_answer_from_the_broker_is_left_to_fausts_recovery(error: Exception) -> None:
-    t = table(last=100, answer=error)
-    recovery = await end(t, CHANGELOG, 99)
-    assert recovery.flushed == 0 and t.persisted == {}
-    assert recovery.active_offsets[CHANGELOG] == 0
+async def test_no_answer_from_the_broker_ends_nothing(error: Exception) -> None:
+    r = recovery(applied=99, highwater=100, answer=error)
+    assert not await settle(r, idle=True)
+    assert r.flushed == 0 and r.persisted == {} and r.active_offsets[CHANGELOG] == 99
+
+
+async def test_an_answer_made_stale_by_a_record_applied_meanwhile_ends_nothing() -> None:
+    r = recovery(applied=60, highwater=100, answer=None)
+
+    async def applied_meanwhile(tp: TP, start: int, end: int) -> int | None:
+        r.active_offsets[tp] = 70
+        return None
+
+    r.first_committed_record = applied_meanwhile
+    assert not await settle(r, idle=True)
+    assert r.persisted == {} and r.active_offsets[CHANGELOG] == 70
 
 
 @pytest.mark.parametrize(
-    ("tp", "offset"),
+    ("applied", "active"),
     [
-        (CHANGELOG, 98),  # two offsets remaining: records may still come, no question asked
-        (CHANGELOG, 100),  # at the highwater already
-        (TP("app-seen_ids-changelog", 3), 99),  # a standby partition (not active)
+        (100, True),  # at the end already
+        (99, False),  # a standby partition (never ends) or one revoked
     ],
 )
-async def test_the_broker_is_asked_only_at_the_record_before_the_highwater(
-    tp: TP, offset: int
-) -> None:
-    t = table(last=100, answer=None)
-    recovery = await end(t, tp, offset)
-    assert t.asked == [] and recovery.flushed == 0
+async def test_nothing_is_asked_when_there_is_nothing_to_end(applied: int, active: bool) -> None:
+    r = recovery(applied=applied, highwater=100, answer=None)
+    if not active:
+        r.active_tps = set()
+    assert not await settle(r, idle=True)
+    assert r.asked == [] and r.persisted == {}

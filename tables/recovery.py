@@ -1,0 +1,228 @@
+"""Changelog recovery that ends a partition only when its committed records are in the store.
+
+Faust rebuilds a table partition by reading its changelog into a queue and applying the records
+in ``Recovery._slurp_changelogs``. A partition counts as recovered when the last record applied
+reaches the partition's end (its "highwater": under exactly-once, the last stable offset minus
+one). A transactional changelog ends with a commit marker that a read_committed consumer never
+delivers, and may end with aborted records, so that end is never *reached*; Faust's answer was,
+after two empty 5 s waits of the queue, to declare recovered every partition whose consumer
+*position* was at the end ("Aborted tx until highwater"). The position says what was fetched,
+not what was applied: records fetched but not yet through the queue were then skipped, the
+store stayed empty, and every repeat of a taken-over id went out again (issue 18; the count of
+empty waits was not reset by a recovery's start, so an idle worker ran the check 0-5 s into its
+next takeover). :class:`TransactionalRecovery` runs the same loop with one rule instead:
+
+- A partition is recovered only when the broker says (read_committed) that no committed record
+  lies between the last record applied and the end. That question is asked after the record
+  one below the end (the usual case: the end is the last transaction's commit marker) and, for
+  every partition still short of its end, after each empty 5 s wait of the queue.
+- When committed records remain after such a wait and the consumer's position is already past
+  the first of them, they were fetched but never reached the recovery: the partition is read
+  again from the record after the last one applied (a record applied twice is skipped by its
+  offset, so this is always safe).
+
+Standby partitions never end (they follow their changelog), so the rule is for active ones.
+The lasting answer is a restorer of our own that writes whole batches (the recovery issue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from time import monotonic
+from typing import Any
+
+from faust.tables import TableManager
+from faust.tables.recovery import Recovery
+from faust.types import TP, EventT
+from faust.utils.tracing import finish_span
+from mode import Service
+
+log = logging.getLogger(__name__)
+
+#: ``(tp, start, end)`` -> offset of the first record a read_committed reader sees in
+#: ``[start, end)``, or None. Raises when the broker does not answer.
+FirstCommittedRecord = Callable[[TP, int, int], Awaitable[int | None]]
+
+#: How long the recovery loop waits for a changelog record before it looks at the partitions
+#: still short of their end (Faust's value).
+IDLE_WAIT_SECONDS = 5.0
+
+
+class TransactionalRecovery(Recovery):  # type: ignore[misc]
+    """Faust's recovery service, ending active partitions on records applied (module doc)."""
+
+    #: Where the committed records of a changelog partition lie (handed in by the app's
+    #: factory through :func:`use_broker_reader`). Without it no partition ends before its
+    #: last record was applied.
+    first_committed_record: FirstCommittedRecord | None = None
+    # Faust's attributes that mypy cannot type from its code:
+    _last_active_event_processed_at: float | None
+    _standbys_span: Any
+
+    @Service.task  # type: ignore[untyped-decorator]
+    async def _slurp_changelogs(self) -> None:
+        """Faust's loop (``faust/tables/recovery.py``), with the end rule of the module doc."""
+        queue = self.tables.changelog_queue
+        while not self.should_stop:
+            try:
+                self.signal_recovery_end.clear()
+                try:
+                    event: EventT = await asyncio.wait_for(queue.get(), timeout=IDLE_WAIT_SECONDS)
+                except TimeoutError:
+                    if self.should_stop:
+                        return
+                    if self.in_recovery:
+                        for tp in sorted(self.active_remaining()):
+                            await self.settle(tp, idle=True)
+                    self._maybe_signal_recovery_end()
+                    continue
+                await self._apply(event)
+                self._maybe_signal_recovery_end()
+                self._maybe_signal_standbys_ready()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("Error in recovery %r", exc, exc_info=True)
+
+    async def _apply(self, event: EventT) -> None:
+        """Buffer one changelog record (applied by whole buffers), as Faust does."""
+        now = monotonic()
+        tp: TP = event.message.tp
+        offset: int = event.message.offset
+        active = tp in self.active_tps
+        if active:
+            offsets = self.active_offsets
+            self._active_events_received_at[tp] = now
+        elif tp in self.standby_tps:
+            offsets = self.standby_offsets
+            self._standby_events_received_at.setdefault(tp, now)
+        else:
+            # Faust fell through here and applied the record to the previous record's table.
+            log.warning("recovery: record of %s-%d, which is not assigned, ignored", *tp)
+            return
+        table = self.tp_to_table[tp]
+        bufsize = self.buffer_sizes.get(tp)
+        if bufsize is None:
+            size = table.recovery_buffer_size if active else table.standby_buffer_size
+            bufsize = self.buffer_sizes[tp] = size
+        seen = offsets.get(tp)
+        if seen is not None and offset <= seen:
+            return  # applied already (read again after a seek)
+        offsets[tp] = offset
+        buffer = self.buffers[table]
+        buffer.append(event)
+        await table.on_changelog_event(event)
+        if len(buffer) >= bufsize:
+            table.apply_changelog_batch(buffer)
+            buffer.clear()
+            self._last_flush_at = now
+        if not active:
+            return
+        after = monotonic()
+        last = self._last_active_event_processed_at
+        if last is not None:
+            self._processing_times.append(after - last)
+            if len(self._processing_times) > self.num_samples_required_for_estimate:
+                self._processing_times.popleft()
+        self._last_active_event_processed_at = after
+        highwater = self.active_highwaters.get(tp)
+        if highwater is not None and highwater - offset == 1:
+            await self.settle(tp, idle=False)  # the end is one offset away: a marker?
+
+    async def settle(self, tp: TP, *, idle: bool) -> bool:
+        """End the recovery of active partition ``tp`` if no committed record lies between
+        the last record applied and its end; True when it ended. ``idle``: the queue was empty
+        for a whole wait, so a record fetched and not applied by now never reached it."""
+        highwater = self.active_highwaters.get(tp)
+        applied = self.active_offsets.get(tp)
+        find = self.first_committed_record
+        if find is None or tp not in self.active_tps or highwater is None or applied is None:
+            return False
+        if applied >= highwater:
+            return False
+        try:
+            found = await find(tp, applied + 1, highwater + 1)
+        except Exception as exc:  # no answer: the next wait asks again
+            log.warning("%s-%d: could not learn where the changelog ends (%r)", *tp, exc)
+            return False
+        if (
+            tp not in self.active_tps
+            or self.active_highwaters.get(tp) != highwater
+            or self.active_offsets.get(tp) != applied
+        ):
+            return False  # a record applied or a rebalance meanwhile: the answer is stale
+        if found is None:
+            self.flush_buffers()  # the records applied so far reach the store first
+            self.tp_to_table[tp].data.set_persisted_offset(tp, highwater)
+            self.active_offsets[tp] = highwater
+            log.info(
+                "%s-%d: recovered through offset %d; no committed record after it up to the "
+                "end (offset %d: commit markers or aborted records): recovery of this "
+                "partition is complete",
+                tp.topic,
+                tp.partition,
+                applied,
+                highwater,
+            )
+            return True
+        if idle:
+            await self._read_again_if_skipped(tp, applied, found)
+        return False
+
+    async def _read_again_if_skipped(self, tp: TP, applied: int, found: int) -> None:
+        position: int | None = await self.app.consumer.position(tp)
+        if position is None or position <= found:
+            return  # not fetched yet: it is on its way
+        log.warning(
+            "%s-%d: committed record %d was fetched (consumer position %d) but never reached "
+            "the recovery (last applied: %d); reading the partition again from %d",
+            tp.topic,
+            tp.partition,
+            found,
+            position,
+            applied,
+            applied + 1,
+        )
+        await self.app.consumer.seek(tp, applied + 1)
+
+    def _maybe_signal_recovery_end(self) -> None:
+        if self.in_recovery and not self.need_recovery():
+            self.flush_buffers()  # apply anything still in the buffers
+            self._set_recovery_ended()
+            if self._actives_span is not None:
+                self._actives_span.set_tag("Actives-Ready", True)
+            self.signal_recovery_end.set()
+
+    def _maybe_signal_standbys_ready(self) -> None:
+        standby_ready = self._standbys_span is None and self.tables.standbys_ready
+        if not standby_ready and not self.standby_remaining_total():
+            if self._standbys_span is not None:
+                finish_span(self._standbys_span)
+                self._standbys_span = None
+            self.tables.on_standbys_ready()
+
+
+class TransactionalTableManager(TableManager):  # type: ignore[misc]
+    """Faust's table manager with :class:`TransactionalRecovery` (the app's ``TableManager``)."""
+
+    _recovery: Recovery | None
+
+    @property
+    def recovery(self) -> TransactionalRecovery:
+        if self._recovery is None:
+            self._recovery = TransactionalRecovery(
+                self.app, self, beacon=self.beacon, loop=self.loop
+            )
+        recovery: TransactionalRecovery = self._recovery
+        return recovery
+
+
+def use_broker_reader(app: Any, find: FirstCommittedRecord) -> None:
+    """Hand the recovery of ``app`` (built with :class:`TransactionalTableManager`) the
+    broker query that says where a changelog partition's committed records lie."""
+    recovery = app.tables.recovery
+    if not isinstance(recovery, TransactionalRecovery):
+        raise TypeError(f"the app's recovery is {type(recovery).__name__}, not ours")
+    recovery.first_committed_record = find

@@ -1,0 +1,228 @@
+"""Takeovers of partitions with large changelogs (issue 18): a recovery must end only when every
+committed changelog record below the end has been applied to the store, never on the consumer's
+position.
+
+Faust's recovery loop, after two empty 5 s waits of its queue, declared every active partition
+whose consumer *position* had reached the end recovered ("Aborted tx until highwater"), with its
+records fetched but not yet applied; the store then stayed empty and every repeat of a
+taken-over id went out again. Its count of empty waits was never reset by a recovery's start,
+so a worker that sat idle ran the check 0-5 s into its next takeover.
+
+- F16 drives that moment: the fault point ``recovering=hold`` keeps the fetched changelog
+  records from the recovery for 12 s (more than two waits) while the consumer's position is
+  past them. Before the fix it failed every time (see the commit and docs/reliability.md).
+- F17 is the way it was seen: a survivor idle for more than two waits takes over partitions
+  with large changelogs (kill -9 of the other worker), then a worker with a wiped data dir
+  takes half of them back after idle time too; every event is then sent again.
+
+Both check the store before the events go again (``ids_held`` per partition against the ids
+the changelog holds, and lookups of ids), then the clean topic: each id exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import signal
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from app.rules import partition_for
+from scripts.streams import Stream, build_stream, produce
+from tests.faults.conftest import SCALE, Reliability
+from tests.faults.scenario import drain_and_verify
+from tests.support import Broker, Names, Worker, wait_drained
+
+pytestmark = pytest.mark.faults
+
+#: More than two of the recovery queue's 5 s waits, so Faust's count of empty waits is high.
+IDLE_SECONDS = 12.0
+
+
+def get(worker: Worker, path: str) -> tuple[int, Any]:
+    url = f"http://127.0.0.1:{worker.web_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=15) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, None
+
+
+def wait_owning(worker: Worker, partitions: set[int], timeout: float = 240) -> float:
+    """Block until ``worker`` is ready (state recovered) with exactly ``partitions``."""
+    started = time.monotonic()
+    body: Any = None
+    while time.monotonic() - started < timeout:
+        status, body = get(worker, "/ready")
+        if status == 200 and set(body["partitions"]) == partitions:
+            return time.monotonic() - started
+        if not worker.alive():
+            raise AssertionError(f"worker exited:\n{worker.log_text()[-4000:]}")
+        time.sleep(0.25)
+    raise AssertionError(
+        f"worker {worker.index} not ready with {sorted(partitions)} after {timeout}s "
+        f"(last /ready: {body}):\n{worker.log_text()[-4000:]}"
+    )
+
+
+def ids_by_partition(stream: Stream, partitions: int) -> dict[int, list[str]]:
+    by: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    for message_id in stream.unique:
+        by[partition_for(message_id.encode(), partitions)].append(message_id)
+    return by
+
+
+def assert_store_holds(
+    worker: Worker, owned: set[int], expected: dict[int, list[str]], seed: int
+) -> None:
+    """The store of ``worker`` holds every id of its partitions: the count per partition from
+    ``/stats`` and a sample of point lookups (``/messages/{id}``, a RocksDB read)."""
+    status, stats = get(worker, "/stats")
+    assert status == 200, stats
+    held = {int(p): s["ids_held"] for p, s in stats["partitions"].items()}
+    want = {p: len(expected[p]) for p in owned}
+    assert held == want, f"worker {worker.index}: ids held {held}, changelog holds {want}"
+    rng = random.Random(seed)
+    for p in sorted(owned):
+        for message_id in rng.sample(expected[p], 50):
+            status, body = get(worker, f"/messages/{message_id}")
+            assert status == 200 and body["held"], f"{message_id} (partition {p}): {body}"
+
+
+def send_again_and_verify(
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    stream: Stream,
+    partitions: int,
+    reliability: Reliability,
+    fault: str,
+    injected: int,
+) -> None:
+    """Send every event again; the clean topic must hold each id exactly once."""
+    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+    report, waited = drain_and_verify(broker, names, workers, partitions=partitions)
+    events = 2 * len(stream.records)
+    print(f"\nevents={events} faults={injected} " + " | ".join(report.lines()))
+    reliability.record(
+        fault,
+        events=events,
+        injected=injected,
+        duplicates=report.clean.duplicates,
+        missing=report.clean.missing,
+        recover_s=waited,
+    )
+    assert report.ok, "\n".join(report.lines())
+
+
+def test_f16_changelog_records_in_transit_past_two_recovery_waits(
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+) -> None:
+    partitions = 2
+    stream = build_stream(40_000 * SCALE, 0.0, seed=61)
+    expected = ids_by_partition(stream, partitions)
+    a = Worker(broker, names, index=0, partitions=partitions)
+    workers.append(a)
+    a.start()
+    a.wait_ready()
+    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+    wait_drained(broker, names, timeout=300, workers=workers)
+    a.kill(signal.SIGKILL)
+    # A new owner with no local state: it rebuilds both partitions from the changelog, and
+    # every changelog record it fetches first reaches its recovery 12 s late.
+    b = Worker(
+        broker,
+        names,
+        index=1,
+        partitions=partitions,
+        extra_env={"DEDUPE_FAULT_INJECTION": "recovering=hold@1"},
+    )
+    workers.append(b)
+    b.start()
+    b.wait_ready()
+    deadline = time.monotonic() + 120
+    while "releasing" not in b.log_text():  # the held records reached the recovery
+        assert time.monotonic() < deadline, "the hold never fired: the test proved nothing"
+        time.sleep(0.25)
+    wait_owning(b, {0, 1})
+    assert_store_holds(b, {0, 1}, expected, seed=1)
+    send_again_and_verify(
+        broker,
+        names,
+        workers,
+        stream,
+        partitions,
+        reliability,
+        "F16 takeover: changelog records in transit past two recovery waits, then every event "
+        "again",
+        1,
+    )
+
+
+@pytest.mark.parametrize("standbys", [0, 1])
+def test_f17_takeovers_of_large_changelogs_after_idle_time(
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability, standbys: int
+) -> None:
+    """With ``standbys=1`` each worker also follows the other's changelog partitions, and the
+    takeover promotes them: the standby path must not have skipped a record either."""
+    partitions = 4
+    stream = build_stream(100_000 * SCALE, 0.0, seed=62)
+    expected = ids_by_partition(stream, partitions)
+    env = {"DEDUPE_STANDBY_REPLICAS": str(standbys)}
+    a, b = (Worker(broker, names, index=i, partitions=partitions, extra_env=env) for i in range(2))
+    workers.extend([a, b])
+    a.start()
+    a.wait_ready()
+    b.start()
+    b.wait_ready()
+    owned_a = wait_split(a, b, partitions)
+    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
+    wait_drained(broker, names, timeout=300, workers=workers)
+    time.sleep(IDLE_SECONDS)  # both idle: each recovery queue counts its empty waits
+    a.kill(signal.SIGKILL)  # b takes over a's partitions: about half the ids to rebuild
+    wait_owning(b, set(range(partitions)))
+    assert_store_holds(b, set(range(partitions)), expected, seed=2)
+    time.sleep(IDLE_SECONDS)
+    # a comes back with a wiped data dir and takes about half back: its recovery rebuilds them
+    # from the changelog too, and b gives them up.
+    shutil.rmtree(a.data_dir)
+    a.start()
+    a.wait_ready()
+    owned_a = wait_split(a, b, partitions)
+    assert_store_holds(a, owned_a, expected, seed=3)
+    send_again_and_verify(
+        broker,
+        names,
+        workers,
+        stream,
+        partitions,
+        reliability,
+        f"F17 takeovers of large changelogs after idle time (kill -9, wiped rejoin; "
+        f"{standbys} standby), then every event again",
+        2,
+    )
+
+
+def wait_split(a: Worker, b: Worker, partitions: int, timeout: float = 240) -> set[int]:
+    """Block until both workers are ready and own all partitions between them, each some;
+    returns ``a``'s."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        (sa, ra), (sb, rb) = get(a, "/ready"), get(b, "/ready")
+        if sa == 200 and sb == 200:
+            pa, pb = set(ra["partitions"]), set(rb["partitions"])
+            if pa and pb and not pa & pb and pa | pb == set(range(partitions)):
+                return pa
+        for w in (a, b):
+            if not w.alive():
+                raise AssertionError(f"worker {w.index} exited:\n{w.log_text()[-4000:]}")
+        time.sleep(0.25)
+    raise AssertionError(f"workers never split the partitions:\n{a.log_text()[-3000:]}")
