@@ -13,9 +13,10 @@ empty waits was not reset by a recovery's start, so an idle worker ran the check
 next takeover). :class:`TransactionalRecovery` runs the same loop with one rule instead:
 
 - A partition is recovered only when the broker says (read_committed) that no committed record
-  lies between the last record applied and the end. That question is asked after the record
-  one below the end (the usual case: the end is the last transaction's commit marker) and, for
-  every partition still short of its end, after each empty 5 s wait of the queue.
+  lies between the last record applied and the end. That question is asked for every partition
+  short of its end when a recovery starts (a promoted standby copy holds the record before the
+  last commit marker), after the record one below the end (the usual case: the end is the last
+  transaction's commit marker) and after each empty 5 s wait of the queue.
 - When committed records remain after such a wait and the consumer's position is already past
   the first of them, they were fetched but never reached the recovery: the partition is read
   again from the record after the last one applied (a record applied twice is skipped by its
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from time import monotonic
 from typing import Any
@@ -85,6 +87,17 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
                 raise
             except Exception as exc:
                 log.warning("Error in recovery %r", exc, exc_info=True)
+
+    async def _seek_offsets(
+        self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
+    ) -> None:
+        """Faust's seek before reading; then every active partition already short of its end
+        by commit markers alone (a promoted standby copy holds the record before the marker;
+        no record will come to trigger the check) ends here, instead of after a 5 s wait."""
+        await super()._seek_offsets(consumer, tps, offsets, title)
+        if offsets is self.active_offsets:
+            for tp in sorted(self.active_remaining()):
+                await self.settle(tp, idle=False)
 
     async def _apply(self, event: EventT) -> None:
         """Buffer one changelog record (applied by whole buffers), as Faust does."""
@@ -208,6 +221,22 @@ class TransactionalTableManager(TableManager):  # type: ignore[misc]
     """Faust's table manager with :class:`TransactionalRecovery` (the app's ``TableManager``)."""
 
     _recovery: Recovery | None
+    _changelog_queue: Any
+
+    @property
+    def changelog_queue(self) -> Any:
+        """Faust's queue of fetched changelog records, except that resuming the app's flow
+        does not empty it. Faust empties it at every resume, the last one right after the
+        standby partitions started fetching: records queued then were gone while the consumer
+        went on past them, a hole in the standby copy that its promotion keeps. Nothing here
+        needs the emptying: a record at or below the last one applied to its partition is
+        skipped, one of a partition not assigned is ignored, and the queue keeps each
+        partition's records in fetch order after the last one taken from it."""
+        if self._changelog_queue is None:
+            self._changelog_queue = self.app.FlowControlQueue(
+                maxsize=self.app.conf.stream_buffer_maxsize, clear_on_resume=False
+            )
+        return self._changelog_queue
 
     @property
     def recovery(self) -> TransactionalRecovery:

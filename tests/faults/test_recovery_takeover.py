@@ -13,7 +13,9 @@ so a worker that sat idle ran the check 0-5 s into its next takeover.
   past them. Before the fix it failed every time (see the commit and docs/reliability.md).
 - F17 is the way it was seen: a survivor idle for more than two waits takes over partitions
   with large changelogs (kill -9 of the other worker), then a worker with a wiped data dir
-  takes half of them back after idle time too; every event is then sent again.
+  takes half of them back after idle time too and, idle again, takes over the rest when the
+  other dies; every event is then sent again. With a standby replica the takeovers promote
+  standby copies instead (the second one a copy that followed its changelog from nothing).
 
 Both check the store before the events go again (``ids_held`` per partition against the ids
 the changelog holds, and lookups of ids), then the clean topic: each id exactly once.
@@ -183,7 +185,7 @@ def test_f17_takeovers_of_large_changelogs_after_idle_time(
     a.wait_ready()
     b.start()
     b.wait_ready()
-    owned_a = wait_split(a, b, partitions)
+    wait_split(a, b, partitions)
     asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
     wait_drained(broker, names, timeout=300, workers=workers)
     time.sleep(IDLE_SECONDS)  # both idle: each recovery queue counts its empty waits
@@ -198,6 +200,15 @@ def test_f17_takeovers_of_large_changelogs_after_idle_time(
     a.wait_ready()
     owned_a = wait_split(a, b, partitions)
     assert_store_holds(a, owned_a, expected, seed=3)
+    time.sleep(IDLE_SECONDS)
+    # b dies: a takes over the rest, rebuilt from the changelog, or, with a standby, from the
+    # standby copy a has followed since it rejoined (from nothing: a long catch-up).
+    b.kill(signal.SIGKILL)
+    wait_owning(a, set(range(partitions)))
+    assert_store_holds(a, set(range(partitions)), expected, seed=4)
+    b.start()
+    b.wait_ready()
+    wait_split(a, b, partitions)
     send_again_and_verify(
         broker,
         names,
@@ -205,9 +216,9 @@ def test_f17_takeovers_of_large_changelogs_after_idle_time(
         stream,
         partitions,
         reliability,
-        f"F17 takeovers of large changelogs after idle time (kill -9, wiped rejoin; "
+        f"F17 takeovers of large changelogs after idle time (kill -9 x2, wiped rejoin; "
         f"{standbys} standby), then every event again",
-        2,
+        3,
     )
 
 

@@ -10,10 +10,11 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
+import faust
 import pytest
 from faust.types import TP
 
-from tables.recovery import TransactionalRecovery
+from tables.recovery import TransactionalRecovery, TransactionalTableManager
 
 CHANGELOG = TP("app-seen_ids-changelog", 2)
 
@@ -143,3 +144,16 @@ async def test_nothing_is_asked_when_there_is_nothing_to_end(applied: int, activ
         r.active_tps = set()
     assert not await settle(r, idle=True)
     assert r.asked == [] and r.persisted == {}
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_resuming_the_flow_keeps_the_fetched_changelog_records(ours: bool) -> None:
+    """Faust's queue is emptied at every resume of the app's flow, the last one right after the
+    standby partitions began fetching: the records queued then were lost for good."""
+    kwargs: dict[str, Any] = {"TableManager": TransactionalTableManager} if ours else {}
+    app = faust.App(f"recovery-queue-{ours}", autodiscover=False, **kwargs)
+    queue = app.tables.changelog_queue
+    queue.put_nowait("a fetched changelog record")
+    app.flow_control.resume()
+    assert queue.qsize() == (1 if ours else 0)
+    assert isinstance(app.tables.recovery, TransactionalRecovery) == ours
