@@ -127,7 +127,9 @@ class Settings(EnvSettings):
         "dedupe",
         "DEDUPE_APP_ID",
         "Faust app id: the consumer group, the prefix of transactional ids and of the "
-        "changelog topic. Changing it starts from scratch (new group, new state).",
+        "changelog topic. Changing it starts from scratch (new group, new state). One per "
+        "pipeline: a worker refuses to start when the group has committed offsets for a topic "
+        "it does not read (another input topic).",
     )
     input_topic: str = setting(
         "events", "DEDUPE_INPUT_TOPIC", "Topic of raw events, keyed by messageId."
