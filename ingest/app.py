@@ -7,12 +7,14 @@ balancer; each has one shared idempotent Kafka producer.
 Endpoints (all JSON):
 
 - ``POST /v1/batch``, ``/v1/track``, ``/v1/identify``, ``/v1/page``, ``/v1/screen``,
-  ``/v1/group``, ``/v1/alias``: 200 ``{"success": true}`` once Kafka acknowledged (acks=all)
+  ``/v1/group``, ``/v1/alias`` (and analytics.js's ``/v1/b``, ``/v1/t``, ``/v1/i``, ``/v1/p``,
+  ``/v1/s``, ``/v1/g``, ``/v1/a``): 200 ``{"success": true}`` once Kafka acknowledged (acks=all)
   every event of the request. Errors are ``{"success": false, "code": ..., "error": ...,
   "message": ...}`` (``message`` repeats ``error``: Segment's SDKs read ``code`` and ``message``):
   400 malformed JSON or gzip, a bad event (the message names its index), an event over 32 KB;
   401 missing or unknown write key (when ``DEDUPE_WRITE_KEYS`` is set); 413 a body over 500 KB
-  after decompression; 415 not ``application/json`` or an unsupported Content-Encoding; 503
+  after decompression; 415 neither ``application/json`` nor ``text/plain`` (browser beacons send
+  JSON as text/plain), or an unsupported Content-Encoding; 503
   Kafka did not acknowledge every event in time (retry: copies are dropped downstream).
 - ``GET /health``: 200 ``{"status": "ok"}`` while the process serves.
 
@@ -33,6 +35,7 @@ from aiokafka.errors import KafkaError
 
 from ingest.events import (
     EVENT_TYPES,
+    SHORT_PATHS,
     Limits,
     Rejected,
     authorize,
@@ -41,6 +44,7 @@ from ingest.events import (
     check_content_type,
     gunzip,
     is_gzip,
+    kind_of_path,
     parse_json,
     prepare,
     raw_body_limit,
@@ -57,8 +61,9 @@ LIMITS = web.AppKey("limits", Limits)
 SINK = web.AppKey[EventSink]("sink")
 ACKED = web.AppKey("acked", list[int])  # [requests acknowledged by Kafka], for fault tests
 
-#: Path of the ingest endpoints: /v1/batch and one per Segment call type.
-ROUTE = "/v1/{kind:" + "|".join(("batch", *EVENT_TYPES)) + "}"
+#: Path of the ingest endpoints: /v1/batch and one per Segment call type, and analytics.js's
+#: one-letter forms of each (/v1/b, /v1/t...).
+ROUTE = "/v1/{kind:" + "|".join(("batch", *EVENT_TYPES, *SHORT_PATHS)) + "}"
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -171,7 +176,7 @@ async def ingest(request: web.Request) -> web.Response:
     write_key = header_key if header_key is not None else body_write_key(doc)
     authorize(write_key, accepted)
     received_at = received_at_text(datetime.now(UTC))
-    records = prepare(request.match_info["kind"], doc, write_key, received_at, limits)
+    records = prepare(kind_of_path(request.match_info["kind"]), doc, write_key, received_at, limits)
     try:
         await request.app[SINK].send_all(records, settings.ack_timeout)
     except (KafkaError, TimeoutError) as exc:

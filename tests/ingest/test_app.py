@@ -137,6 +137,64 @@ async def test_write_key_in_the_body_is_accepted_and_not_produced() -> None:
     assert all("writeKey" not in v for v in sink.values)
 
 
+#: analytics.js posts each call to /v1/<first letter of its type> and batches to /v1/b.
+SHORT_PATHS = {
+    "t": "track",
+    "i": "identify",
+    "p": "page",
+    "s": "screen",
+    "g": "group",
+    "a": "alias",
+}
+
+
+@pytest.mark.parametrize("content_type", ["text/plain;charset=UTF-8", "text/plain"])
+@pytest.mark.parametrize("path", ["/v1/track", "/v1/t"])
+async def test_browser_beacons_text_plain_json_with_the_key_in_the_body(
+    path: str, content_type: str
+) -> None:
+    """navigator.sendBeacon sends JSON as text/plain and cannot set an Authorization header."""
+    sink = RecordingSink()
+    event = {"writeKey": WRITE_KEY, "userId": "u1", "event": "Clicked", "messageId": "ajs-1"}
+    async with serve(sink) as client:
+        resp = await client.post(
+            path, data=json.dumps(event).encode(), headers={"Content-Type": content_type}
+        )
+        assert (resp.status, await resp.json()) == (200, {"success": True})
+    [record] = sink.requests[0]
+    assert record.key == b"ajs-1"
+    value = json.loads(record.value)
+    assert value["type"] == "track" and value["event"] == "Clicked"
+    assert "writeKey" not in value
+
+
+@pytest.mark.parametrize(("short", "kind"), SHORT_PATHS.items())
+async def test_analytics_js_short_paths(short: str, kind: str) -> None:
+    sink = RecordingSink()
+    event = {"userId": "u1", "event": "e", "groupId": "g", "previousId": "p", "name": "Home"}
+    async with serve(sink) as client:
+        resp = await client.post(
+            f"/v1/{short}",
+            data=json.dumps({**event, "writeKey": WRITE_KEY}).encode(),
+            headers={"Content-Type": "text/plain"},
+        )
+        assert resp.status == 200, await resp.text()
+    [value] = sink.values
+    assert value["type"] == kind and "writeKey" not in value
+
+
+async def test_an_analytics_js_batch_beacon_at_v1_b() -> None:
+    sink = RecordingSink()
+    events = [sdk_event(i) for i in range(3)]
+    body = {"writeKey": WRITE_KEY, "batch": events, "sentAt": "2030-01-01T00:00:01.000Z"}
+    async with serve(sink) as client:
+        resp = await client.post(
+            "/v1/b", data=json.dumps(body).encode(), headers={"Content-Type": "text/plain"}
+        )
+        assert resp.status == 200, await resp.text()
+    assert [v["messageId"] for v in sink.values] == [e["messageId"] for e in events]
+
+
 async def test_the_header_key_wins_over_the_body_key() -> None:
     sink = RecordingSink()
     async with serve(sink) as client:
