@@ -16,7 +16,11 @@ Endpoints (all JSON):
   after decompression; 415 neither ``application/json`` nor ``text/plain`` (browser beacons send
   JSON as text/plain), or an unsupported Content-Encoding; 503
   Kafka did not acknowledge every event in time (retry: copies are dropped downstream).
-- ``GET /health``: 200 ``{"status": "ok"}`` while the process serves.
+- ``GET /health`` (liveness): 200 ``{"status": "ok"}`` while the process serves.
+- ``GET /ready`` (readiness, for load balancers): 200 ``{"status": "ready", "topic": ...}``
+  while Kafka answers the producer (a metadata request for the input topic within
+  ``DEDUPE_INGEST_READY_TIMEOUT``, every partition with a leader); 503 ``{"status":
+  "unavailable", "reason": ...}`` otherwise.
 
 A request is read, decompressed, parsed and checked whole (``ingest/events.py``) before its
 first event is sent, so a rejected request sends nothing. How retries stay free of duplicates
@@ -60,6 +64,7 @@ SETTINGS = web.AppKey("settings", IngestSettings)
 LIMITS = web.AppKey("limits", Limits)
 SINK = web.AppKey[EventSink]("sink")
 ACKED = web.AppKey("acked", list[int])  # [requests acknowledged by Kafka], for fault tests
+READY = web.AppKey("ready", list[bool])  # [what the last GET /ready found]
 
 #: Path of the ingest endpoints: /v1/batch and one per Segment call type, and analytics.js's
 #: one-letter forms of each (/v1/b, /v1/t...).
@@ -85,9 +90,11 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
     else:
         app[SINK] = sink
     app[ACKED] = [0]
+    app[READY] = [True]
     app.on_startup.append(_warn_when_open)
     app.router.add_post(ROUTE, ingest)
     app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
     return app
 
 
@@ -205,5 +212,21 @@ def _maybe_crash(app: web.Application) -> None:
 
 
 async def health(request: web.Request) -> web.Response:
-    """GET /health: the process is up and serving."""
+    """GET /health (liveness): the process is up and serving, whatever Kafka's state."""
     return web.json_response({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    """GET /ready (readiness, for load balancers): 200 while Kafka answers the producer,
+    503 while it cannot be reached (requests would only wait and answer 503)."""
+    settings = request.app[SETTINGS]
+    reason = await request.app[SINK].unready_reason(settings.ready_timeout)
+    was_ready = request.app[READY][0]
+    request.app[READY][0] = reason is None
+    if reason is not None:
+        if was_ready:  # logged when it changes, not at every probe
+            log.warning("not ready (GET /ready answers 503): %s", reason)
+        return web.json_response({"status": "unavailable", "reason": reason}, status=503)
+    if not was_ready:
+        log.info("ready again: Kafka answers")
+    return web.json_response({"status": "ready", "topic": settings.input_topic})

@@ -26,9 +26,15 @@ from tests.ingest.support import WRITE_KEY, basic, json_headers
 class RecordingSink:
     """Keeps what would have been produced; can fail like Kafka does."""
 
-    def __init__(self, error: BaseException | None = None) -> None:
+    def __init__(self, error: BaseException | None = None, unready: str | None = None) -> None:
         self.requests: list[list[Prepared]] = []
         self.error = error
+        self.unready = unready
+        self.ready_timeouts: list[float] = []
+
+    async def unready_reason(self, timeout: float) -> str | None:
+        self.ready_timeouts.append(timeout)
+        return self.unready
 
     async def send_all(self, records: Sequence[Prepared], timeout: float) -> None:
         if self.error is not None:
@@ -254,3 +260,29 @@ async def test_health() -> None:
     async with serve(RecordingSink()) as client:
         resp = await client.get("/health")
         assert (resp.status, await resp.json()) == (200, {"status": "ok"})
+
+
+async def test_ready_asks_the_sink_with_the_ready_timeout() -> None:
+    sink = RecordingSink()
+    async with serve(sink) as client:
+        resp = await client.get("/ready")
+        assert (resp.status, await resp.json()) == (200, {"status": "ready", "topic": "events"})
+    assert sink.ready_timeouts == [1.0]
+
+
+async def test_not_ready_is_503_with_the_reason_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = RecordingSink(unready="no broker of localhost:9092 answered a metadata request")
+    with caplog.at_level("INFO", logger="ingest.app"):
+        async with serve(sink) as client:
+            for _ in range(3):
+                resp = await client.get("/ready")
+                body = await resp.json()
+                assert resp.status == 503
+                assert body == {"status": "unavailable", "reason": sink.unready}
+            assert (await client.get("/health")).status == 200  # alive all the same
+            sink.unready = None
+            assert (await client.get("/ready")).status == 200
+    assert caplog.text.count("not ready (GET /ready answers 503): no broker of") == 1
+    assert caplog.text.count("ready again") == 1

@@ -150,6 +150,9 @@ class FailsPartWay:
             )
         await self.real.send_all(records, timeout)
 
+    async def unready_reason(self, timeout: float) -> str | None:
+        return await self.real.unready_reason(timeout)
+
 
 async def fail_then_retry(settings: IngestSettings, bodies: list[bytes]) -> list[tuple[int, Any]]:
     real = KafkaSink(settings)
