@@ -87,13 +87,35 @@ def app_id_in_use_message(settings: Settings, changelog: str, foreign: list[str]
     )
 
 
+async def committed_topics(
+    admin: AIOKafkaAdminClient, group: str, timeout: float = 30.0
+) -> set[str]:
+    """The topics ``group`` has committed offsets for. Retriable errors (the coordinator not
+    available yet on a new cluster, moving, or loading after a broker restart) are retried for
+    up to ``timeout`` seconds, as the worker's own consumer would."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise TopicMismatch(
+                    f"cannot read the committed offsets of consumer group {group!r} "
+                    f"(DEDUPE_APP_ID): {exc!r}"
+                ) from exc
+            await asyncio.sleep(0.5)
+            continue
+        # aiokafka raises errors of single partitions; an error of the whole group in a v2+
+        # answer comes back as no offsets at all, so such a moment passes the check unseen.
+        return {tp.topic for tp, meta in offsets.items() if meta.offset >= 0}
+
+
 async def _check_app_id_owner(
     admin: AIOKafkaAdminClient, settings: Settings, changelog: str
 ) -> None:
     """Raise :class:`AppIdInUse` when the app id's group committed offsets for topics this
     worker does not read. A group that never committed (a new app id) passes."""
-    offsets = await admin.list_consumer_group_offsets(settings.app_id)
-    committed = {tp.topic for tp, meta in offsets.items() if meta is not None}
+    committed = await committed_topics(admin, settings.app_id)
     foreign = foreign_topics(settings, committed)
     if foreign:
         raise AppIdInUse(app_id_in_use_message(settings, changelog, foreign))
