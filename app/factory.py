@@ -16,6 +16,7 @@ from yarl import URL
 from app.agents import Deduplicator, batch_handler, register_agents
 from app.alo import AtLeastOnceTransport
 from app.eos import BatchHandler, TaskTransactionManager, Transport
+from app.metrics import RebalanceSensor
 from app.settings import EXACTLY_ONCE, Settings
 from app.topics import ensure_topics
 from app.web import register_views
@@ -50,15 +51,18 @@ class DedupeApp(faust.App):  # type: ignore[misc]
             await commit_all()
 
     def on_init_dependencies(self) -> Any:
-        """Faust's services, without its Monitor sensor.
+        """Faust's services, with :class:`app.metrics.RebalanceSensor` for its Monitor sensor.
 
         Faust always adds a Monitor that records per-event and per-table-access statistics
         for its own /stats pages, which this worker disables (``web_stats_enabled=False``; our
         metrics are in ``app.metrics``). Its hooks ran several times per record on the hot
-        path for figures nobody reads."""
+        path for figures nobody reads. Without any sensor Faust warns "Missing sensor state"
+        at every rebalance, so the rebalance timer takes its place."""
         services = super().on_init_dependencies()
         if self.monitor in set(self.sensors):
             self.sensors.remove(self.monitor)
+        if not any(isinstance(s, RebalanceSensor) for s in self.sensors):
+            self.sensors.add(RebalanceSensor())
         return services
 
     async def on_first_start(self) -> None:

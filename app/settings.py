@@ -31,6 +31,11 @@ class SettingsError(ValueError):
 EXACTLY_ONCE = "exactly_once"
 AT_LEAST_ONCE = "at_least_once"
 
+#: Without ``DEDUPE_BUCKET``, the age-out bucket is the window divided by this, at most
+#: :data:`MAX_DERIVED_BUCKET`: ids then outlive the window by at most 1% (and an hour).
+BUCKET_DIVISOR = 100
+MAX_DERIVED_BUCKET = 3600.0
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -41,6 +46,16 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise ValueError(f"{text!r} is not a duration (use e.g. 250ms, 30s, 15m, 24h, 28d)")
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def derived_bucket(window: float) -> float:
+    """The age-out bucket when ``DEDUPE_BUCKET`` is not set: ``min(1h, window / 100)``.
+
+    An id leaves at most one bucket after it could (the index is walked bucket by bucket), so
+    a bucket this size keeps ids at most 1% (and at most an hour) past the window. Any window
+    from 1s up gives a bucket of at least 10ms; the default 28-day window keeps the 1h bucket.
+    """
+    return min(MAX_DERIVED_BUCKET, window / BUCKET_DIVISOR)
 
 
 @dataclass(frozen=True)
@@ -112,7 +127,9 @@ class Settings(EnvSettings):
         "dedupe",
         "DEDUPE_APP_ID",
         "Faust app id: the consumer group, the prefix of transactional ids and of the "
-        "changelog topic. Changing it starts from scratch (new group, new state).",
+        "changelog topic. Changing it starts from scratch (new group, new state). One per "
+        "pipeline: a worker refuses to start when the group has committed offsets for a topic "
+        "it does not read (another input topic).",
     )
     input_topic: str = setting(
         "events", "DEDUPE_INPUT_TOPIC", "Topic of raw events, keyed by messageId."
@@ -217,9 +234,11 @@ class Settings(EnvSettings):
         "copy's record time (W itself is outside). Units s, m, h, d.",
     )
     bucket: float = setting(
-        3600.0,
+        0.0,
         "DEDUPE_BUCKET",
-        "Time bucket of the age-out index: ids leave at most one bucket after they could.",
+        "Time bucket of the age-out index: ids leave at most one bucket after they could. "
+        "Unset or 0: DEDUPE_WINDOW / 100, at most 1h (a 28-day window gets 1h, a 60s window "
+        "600ms). Set explicitly, it must be 1ms..DEDUPE_WINDOW.",
     )
     allowed_lateness: float = setting(
         3600.0,
@@ -292,6 +311,8 @@ class Settings(EnvSettings):
         if not self.repartition_topic:
             derived = f"{self.app_id}-{self.input_topic}-repartition"
             object.__setattr__(self, "repartition_topic", derived)
+        if self.bucket == 0:
+            object.__setattr__(self, "bucket", derived_bucket(self.window))
         problems = list(self._problems())
         if problems:
             raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
@@ -350,7 +371,7 @@ class Settings(EnvSettings):
             out.append(f"{env('standby_replicas')}={self.standby_replicas}: must be 0..8")
         if not 1 <= self.window <= 3650 * 86400:
             out.append(f"{env('window')}={self.window}s: must be 1s..3650d")
-        if not 0.001 <= self.bucket <= self.window:
+        elif not 0.001 <= self.bucket <= self.window:
             out.append(f"{env('bucket')}={self.bucket}s: must be 1ms..DEDUPE_WINDOW")
         if not 0 <= self.allowed_lateness <= 365 * 86400:
             out.append(f"{env('allowed_lateness')}={self.allowed_lateness}s: must be 0..365d")

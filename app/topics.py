@@ -13,6 +13,12 @@ dead-letter        original key / original value + reason      this worker, in t
 All have ``DEDUPE_PARTITIONS`` partitions. The worker creates missing ones and refuses to start
 when an existing one has another partition count: the state of id X lives in partition
 murmur2(X) % N, so every topic on the path must agree on N.
+
+The consumer group and the changelog are named from ``DEDUPE_APP_ID`` alone, so they belong to
+one pipeline (one input topic). Before anything else the worker reads the group's committed
+offsets (one OffsetFetch): offsets for a topic it does not read mean another pipeline's worker
+ran under this app id, and sharing its group and seen ids would drop this pipeline's events as
+repeats of the other's, so it refuses to start (:func:`foreign_topics`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ class TopicMismatch(RuntimeError):
     """An existing topic does not fit the worker's settings."""
 
 
+class AppIdInUse(TopicMismatch):
+    """The app id's consumer group (and so its seen ids) belongs to another input topic."""
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
@@ -54,6 +64,63 @@ def topic_specs(settings: Settings, changelog: str) -> list[TopicSpec]:
     ]
 
 
+def foreign_topics(settings: Settings, committed: set[str]) -> list[str]:
+    """The topics the app id's group committed offsets for that this worker does not read
+    (its input and repartition topics), sorted; empty when the group is this pipeline's."""
+    return sorted(committed - {settings.input_topic, settings.repartition_topic})
+
+
+def app_id_in_use_message(settings: Settings, changelog: str, foreign: list[str]) -> str:
+    """Why a worker whose app id's group committed offsets for ``foreign`` does not start."""
+    listed = ", ".join(repr(t) for t in foreign)
+    return (
+        f"refusing to start: DEDUPE_APP_ID={settings.app_id!r} belongs to another pipeline. "
+        f"Its consumer group {settings.app_id!r} has committed offsets for {listed}, and this "
+        f"worker reads DEDUPE_INPUT_TOPIC={settings.input_topic!r} (and "
+        f"{settings.repartition_topic!r}). The group and the seen ids in {changelog!r} are "
+        "named from the app id alone: sharing them would drop this pipeline's events as "
+        "repeats of the other pipeline's. Give each pipeline its own DEDUPE_APP_ID (e.g. "
+        f"DEDUPE_APP_ID={settings.app_id}-{settings.input_topic}). If this pipeline moved "
+        "from that topic to this one on purpose and should keep its seen ids, delete the "
+        "group's offsets of the old topic first (kafka-consumer-groups.sh --bootstrap-server "
+        f"... --group {settings.app_id} --delete-offsets --topic <old topic>)."
+    )
+
+
+async def committed_topics(
+    admin: AIOKafkaAdminClient, group: str, timeout: float = 30.0
+) -> set[str]:
+    """The topics ``group`` has committed offsets for. Retriable errors (the coordinator not
+    available yet on a new cluster, moving, or loading after a broker restart) are retried for
+    up to ``timeout`` seconds, as the worker's own consumer would."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            offsets = await admin.list_consumer_group_offsets(group)
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise TopicMismatch(
+                    f"cannot read the committed offsets of consumer group {group!r} "
+                    f"(DEDUPE_APP_ID): {exc!r}"
+                ) from exc
+            await asyncio.sleep(0.5)
+            continue
+        # aiokafka raises errors of single partitions; an error of the whole group in a v2+
+        # answer comes back as no offsets at all, so such a moment passes the check unseen.
+        return {tp.topic for tp, meta in offsets.items() if meta.offset >= 0}
+
+
+async def _check_app_id_owner(
+    admin: AIOKafkaAdminClient, settings: Settings, changelog: str
+) -> None:
+    """Raise :class:`AppIdInUse` when the app id's group committed offsets for topics this
+    worker does not read. A group that never committed (a new app id) passes."""
+    committed = await committed_topics(admin, settings.app_id)
+    foreign = foreign_topics(settings, committed)
+    if foreign:
+        raise AppIdInUse(app_id_in_use_message(settings, changelog, foreign))
+
+
 async def _partition_counts(
     admin: AIOKafkaAdminClient, names: list[str], created: set[str], timeout: float = 30.0
 ) -> dict[str, int]:
@@ -70,7 +137,8 @@ async def _partition_counts(
 
 
 async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int = 30_000) -> None:
-    """Create missing topics; raise :class:`TopicMismatch` if an existing one disagrees."""
+    """Check that the app id's group is this pipeline's (:class:`AppIdInUse` if not), create
+    missing topics, and raise :class:`TopicMismatch` if an existing one disagrees."""
     specs = topic_specs(settings, changelog)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=timeout_ms
@@ -83,6 +151,7 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
             "is the broker running? (make kafka-up starts a local one)"
         ) from exc
     try:
+        await _check_app_id_owner(admin, settings, changelog)
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
         if missing:

@@ -7,14 +7,20 @@ balancer; each has one shared idempotent Kafka producer.
 Endpoints (all JSON):
 
 - ``POST /v1/batch``, ``/v1/track``, ``/v1/identify``, ``/v1/page``, ``/v1/screen``,
-  ``/v1/group``, ``/v1/alias``: 200 ``{"success": true}`` once Kafka acknowledged (acks=all)
+  ``/v1/group``, ``/v1/alias`` (and analytics.js's ``/v1/b``, ``/v1/t``, ``/v1/i``, ``/v1/p``,
+  ``/v1/s``, ``/v1/g``, ``/v1/a``): 200 ``{"success": true}`` once Kafka acknowledged (acks=all)
   every event of the request. Errors are ``{"success": false, "code": ..., "error": ...,
   "message": ...}`` (``message`` repeats ``error``: Segment's SDKs read ``code`` and ``message``):
   400 malformed JSON or gzip, a bad event (the message names its index), an event over 32 KB;
   401 missing or unknown write key (when ``DEDUPE_WRITE_KEYS`` is set); 413 a body over 500 KB
-  after decompression; 415 not ``application/json`` or an unsupported Content-Encoding; 503
+  after decompression; 415 neither ``application/json`` nor ``text/plain`` (browser beacons send
+  JSON as text/plain), or an unsupported Content-Encoding; 503
   Kafka did not acknowledge every event in time (retry: copies are dropped downstream).
-- ``GET /health``: 200 ``{"status": "ok"}`` while the process serves.
+- ``GET /health`` (liveness): 200 ``{"status": "ok"}`` while the process serves.
+- ``GET /ready`` (readiness, for load balancers): 200 ``{"status": "ready", "topic": ...}``
+  while Kafka answers the producer (a metadata request for the input topic within
+  ``DEDUPE_INGEST_READY_TIMEOUT``, every partition with a leader); 503 ``{"status":
+  "unavailable", "reason": ...}`` otherwise.
 
 A request is read, decompressed, parsed and checked whole (``ingest/events.py``) before its
 first event is sent, so a rejected request sends nothing. How retries stay free of duplicates
@@ -33,6 +39,7 @@ from aiokafka.errors import KafkaError
 
 from ingest.events import (
     EVENT_TYPES,
+    SHORT_PATHS,
     Limits,
     Rejected,
     authorize,
@@ -41,6 +48,7 @@ from ingest.events import (
     check_content_type,
     gunzip,
     is_gzip,
+    kind_of_path,
     parse_json,
     prepare,
     raw_body_limit,
@@ -56,9 +64,11 @@ SETTINGS = web.AppKey("settings", IngestSettings)
 LIMITS = web.AppKey("limits", Limits)
 SINK = web.AppKey[EventSink]("sink")
 ACKED = web.AppKey("acked", list[int])  # [requests acknowledged by Kafka], for fault tests
+READY = web.AppKey("ready", list[bool])  # [what the last GET /ready found]
 
-#: Path of the ingest endpoints: /v1/batch and one per Segment call type.
-ROUTE = "/v1/{kind:" + "|".join(("batch", *EVENT_TYPES)) + "}"
+#: Path of the ingest endpoints: /v1/batch and one per Segment call type, and analytics.js's
+#: one-letter forms of each (/v1/b, /v1/t...).
+ROUTE = "/v1/{kind:" + "|".join(("batch", *EVENT_TYPES, *SHORT_PATHS)) + "}"
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -80,9 +90,11 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
     else:
         app[SINK] = sink
     app[ACKED] = [0]
+    app[READY] = [True]
     app.on_startup.append(_warn_when_open)
     app.router.add_post(ROUTE, ingest)
     app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
     return app
 
 
@@ -171,7 +183,7 @@ async def ingest(request: web.Request) -> web.Response:
     write_key = header_key if header_key is not None else body_write_key(doc)
     authorize(write_key, accepted)
     received_at = received_at_text(datetime.now(UTC))
-    records = prepare(request.match_info["kind"], doc, write_key, received_at, limits)
+    records = prepare(kind_of_path(request.match_info["kind"]), doc, write_key, received_at, limits)
     try:
         await request.app[SINK].send_all(records, settings.ack_timeout)
     except (KafkaError, TimeoutError) as exc:
@@ -200,5 +212,21 @@ def _maybe_crash(app: web.Application) -> None:
 
 
 async def health(request: web.Request) -> web.Response:
-    """GET /health: the process is up and serving."""
+    """GET /health (liveness): the process is up and serving, whatever Kafka's state."""
     return web.json_response({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    """GET /ready (readiness, for load balancers): 200 while Kafka answers the producer,
+    503 while it cannot be reached (requests would only wait and answer 503)."""
+    settings = request.app[SETTINGS]
+    reason = await request.app[SINK].unready_reason(settings.ready_timeout)
+    was_ready = request.app[READY][0]
+    request.app[READY][0] = reason is None
+    if reason is not None:
+        if was_ready:  # logged when it changes, not at every probe
+            log.warning("not ready (GET /ready answers 503): %s", reason)
+        return web.json_response({"status": "unavailable", "reason": reason}, status=503)
+    if not was_ready:
+        log.info("ready again: Kafka answers")
+    return web.json_response({"status": "ready", "topic": settings.input_topic})

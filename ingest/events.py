@@ -12,6 +12,12 @@ Segment semantics kept here (HTTP Tracking API):
   (an event's own keys win), and its ``sentAt`` is copied to events that have none.
 - ``/v1/track``, ``/identify``, ``/page``, ``/screen``, ``/group``, ``/alias`` take one event
   whose ``type`` is set from the path.
+- analytics.js (the browser library) posts each call to ``/v1/<first letter of its type>``
+  (``/v1/t``, ``/v1/i``, ``/v1/p``, ``/v1/s``, ``/v1/g``, ``/v1/a``) and batches to ``/v1/b``
+  (:data:`SHORT_PATHS`), with ``Content-Type: text/plain`` and the write key in the body, and
+  so does a browser's ``navigator.sendBeacon`` with a string: a ``text/plain`` body is read as
+  JSON, exactly as an ``application/json`` one (same limits, same auth; browsers send text/plain
+  because it needs no CORS preflight).
 - The write key comes from HTTP Basic auth (user name = write key, password empty) or from the
   body's ``writeKey``; it is removed from the events (credentials never reach Kafka).
 - Required fields as Segment documents them: ``userId`` or ``anonymousId`` (alias: ``userId``
@@ -52,6 +58,13 @@ from typing import Any
 #: The Segment call types; the single-event endpoints are /v1/<type>.
 EVENT_TYPES = ("track", "identify", "page", "screen", "group", "alias")
 
+#: analytics.js's paths: /v1/<short> for /v1/<kind> ("batch" or a call type).
+SHORT_PATHS = {kind[0]: kind for kind in ("batch", *EVENT_TYPES)}
+
+#: Content types whose body is read as JSON: browsers send JSON as text/plain (a beacon with
+#: a string body, analytics.js's fetch), which needs no CORS preflight.
+JSON_MEDIA_TYPES = ("application/json", "text/plain")
+
 #: Fields that differ between attempts of the same request, or are credentials: not hashed.
 UNHASHED_FIELDS = frozenset({"receivedAt", "sentAt", "writeKey", "messageId"})
 
@@ -91,13 +104,14 @@ class Prepared:
 
 
 def check_content_type(mimetype: str, charset: str | None) -> None:
-    """Only JSON in UTF-8 is accepted (415 otherwise)."""
-    if mimetype.lower() != "application/json":
+    """Only JSON in UTF-8 is accepted, as application/json or as text/plain (415 otherwise)."""
+    if mimetype.lower() not in JSON_MEDIA_TYPES:
         shown = mimetype or "none"
         raise Rejected(
             415,
             "unsupported_media_type",
-            f"Content-Type must be application/json (got {shown})",
+            "Content-Type must be application/json (or text/plain carrying JSON, as browser "
+            f"beacons send it) (got {shown})",
         )
     if charset is not None and charset.lower().replace("-", "") != "utf8":
         raise Rejected(415, "unsupported_media_type", f"charset must be utf-8 (got {charset})")
@@ -327,6 +341,11 @@ def derive_message_id(write_key: str, event: Mapping[str, Any]) -> str:
 def received_at_text(now: datetime) -> str:
     """``receivedAt`` as Segment writes it: ISO 8601 UTC with milliseconds and ``Z``."""
     return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def kind_of_path(name: str) -> str:
+    """The endpoint ``/v1/<name>`` stands for: "batch" or a call type (short paths mapped)."""
+    return SHORT_PATHS.get(name, name)
 
 
 def prepare(

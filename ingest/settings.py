@@ -87,6 +87,12 @@ class IngestSettings(EnvSettings):
         "How long start-up waits for Kafka and the input topic (the first worker creates it) "
         "before the service exits with an error.",
     )
+    ready_timeout: float = setting(
+        1.0,
+        "DEDUPE_INGEST_READY_TIMEOUT",
+        "How long GET /ready waits for Kafka to answer a metadata request for the input topic "
+        "before it answers 503 (not ready). Keep it below the load balancer's check timeout.",
+    )
     linger: float = setting(
         0.005,
         "DEDUPE_INGEST_LINGER",
@@ -143,6 +149,8 @@ class IngestSettings(EnvSettings):
             out.append(f"{env('ack_timeout')}={self.ack_timeout}s: must be 100ms..300s")
         if not 1 <= self.startup_timeout <= 3600:
             out.append(f"{env('startup_timeout')}={self.startup_timeout}s: must be 1s..3600s")
+        if not 0.1 <= self.ready_timeout <= 60:
+            out.append(f"{env('ready_timeout')}={self.ready_timeout}s: must be 100ms..60s")
         if not 0 <= self.linger <= 1:
             out.append(f"{env('linger')}={self.linger}s: must be 0..1s")
         if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:

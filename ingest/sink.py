@@ -38,6 +38,10 @@ class EventSink(Protocol):
 
     async def send_all(self, records: Sequence[Prepared], timeout: float) -> None: ...
 
+    async def unready_reason(self, timeout: float) -> str | None:
+        """None when events can be sent now; otherwise why not (``GET /ready`` answers 503)."""
+        ...
+
 
 class StartupError(RuntimeError):
     """Kafka or the input topic could not be reached at start-up."""
@@ -114,6 +118,36 @@ class KafkaSink:
                 await asyncio.sleep(0.5)
         finally:
             await admin.close()
+
+    async def unready_reason(self, timeout: float) -> str | None:
+        """Ask Kafka, through the producer's own client, for the input topic's metadata.
+
+        Ready when a broker answered within ``timeout`` seconds and every partition of the
+        topic has a leader. The request is the producer's metadata refresh, which concurrent
+        checks share (a load balancer's probes add at most one request in flight). A stopped
+        broker refuses the connection, so the refresh fails at once; a frozen one never
+        answers, so the timeout decides.
+        """
+        producer = self._producer
+        if producer is None:
+            return "the producer is not started"
+        client = producer.client
+        where = self.settings.bootstrap_servers
+        try:
+            async with asyncio.timeout(timeout):
+                updated = await client.force_metadata_update()
+        except TimeoutError:
+            return f"Kafka at {where} did not answer a metadata request within {timeout:g}s"
+        if not updated:
+            return f"no broker of {where} answered a metadata request"
+        partitions = client.cluster.partitions_for_topic(self.topic)
+        if not partitions:
+            return f"topic {self.topic!r} is not in the metadata of {where}"
+        available = client.cluster.available_partitions_for_topic(self.topic)
+        leaderless = sorted(set(partitions) - set(available))
+        if leaderless:
+            return f"partitions {leaderless} of {self.topic!r} have no leader on {where}"
+        return None
 
     async def stop(self) -> None:
         """Flush what is pending and close the producer."""

@@ -22,6 +22,8 @@ def table() -> str:
         value = getattr(defaults, name)
         if name == "repartition_topic":
             shown = "`<app id>-<input topic>-repartition`"
+        elif name == "bucket":
+            shown = "`min(1h, window/100)`"
         elif name == "data_dir":
             shown = "`./data`"
         elif isinstance(value, float):

@@ -50,6 +50,9 @@ def _batch(*events: dict[str, Any], **top: Any) -> bytes:
 
 
 _JSON = {"Content-Type": "application/json"}
+#: What a browser's navigator.sendBeacon (and analytics.js's fetch) sends: JSON as text/plain,
+#: no Authorization header (the write key is in the body).
+_BEACON = {"Content-Type": "text/plain;charset=UTF-8"}
 _AUTH = {"Authorization": basic(WRITE_KEY)}
 _GOOD = _batch(sdk_event(1))
 
@@ -80,12 +83,82 @@ BAD_REQUESTS = [
         headers={**_JSON, "Authorization": "Basic %%%"},
     ),
     BadRequest(
-        "text/plain",
+        "text/html",
         415,
         "unsupported_media_type",
-        "text/plain",
+        "text/html",
         _GOOD,
-        headers={**_AUTH, "Content-Type": "text/plain"},
+        headers={**_AUTH, "Content-Type": "text/html"},
+    ),
+    BadRequest(
+        "form",
+        415,
+        "unsupported_media_type",
+        "application/x-www-form-urlencoded",
+        _GOOD,
+        headers={**_AUTH, "Content-Type": "application/x-www-form-urlencoded"},
+    ),
+    BadRequest(
+        "beacon latin-1",
+        415,
+        "unsupported_media_type",
+        "charset",
+        _batch(sdk_event(1), writeKey=WRITE_KEY),
+        headers={"Content-Type": "text/plain; charset=latin-1"},
+    ),
+    BadRequest(
+        "beacon without a key",
+        401,
+        "unauthorized",
+        "no write key",
+        _GOOD,
+        headers=_BEACON,
+    ),
+    BadRequest(
+        "beacon with an unknown key",
+        401,
+        "unauthorized",
+        "unknown write key",
+        json.dumps({"writeKey": "stolen", "userId": "u", "event": "e"}).encode(),
+        path="/v1/t",
+        headers=_BEACON,
+    ),
+    BadRequest(
+        "beacon not json",
+        400,
+        "invalid_json",
+        "not valid JSON",
+        b"writeKey=test-write-key&event=e",
+        path="/v1/t",
+        headers=_BEACON,
+    ),
+    BadRequest(
+        "beacon event over 32 KB",
+        400,
+        "event_too_large",
+        "the event is",
+        json.dumps(
+            {
+                "writeKey": WRITE_KEY,
+                "userId": "u",
+                "event": "e",
+                "properties": {"pad": "x" * 33_000},
+            }
+        ).encode(),
+        path="/v1/t",
+        headers=_BEACON,
+    ),
+    BadRequest(
+        "beacon batch over 500 KB",
+        413,
+        "request_too_large",
+        "512000",
+        _batch(
+            *(sdk_event(i, properties={"pad": "x" * 20_000}) for i in range(30)),
+            writeKey=WRITE_KEY,
+        ),
+        path="/v1/b",
+        headers=_BEACON,
     ),
     BadRequest(
         "no content type",

@@ -26,9 +26,15 @@ from tests.ingest.support import WRITE_KEY, basic, json_headers
 class RecordingSink:
     """Keeps what would have been produced; can fail like Kafka does."""
 
-    def __init__(self, error: BaseException | None = None) -> None:
+    def __init__(self, error: BaseException | None = None, unready: str | None = None) -> None:
         self.requests: list[list[Prepared]] = []
         self.error = error
+        self.unready = unready
+        self.ready_timeouts: list[float] = []
+
+    async def unready_reason(self, timeout: float) -> str | None:
+        self.ready_timeouts.append(timeout)
+        return self.unready
 
     async def send_all(self, records: Sequence[Prepared], timeout: float) -> None:
         if self.error is not None:
@@ -137,6 +143,64 @@ async def test_write_key_in_the_body_is_accepted_and_not_produced() -> None:
     assert all("writeKey" not in v for v in sink.values)
 
 
+#: analytics.js posts each call to /v1/<first letter of its type> and batches to /v1/b.
+SHORT_PATHS = {
+    "t": "track",
+    "i": "identify",
+    "p": "page",
+    "s": "screen",
+    "g": "group",
+    "a": "alias",
+}
+
+
+@pytest.mark.parametrize("content_type", ["text/plain;charset=UTF-8", "text/plain"])
+@pytest.mark.parametrize("path", ["/v1/track", "/v1/t"])
+async def test_browser_beacons_text_plain_json_with_the_key_in_the_body(
+    path: str, content_type: str
+) -> None:
+    """navigator.sendBeacon sends JSON as text/plain and cannot set an Authorization header."""
+    sink = RecordingSink()
+    event = {"writeKey": WRITE_KEY, "userId": "u1", "event": "Clicked", "messageId": "ajs-1"}
+    async with serve(sink) as client:
+        resp = await client.post(
+            path, data=json.dumps(event).encode(), headers={"Content-Type": content_type}
+        )
+        assert (resp.status, await resp.json()) == (200, {"success": True})
+    [record] = sink.requests[0]
+    assert record.key == b"ajs-1"
+    value = json.loads(record.value)
+    assert value["type"] == "track" and value["event"] == "Clicked"
+    assert "writeKey" not in value
+
+
+@pytest.mark.parametrize(("short", "kind"), SHORT_PATHS.items())
+async def test_analytics_js_short_paths(short: str, kind: str) -> None:
+    sink = RecordingSink()
+    event = {"userId": "u1", "event": "e", "groupId": "g", "previousId": "p", "name": "Home"}
+    async with serve(sink) as client:
+        resp = await client.post(
+            f"/v1/{short}",
+            data=json.dumps({**event, "writeKey": WRITE_KEY}).encode(),
+            headers={"Content-Type": "text/plain"},
+        )
+        assert resp.status == 200, await resp.text()
+    [value] = sink.values
+    assert value["type"] == kind and "writeKey" not in value
+
+
+async def test_an_analytics_js_batch_beacon_at_v1_b() -> None:
+    sink = RecordingSink()
+    events = [sdk_event(i) for i in range(3)]
+    body = {"writeKey": WRITE_KEY, "batch": events, "sentAt": "2030-01-01T00:00:01.000Z"}
+    async with serve(sink) as client:
+        resp = await client.post(
+            "/v1/b", data=json.dumps(body).encode(), headers={"Content-Type": "text/plain"}
+        )
+        assert resp.status == 200, await resp.text()
+    assert [v["messageId"] for v in sink.values] == [e["messageId"] for e in events]
+
+
 async def test_the_header_key_wins_over_the_body_key() -> None:
     sink = RecordingSink()
     async with serve(sink) as client:
@@ -196,3 +260,29 @@ async def test_health() -> None:
     async with serve(RecordingSink()) as client:
         resp = await client.get("/health")
         assert (resp.status, await resp.json()) == (200, {"status": "ok"})
+
+
+async def test_ready_asks_the_sink_with_the_ready_timeout() -> None:
+    sink = RecordingSink()
+    async with serve(sink) as client:
+        resp = await client.get("/ready")
+        assert (resp.status, await resp.json()) == (200, {"status": "ready", "topic": "events"})
+    assert sink.ready_timeouts == [1.0]
+
+
+async def test_not_ready_is_503_with_the_reason_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = RecordingSink(unready="no broker of localhost:9092 answered a metadata request")
+    with caplog.at_level("INFO", logger="ingest.app"):
+        async with serve(sink) as client:
+            for _ in range(3):
+                resp = await client.get("/ready")
+                body = await resp.json()
+                assert resp.status == 503
+                assert body == {"status": "unavailable", "reason": sink.unready}
+            assert (await client.get("/health")).status == 200  # alive all the same
+            sink.unready = None
+            assert (await client.get("/ready")).status == 200
+    assert caplog.text.count("not ready (GET /ready answers 503): no broker of") == 1
+    assert caplog.text.count("ready again") == 1

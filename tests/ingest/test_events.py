@@ -51,7 +51,13 @@ def rejected(exc: pytest.ExceptionInfo[Rejected], status: int, code: str) -> str
 
 @pytest.mark.parametrize(
     ("mimetype", "charset"),
-    [("application/json", None), ("application/json", "utf-8"), ("Application/JSON", "UTF8")],
+    [
+        ("application/json", None),
+        ("application/json", "utf-8"),
+        ("Application/JSON", "UTF8"),
+        ("text/plain", None),  # browser beacons (navigator.sendBeacon with a string)
+        ("text/plain", "UTF-8"),
+    ],
 )
 def test_json_content_types_are_accepted(mimetype: str, charset: str | None) -> None:
     check_content_type(mimetype, charset)
@@ -60,8 +66,9 @@ def test_json_content_types_are_accepted(mimetype: str, charset: str | None) -> 
 @pytest.mark.parametrize(
     ("mimetype", "charset", "named"),
     [
-        ("text/plain", None, "text/plain"),
+        ("text/html", None, "text/html"),
         ("", None, "none"),
+        ("text/plain", "latin-1", "latin-1"),
         ("application/x-www-form-urlencoded", None, "form-urlencoded"),
         ("application/json", "latin-1", "latin-1"),
     ],

@@ -1,5 +1,6 @@
 """Events sent over real HTTP to the ingest service come out of a real dedup worker exactly once,
-including requests that are retried whole and requests that failed part way and were retried.
+including browser beacons (text/plain JSON, analytics.js's paths), requests that are retried
+whole and requests that failed part way and were retried.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ingest.sink import KafkaSink
 from scripts.topic_reader import Record, read_topic
 from scripts.verify import check
 from tests.ingest.cases import sdk_event
-from tests.ingest.support import IngestProcess, json_headers, records_in
+from tests.ingest.support import WRITE_KEY, IngestProcess, json_headers, records_in
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.integration
@@ -99,8 +100,17 @@ def test_http_events_come_out_once_and_retried_requests_are_not_duplicated(
         event = {"userId": "u1", "event": "e", "groupId": "g", "previousId": "p"}
         event["properties"] = {"n": next(n)}
         requests.append((f"/v1/{kind}", json.dumps(event).encode(), json_headers()))
+    # Browser beacons as analytics.js sends them: text/plain JSON, the key in the body, short
+    # paths (a batch to /v1/b, single calls to /v1/t...).
+    raw = json.dumps({"writeKey": WRITE_KEY, "batch": [sdk_event(next(n)) for _ in range(10)]})
+    requests.append(("/v1/b", raw.encode(), _BEACON))
+    for short in ("t", "i", "p", "s", "g", "a") * 2:
+        event = {"userId": "u1", "event": "e", "groupId": "g", "previousId": "p"}
+        event.update(writeKey=WRITE_KEY, properties={"n": next(n)})
+        requests.append((f"/v1/{short}", json.dumps(event).encode(), _BEACON))
     unique = next(n)
     retries = requests[0:3] + requests[20:23] + requests[-6:]  # same bodies, sent again
+    assert all(headers is _BEACON for _, _, headers in requests[-6:])  # beacons retried too
     started = time.monotonic()
     statuses = asyncio.run(post_all(service.url, requests + retries))
     elapsed = time.monotonic() - started
@@ -118,6 +128,7 @@ def test_http_events_come_out_once_and_retried_requests_are_not_duplicated(
 
 
 _GZIP = {"Content-Encoding": "gzip"}
+_BEACON = {"Content-Type": "text/plain;charset=UTF-8"}
 
 
 class FailsPartWay:
@@ -138,6 +149,9 @@ class FailsPartWay:
                 f"injected: connection lost after {self.written} of {len(records)} events"
             )
         await self.real.send_all(records, timeout)
+
+    async def unready_reason(self, timeout: float) -> str | None:
+        return await self.real.unready_reason(timeout)
 
 
 async def fail_then_retry(settings: IngestSettings, bodies: list[bytes]) -> list[tuple[int, Any]]:

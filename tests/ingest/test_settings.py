@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "max_batch_events": 2500,
     "ack_timeout": 10.0,
     "startup_timeout": 60.0,
+    "ready_timeout": 1.0,
     "linger": 0.005,
     "log_level": "info",
     "crash_after_acks": 0,
@@ -49,6 +50,7 @@ def test_from_env_reads_every_variable() -> None:
             "DEDUPE_INPUT_TOPIC": "raw",
             "DEDUPE_WRITE_KEYS": " k1, k2 ,,",
             "DEDUPE_INGEST_ACK_TIMEOUT": "2500ms",
+            "DEDUPE_INGEST_READY_TIMEOUT": "3s",
             "DEDUPE_INGEST_MAX_BATCH_BYTES": "100000",
             "DEDUPE_LOG_LEVEL": "DEBUG",
         }
@@ -56,6 +58,7 @@ def test_from_env_reads_every_variable() -> None:
     assert (settings.port, settings.host, settings.input_topic) == (9000, "0.0.0.0", "raw")
     assert settings.write_key_list == frozenset({"k1", "k2"})
     assert settings.ack_timeout == 2.5
+    assert settings.ready_timeout == 3.0
     assert settings.max_batch_bytes == 100_000
 
 
@@ -73,6 +76,8 @@ def test_from_env_reads_every_variable() -> None:
         ({"DEDUPE_INGEST_MAX_BATCH_EVENTS": "0"}, "DEDUPE_INGEST_MAX_BATCH_EVENTS"),
         ({"DEDUPE_INGEST_ACK_TIMEOUT": "1h"}, "DEDUPE_INGEST_ACK_TIMEOUT"),
         ({"DEDUPE_INGEST_ACK_TIMEOUT": "soon"}, "DEDUPE_INGEST_ACK_TIMEOUT"),
+        ({"DEDUPE_INGEST_READY_TIMEOUT": "50ms"}, "DEDUPE_INGEST_READY_TIMEOUT"),
+        ({"DEDUPE_INGEST_READY_TIMEOUT": "2m"}, "DEDUPE_INGEST_READY_TIMEOUT"),
         ({"DEDUPE_INGEST_LINGER": "5s"}, "DEDUPE_INGEST_LINGER"),
         ({"DEDUPE_LOG_LEVEL": "loud"}, "DEDUPE_LOG_LEVEL"),
         ({"DEDUPE_INGEST_CRASH_AFTER_ACKS": "-1"}, "DEDUPE_INGEST_CRASH_AFTER_ACKS"),

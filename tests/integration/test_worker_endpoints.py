@@ -1,6 +1,7 @@
 """The workers' status endpoints on real workers: any worker answers /messages/{id} (routing to
 the owner), with the first sighting, the clean copy's partition and offset and the repeats
-dropped; /stats, /metrics and /ready agree with what went through."""
+dropped; /stats, /metrics and /ready agree with what went through; rebalances are timed
+without Faust's "Missing sensor state" warnings."""
 
 from __future__ import annotations
 
@@ -103,3 +104,10 @@ def test_status_endpoints_with_two_workers(
     assert "dedupe_ids_held{partition=" in text
     assert "dedupe_commit_seconds_bucket" in text
     assert 'dedupe_records_total{outcome="forwarded"' in text or "dedupe_records_total{" in text
+    # a started at rebalance #1 and rebalanced when b joined: timed, and no warning about it
+    timed = [
+        line for line in text.splitlines() if line.startswith("dedupe_rebalance_seconds_count")
+    ]
+    assert len(timed) == 1 and float(timed[0].split()[-1]) >= 2, timed
+    for w in (a, b):
+        assert "Missing sensor state" not in w.log_text()

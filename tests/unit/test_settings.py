@@ -556,3 +556,63 @@ async def test_the_worker_consumer_waits_at_most_the_fetch_max_wait(
     )
     kafka_consumer = consumer._thread._create_worker_consumer(transport)
     assert kafka_consumer._fetch_max_wait_ms == 250
+
+
+# --- the age-out bucket, derived from the window -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("window", "bucket"),
+    [
+        pytest.param("28d", 3600.0, id="default-window-keeps-1h"),
+        pytest.param("100h", 3600.0, id="100h-is-where-1h-starts"),
+        pytest.param("10h", 360.0, id="10h"),
+        pytest.param("1h", 36.0, id="1h"),
+        pytest.param("60s", 0.6, id="60s"),
+        pytest.param("1s", 0.01, id="shortest-window"),
+    ],
+)
+def test_bucket_defaults_to_a_hundredth_of_the_window_at_most_1h(
+    window: str, bucket: float
+) -> None:
+    """A user who sets only DEDUPE_WINDOW gets a working worker: the bucket follows the window,
+    so ids outlive it by at most 1% (and never by more than an hour)."""
+    settings = Settings.from_env({"DEDUPE_WINDOW": window})
+    assert settings.bucket == pytest.approx(bucket)
+    assert 0.001 <= settings.bucket <= settings.window
+
+
+@pytest.mark.parametrize(
+    ("environ", "bucket"),
+    [
+        pytest.param({"DEDUPE_WINDOW": "60s", "DEDUPE_BUCKET": "1s"}, 1.0, id="short-window"),
+        pytest.param({"DEDUPE_WINDOW": "60s", "DEDUPE_BUCKET": "60s"}, 60.0, id="bucket=window"),
+        pytest.param({"DEDUPE_BUCKET": "2h"}, 7200.0, id="default-window"),
+        pytest.param({"DEDUPE_BUCKET": "1ms"}, 0.001, id="1ms"),
+        pytest.param({"DEDUPE_WINDOW": "60s", "DEDUPE_BUCKET": "0"}, 0.6, id="0-is-derived"),
+    ],
+)
+def test_an_explicit_bucket_is_kept(environ: dict[str, str], bucket: float) -> None:
+    assert Settings.from_env(environ).bucket == pytest.approx(bucket)
+
+
+@pytest.mark.parametrize(
+    ("environ", "shown"),
+    [
+        pytest.param({"DEDUPE_WINDOW": "60s", "DEDUPE_BUCKET": "2m"}, "=120.0s", id="over-window"),
+        pytest.param({"DEDUPE_BUCKET": "0.5ms"}, "=0.0005s", id="under-1ms"),
+    ],
+)
+def test_an_explicit_bucket_outside_1ms_to_the_window_is_refused(
+    environ: dict[str, str], shown: str
+) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(environ)
+    assert f"DEDUPE_BUCKET{shown}: must be 1ms..DEDUPE_WINDOW" in str(info.value)
+
+
+def test_an_invalid_window_is_reported_without_a_derived_bucket_complaint() -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({"DEDUPE_WINDOW": "0"})
+    assert "DEDUPE_WINDOW=0.0s: must be 1s..3650d" in str(info.value)
+    assert "DEDUPE_BUCKET" not in str(info.value)
