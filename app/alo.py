@@ -42,7 +42,7 @@ from app.eos import (
     Task,
     TaskTransaction,
     TaskTransactionManager,
-    delivered,
+    flush_outbox,
     send_lingering,
 )
 
@@ -79,7 +79,7 @@ class _Scope:
         assert task is not None
         try:
             if exc is None:
-                await self._manager._flush_outbox(task)
+                await flush_outbox(task)
                 msg = self._message
                 tp = TopicPartition(msg.topic, msg.partition)
                 task.offsets[tp] = task.positions[tp] = msg.offset + 1
@@ -125,7 +125,7 @@ class AtLeastOnceManager(TaskTransactionManager):
                     client_id=f"{s.app_id}-at-least-once-producer",
                     enable_idempotence=True,
                     acks="all",
-                    # as in app.eos: tasks build the batches (append_record), sent at flush
+                    # as in app.eos: tasks build the batches (RecordCollector), sent at flush
                     linger_ms=0,
                     max_batch_size=MAX_BATCH_BYTES,
                     max_request_size=s.dlq_max_message_bytes,
@@ -148,10 +148,10 @@ class AtLeastOnceManager(TaskTransactionManager):
             if not task.records:
                 return
             try:
-                await task.send_batches()
                 assert task.producer is not None
+                await task.collector.send_all(task.producer)
                 await send_lingering(task.producer)
-                await delivered(task)
+                await task.collector.delivered()
             except BaseException:
                 self._discard_staged(task)
                 task.reset_transaction()
@@ -172,7 +172,7 @@ class AtLeastOnceManager(TaskTransactionManager):
 
     async def close(self) -> None:
         if self._producer is not None:
-            await self._close_producer(self._producer)
+            await self.producers.close(self._producer)
             self._producer = None
 
 

@@ -17,14 +17,14 @@ from aiokafka.structs import TopicPartition
 
 from app.eos import (
     GAP_POLL,
+    BrokerReader,
     SourceRecord,
     Task,
     TaskBatch,
     TaskState,
-    TaskTransactionManager,
     batch_partition,
-    delivered,
 )
+from app.eos.guards import gap_checked
 from tables.transactional import current_partition
 
 
@@ -45,13 +45,13 @@ class FakeManager:
             flow_control=SimpleNamespace(is_active=lambda: self.flow), consumer_generation_id=1
         )
         self.faults = None
-        self._skipping: dict[TopicPartition, int] = {}
+        self.skipping: dict[TopicPartition, int] = {}
         self.first_offsets: dict[TopicPartition, int] = {}
         #: offset -> the broker's answer about the gap before it (True: nothing missed)
         self.gaps = gaps or {}
         self.asked: list[int] = []
 
-    async def _gap_checked(self, task: Task, message: Msg) -> bool:
+    async def gap_checked(self, task: Task, message: Msg) -> bool:
         await asyncio.sleep(0)
         self.asked.append(message.offset)
         return self.gaps[message.offset]
@@ -110,7 +110,7 @@ async def test_a_gap_is_asked_about_and_the_answer_decides() -> None:
 
 async def test_records_fault_injection_skips_are_not_delivered() -> None:
     manager = FakeManager()
-    manager._skipping[TP] = 12
+    manager.skipping[TP] = 12
     task, b = batch(manager, [10, 11])
     assert [m async for m in b.records()] == []
     assert task.delivered_at == {}  # what lets the stall watchdog see the stall
@@ -158,11 +158,11 @@ async def test_sends_join_the_open_batch_of_their_partition() -> None:
     await txn.send("out", key=b"b", value=b"2", headers=(), partition=3, **common)
     await txn.send("out", key=b"c", value=b"3", headers=None, partition=3, **common)
     await txn.send("out", key=b"d", value=b"4", headers=[("h", b"w")], partition=5, **common)
-    assert {tp: b.record_count() for tp, b in task.builders.items()} == {
+    assert {tp: b.record_count() for tp, b in task.collector.builders.items()} == {
         TopicPartition("out", 3): 3,
         TopicPartition("out", 5): 1,
     }
-    assert all(isinstance(tp, TopicPartition) for tp in task.builders)
+    assert all(isinstance(tp, TopicPartition) for tp in task.collector.builders)
     with pytest.raises(ValueError, match="explicit partitions"):
         await txn.send("out", key=b"e", value=b"5", headers=None, partition=None, **common)
 
@@ -172,16 +172,16 @@ async def test_delivered_waits_for_unanswered_sends_and_raises_the_first_error()
     task = Task(0, "txn-0")
     ok, late = loop.create_future(), loop.create_future()
     ok.set_result("meta")
-    task.pending.extend([(ok, 0), (late, 9)])
+    task.collector.pending.extend([(ok, 0), (late, 9)])
     loop.call_later(0.01, late.set_result, "meta")
-    await delivered(task)
+    await task.collector.delivered()
     assert late.done()
 
     failed = loop.create_future()
     failed.set_exception(KafkaTimeoutError("batch expired"))
-    task.changelog_pending.append((failed, 0))
+    task.collector.changelog_pending.append((failed, 0))
     with pytest.raises(KafkaTimeoutError):
-        await delivered(task)
+        await task.collector.delivered()
 
 
 def test_table_writes_go_to_the_partition_of_the_batch() -> None:
@@ -203,7 +203,7 @@ async def test_sends_of_a_transaction_given_up_fail_quietly() -> None:
     try:
         task = Task(0, "txn-0")
         kept, dropped = loop.create_future(), loop.create_future()
-        task.pending.append((dropped, 0))
+        task.collector.pending.append((dropped, 0))
         task.reset_transaction()
         for fut in (kept, dropped):
             fut.set_exception(KafkaTimeoutError("fenced later"))
@@ -245,19 +245,18 @@ class FakeReader:
 
 
 def gap_manager(reader_batches: list[dict[TopicPartition, list[Any]]]) -> Any:
-    """What ``_first_record`` and ``_gap_checked`` read of the manager, with a gap reader that
-    answers ``reader_batches`` in turn (then nothing) and never moves past offset 10."""
+    """What ``gap_checked`` uses: a broker whose range reader answers ``reader_batches`` in
+    turn (then nothing) and never moves past offset 10, and a record of the failures."""
     failures: list[str] = []
     manager = SimpleNamespace(
         settings=SimpleNamespace(commit_timeout=0.01),
-        _skipping={},
         failures=failures,
         reader=FakeReader(reader_batches),
-        _fail=lambda task, why: failures.append(why),
+        fail=lambda task, why: failures.append(why),
     )
 
     async def first_committed_record(tp: TopicPartition, start: int, end: int) -> int | None:
-        return await TaskTransactionManager._first_record(manager, manager.reader, tp, start, end)  # type: ignore[arg-type]
+        return await BrokerReader._first_record(manager, manager.reader, tp, start, end)  # type: ignore[arg-type]
 
     manager.first_committed_record = first_committed_record
     return manager
@@ -270,7 +269,7 @@ async def test_a_gap_the_broker_does_not_answer_for_is_unknown_not_a_skip() -> N
 
     task = Task(3, "txn-3")
     task.positions[TP] = 10
-    ok = await TaskTransactionManager._gap_checked(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
+    ok = await gap_checked(manager, manager.fail, task, Msg("events", 3, 12))  # type: ignore[arg-type]
     assert not ok
     assert manager.failures == [
         "could not learn what lies between offsets 10 and 12 of events-3 (the broker did not "
@@ -282,7 +281,7 @@ async def test_a_gap_with_a_committed_record_in_it_is_a_skip() -> None:
     manager = gap_manager([{TP: [SimpleNamespace(offset=11)]}])
     task = Task(3, "txn-3")
     task.positions[TP] = 10
-    ok = await TaskTransactionManager._gap_checked(manager, task, Msg("events", 3, 12))  # type: ignore[arg-type]
+    ok = await gap_checked(manager, manager.fail, task, Msg("events", 3, 12))  # type: ignore[arg-type]
     assert not ok
     assert manager.failures[0].startswith("the consumer skipped record 11 of events-3")
 
@@ -338,6 +337,6 @@ async def test_a_range_of_control_records_only_is_answered_by_the_position() -> 
     answer it had after the first fetch."""
     reader = FakeReader([], moves_to=12)  # the fetch held the marker at 11: skipped
     manager = SimpleNamespace(settings=SimpleNamespace(commit_timeout=30.0))
-    found = await TaskTransactionManager._first_record(manager, reader, TP, 11, 12)  # type: ignore[arg-type]
+    found = await BrokerReader._first_record(manager, reader, TP, 11, 12)  # type: ignore[arg-type]
     assert found is None
     assert reader.asked == [round(GAP_POLL * 1000)]

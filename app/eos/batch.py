@@ -1,0 +1,268 @@
+"""The processing scope of one fetched batch: a task's records in its open transaction, under
+the task's lock, with the sequence guard (a record counts as processed only in offset order).
+
+The consumer hands each partition's fetched records to the app's batch handler, which opens
+``async with manager.processing_batch(records, generation) as batch`` and iterates
+``batch.records()``; what it sends goes through ``batch.send`` into the task's transaction.
+The scope needs a few things of the manager (:class:`BatchOwner`), never the manager itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, Protocol, TypeAlias
+
+from aiokafka.errors import IllegalOperation, KafkaError
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from app.eos.producer import is_transaction_error
+from app.eos.task import Task, TaskState
+from app.faults import FaultPlan
+
+log = logging.getLogger(__name__)
+
+#: The partition whose records the current batch scope processes (tables read it: see
+#: ``tables.transactional.current_partition``).
+batch_partition: ContextVar[int | None] = ContextVar("dedupe_batch_partition", default=None)
+
+#: A batch gives the event loop a turn after this many records.
+YIELD_EVERY = 256
+
+#: A fetched record of a source topic, as the batch path reads it: aiokafka's own record
+#: (``timestamp`` in ms, -1 when it has none; ``headers`` a tuple), handed over as fetched,
+#: without Faust's ``Message`` (about twenty attributes copied per record).
+SourceRecord: TypeAlias = "ConsumerRecord[bytes, bytes]"
+
+#: What the consumer hands records of the source topics to: one partition's records, in offset
+#: order, as fetched, and the consumer generation they were fetched in (``app.eos.consumer``).
+BatchHandler = Callable[[list[SourceRecord], int], Awaitable[None]]
+
+
+class BatchOwner(Protocol):
+    """What a batch's scope needs of the transaction manager."""
+
+    app: Any
+    tasks: dict[int, Task]
+    faults: FaultPlan | None
+    #: First offset processed per source partition since the last rebalance (for the log).
+    first_offsets: dict[TopicPartition, int]
+    #: Fault injection ``skip-fetched``: records below these offsets are not delivered.
+    skipping: dict[TopicPartition, int]
+    #: Commit a task early once its open transaction holds this many records.
+    commit_every: int
+
+    async def gap_checked(self, task: Task, message: SourceRecord) -> bool: ...
+
+    async def fault_after_processed(self, message: SourceRecord) -> None: ...
+
+    def transaction_error(self, task: Task, exc: BaseException, where: str) -> bool: ...
+
+    def commit_soon(self) -> None: ...
+
+
+class TaskTransaction:
+    """What the dedup loop may do while processing a task's records: send, inside the task's
+    transaction (exactly-once; :class:`TaskBatch`) or through the plain producer
+    (at-least-once, ``app.alo``)."""
+
+    __slots__ = ("_builders", "_collector", "_task")
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+        self._collector = task.collector
+        self._builders = task.collector.builders
+
+    @property
+    def partition(self) -> int:
+        return self._task.partition
+
+    async def send(
+        self,
+        topic: str,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+        partition: int | None,
+    ) -> None:
+        """Send one record in this task's open transaction; it becomes visible only on commit.
+
+        It runs for every forwarded record: the open batch is found by a plain ``(topic,
+        partition)`` tuple (equal to, and hashed as, the ``TopicPartition`` it is kept under),
+        so a ``TopicPartition`` is built only when a batch is opened."""
+        if partition is None:
+            raise ValueError("a task transaction sends to explicit partitions only")
+        listed = list(headers) if headers else None  # aiokafka's builder takes a list only
+        builder = self._builders.get((topic, partition))
+        if (
+            builder is not None
+            and builder.append(timestamp=timestamp_ms, key=key, value=value, headers=listed)
+            is not None
+        ):
+            return
+        tp = TopicPartition(topic, partition)
+        producer = self._task.producer
+        assert producer is not None
+        collector = self._collector
+        if not collector.append_now(producer, tp, key, value, timestamp_ms, listed):
+            await collector.append(producer, tp, key, value, timestamp_ms, listed)
+
+
+async def flush_outbox(task: Task) -> None:
+    """Add the changelog records staged by the scope's table writes to the transaction."""
+    producer = task.producer
+    assert producer is not None
+    collector = task.collector
+    tp: TopicPartition | None = None
+    for topic, key, value in task.outbox:
+        if tp is None or tp.topic != topic:
+            tp = TopicPartition(topic, task.partition)
+            collector.changelog_tps.add(tp)
+        if not collector.append_now(producer, tp, key, value):
+            await collector.append(producer, tp, key, value)
+    task.outbox.clear()
+
+
+class TaskBatch(TaskTransaction):
+    """What the agent may do while processing a batch of one task's records."""
+
+    __slots__ = ("_generation_id", "_messages", "_owner")
+
+    def __init__(
+        self, owner: BatchOwner, task: Task, messages: list[SourceRecord], generation_id: int
+    ) -> None:
+        super().__init__(task)
+        self._owner = owner
+        self._messages = messages
+        self._generation_id = generation_id
+
+    async def records(self) -> AsyncIterator[SourceRecord]:
+        """The batch's records to process, in offset order; a record counts as processed (its
+        offset joins the transaction) once the loop body that got it finished.
+
+        Skipped, as Faust's stream skips them: records of an older consumer generation or while
+        the flow is stopped (a rebalance began); and records out of sequence (a record
+        delivered again, or one after a gap that holds records: ``BatchOwner.gap_checked``).
+        The rest of the batch is dropped when the task stops (fenced, failed): its records are
+        re-read from the committed offset. Nothing skipped is committed.
+
+        The checks and the offset bookkeeping are written out here, for the batch's one
+        partition, without a call per record: they run for every record.
+        """
+        owner, task = self._owner, self._task
+        app = owner.app
+        flow_active = app.flow_control.is_active
+        generation_id = self._generation_id
+        faults = owner.faults
+        first = self._messages[0]
+        tp = TopicPartition(first.topic, first.partition)
+        positions, offsets = task.positions, task.offsets
+        logged_first = tp in owner.first_offsets
+        seen = False
+        for n, message in enumerate(self._messages, 1):
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let the web server and timers run in a long batch
+            if (
+                task.state is not TaskState.RUNNING
+                or not flow_active()
+                or app.consumer_generation_id != generation_id
+            ):
+                return
+            offset = message.offset
+            if owner.skipping and offset < owner.skipping.get(tp, -1):
+                continue  # fault injection: as if the consumer had never delivered it
+            if not seen:  # delivered: what the stall watchdog watches
+                seen = True
+                task.delivered_at[tp] = time.monotonic()
+                task.stall_seeks.discard(tp)
+            expected = positions.get(tp)
+            if expected is not None and offset != expected:
+                if offset < expected:
+                    continue  # delivered again: already processed in this or a committed txn
+                if not await owner.gap_checked(task, message):
+                    continue
+            yield message
+            offsets[tp] = positions[tp] = offset + 1
+            task.records += 1
+            if not logged_first:
+                logged_first = True
+                owner.first_offsets.setdefault(tp, offset)
+                log.info("%s-%d: first record processed at offset %d", *tp, offset)
+            if faults is not None:
+                await owner.fault_after_processed(message)
+
+
+class BatchScope:
+    """``async with manager.processing_batch(messages) as batch``: a batch of one task's records
+    in its transaction, with one lock hold, one transaction check and one changelog flush.
+
+    Yields ``None`` when this worker does not own the task (revoked, fenced or failed).
+    """
+
+    __slots__ = ("_generation_id", "_messages", "_owner", "_task", "_token")
+
+    def __init__(self, owner: BatchOwner, messages: list[SourceRecord], generation_id: int) -> None:
+        self._owner = owner
+        self._messages = messages
+        self._generation_id = generation_id
+        self._task: Task | None = None
+        self._token: Any = None
+
+    async def __aenter__(self) -> TaskBatch | None:
+        task = self._owner.tasks.get(self._messages[0].partition)
+        if task is None or task.state is not TaskState.RUNNING:
+            return None
+        await task.lock.acquire()
+        if task.state is not TaskState.RUNNING or task.producer is None:
+            task.lock.release()
+            return None
+        try:
+            if not task.in_transaction:
+                await task.producer.begin_transaction()
+                task.in_transaction = True
+        except Exception as exc:
+            # The producer's state, never the batch's (aiokafka asserts when it is fenced).
+            task.lock.release()
+            self._owner.transaction_error(task, exc, "beginning a transaction")
+            return None
+        except BaseException:
+            task.lock.release()
+            raise
+        self._task = task
+        self._token = batch_partition.set(task.partition)
+        return TaskBatch(self._owner, task, self._messages, self._generation_id)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        task = self._task
+        if task is None:
+            return False
+        owner = self._owner
+        try:
+            if exc is None:
+                await flush_outbox(task)
+        except (KafkaError, IllegalOperation) as flush_exc:
+            exc = flush_exc
+        finally:
+            batch_partition.reset(self._token)
+            task.lock.release()
+        if exc is not None:
+            # Part of the batch is in the transaction: it must never commit. A transaction's
+            # error stops the task (the partition is re-read), the worker goes on; anything
+            # else is a bug and stops the worker.
+            owner.transaction_error(task, exc, "while processing")
+            return is_transaction_error(task.producer, exc)
+        task.batches += 1
+        if task.records >= owner.commit_every:
+            owner.commit_soon()
+        return False

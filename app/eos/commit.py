@@ -1,0 +1,205 @@
+"""Commit one task's open transaction, in numbered steps, and say how it ended.
+
+``Committer.commit`` is called with the task's lock held (no record is half-processed) and
+returns a :class:`CommitResult`; the manager acts on it (apply the stores' staged writes, stop
+the task, rejoin). The commit never decides what happens to the task or the stores.
+
+Steps (``# Step N.`` in :meth:`Committer.commit`):
+
+1. Nothing to do unless a transaction is open; one without a processed record is aborted.
+2. Hand every open batch to the producer, and the changelog record of the task's source
+   offsets (the store keeps it: after a rebalance it says where the task starts).
+3. Wait until the broker acknowledged every send; the first send error fails the
+   transaction. Nothing was asked to commit yet, so aborting is exact.
+4. Add the consumed offsets to the transaction (``TxnOffsetCommit``).
+5. Ask to commit (``EndTxn``). Fenced: another owner took over. An answer lost (timeout, lost
+   connection, a stop) leaves the outcome unknown: never abort then.
+6. Unknown outcome: close the producer and start one with the same transactional id
+   (``InitProducerId`` completes or aborts the pending transaction on the broker); the group's
+   committed offsets then say whether it committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
+
+from app import faults
+from app.eos.broker import BrokerReader
+from app.eos.collector import retrieve_exception_later
+from app.eos.producer import TransactionalProducers, abandon, is_fenced, send_lingering
+from app.eos.task import Task
+from tables.protocol import SourceOffsetStore
+from tables.store import SOURCE_OFFSETS_KEY, encode_source_offsets
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    """How a commit (or an abort) ended."""
+
+    #: No transaction was open.
+    NOTHING = "nothing"
+    #: Committed: the stores may apply the transaction's staged writes.
+    COMMITTED = "committed"
+    #: Aborted, with no processed record in it: the task goes on.
+    ABORTED = "aborted"
+    #: Another owner initialised the transactional id: the task must stop at once.
+    FENCED = "fenced"
+    #: Did not commit (aborted, or found not committed): the partition must be re-read.
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    outcome: Outcome
+    #: COMMITTED: offset of the transaction's last changelog record (None: it wrote none).
+    changelog_offset: int | None = None
+    #: FENCED, FAILED: the error met.
+    error: BaseException | None = None
+    #: FAILED: why, for the log.
+    why: str = ""
+
+
+class Committer:
+    """Commits tasks' transactions (see the module docstring)."""
+
+    def __init__(
+        self,
+        producers: TransactionalProducers,
+        broker: BrokerReader,
+        group_id: str,
+        timeout: float,
+        plan: faults.FaultPlan | None = None,
+    ) -> None:
+        self.producers = producers
+        self.broker = broker
+        self.group_id = group_id
+        self.timeout = timeout
+        self.faults = plan
+        #: The store and changelog topic that keep each transaction's source offsets.
+        self.source_offsets: tuple[SourceOffsetStore, str] | None = None
+
+    async def commit(self, task: Task) -> CommitResult:
+        # Step 1. Nothing to do unless a transaction is open; an empty one is aborted.
+        if not task.in_transaction:
+            return CommitResult(Outcome.NOTHING)
+        if not task.dirty:
+            return await self.abort(task)
+        producer = task.producer
+        assert producer is not None
+        offsets = dict(task.offsets)
+        timeout = self.timeout
+        try:
+            # Step 2. Every open batch, and the source offsets' changelog record.
+            await asyncio.wait_for(task.collector.send_all(producer), timeout)
+            await asyncio.wait_for(self._record_source_offsets(task, offsets), timeout)
+            # Step 3. Every send acknowledged; the first send error fails the transaction.
+            await asyncio.wait_for(send_lingering(producer), timeout)
+            await asyncio.wait_for(task.collector.delivered(), timeout)
+            changelog_offset = task.collector.changelog_offset()
+            # Step 4. The consumed offsets join the transaction.
+            await asyncio.wait_for(
+                producer.send_offsets_to_transaction(offsets, self.group_id), timeout
+            )
+        except Exception as exc:
+            if is_fenced(producer, exc):
+                return CommitResult(Outcome.FENCED, error=exc)
+            aborted = await self.abort(task)
+            if aborted.outcome is Outcome.FENCED:
+                return aborted
+            return CommitResult(
+                Outcome.FAILED, error=exc, why=f"transaction failed before the commit: {exc!r}"
+            )
+        # Step 5. Ask to commit.
+        request: asyncio.Future[None] | None = None
+        try:
+            fault = self.faults.reach("commit") if self.faults is not None else None
+            if fault == "pause":
+                await asyncio.sleep(faults.PAUSE_SECONDS)
+            if fault == "lose-request":
+                raise TimeoutError("fault injection: commit request lost")
+            request = asyncio.ensure_future(producer.commit_transaction())
+            if fault == "lose-response":
+                await asyncio.sleep(0.5)  # the request is out and answered meanwhile
+                raise TimeoutError("fault injection: commit response lost")
+            await asyncio.wait_for(asyncio.shield(request), timeout)
+        except asyncio.CancelledError:
+            abandon(request)  # stopped with the request out: the outcome is unknown here
+            raise
+        except (TimeoutError, KafkaError, OSError) as exc:
+            abandon(request)
+            if is_fenced(producer, exc):
+                return CommitResult(Outcome.FENCED, error=exc)
+            # Step 6. Unknown outcome: never abort; ask the broker.
+            if not await self._did_commit(task, offsets, exc):
+                return CommitResult(
+                    Outcome.FAILED,
+                    error=exc,
+                    why="the transaction did not commit (outcome was unknown)",
+                )
+        return CommitResult(Outcome.COMMITTED, changelog_offset=changelog_offset)
+
+    async def abort(self, task: Task) -> CommitResult:
+        """Abort the open transaction: ABORTED, or FENCED. An abort that fails otherwise
+        replaces the producer (``InitProducerId`` of the new one aborts what is open)."""
+        producer = task.producer
+        assert producer is not None
+        aborting = asyncio.ensure_future(producer.abort_transaction())
+        retrieve_exception_later(aborting)
+        try:
+            await asyncio.wait_for(asyncio.shield(aborting), self.timeout)
+        except Exception as exc:
+            if is_fenced(producer, exc):
+                return CommitResult(Outcome.FENCED, error=exc)
+            aborting.cancel()  # the producer is dropped: nothing will answer it
+            log.warning("partition %d: abort failed (%r); recreating producer", task.partition, exc)
+            await self.producers.close(producer)
+            task.producer = await self.producers.start(task.partition)
+        return CommitResult(Outcome.ABORTED)
+
+    async def _record_source_offsets(
+        self, task: Task, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        """Send a changelog record with this transaction's source offsets in the transaction
+        (awaited with the other changelog sends) and stage it in the store."""
+        kept = self.source_offsets
+        if kept is None:
+            return
+        store, topic = kept
+        # Every source partition of the task, not only those with records in this transaction:
+        # the record replaces the previous one (the offsets of the others are unchanged).
+        positions = {**task.positions, **offsets}
+        value = encode_source_offsets({tp.topic: off for tp, off in positions.items()})
+        assert task.producer is not None
+        fut = await task.producer.send(
+            topic, key=SOURCE_OFFSETS_KEY, value=value, partition=task.partition
+        )
+        task.collector.changelog_pending.append((fut, 0))
+        store.stage_source_offsets(task.partition, value)
+
+    async def _did_commit(
+        self, task: Task, offsets: Mapping[TopicPartition, int], exc: BaseException
+    ) -> bool:
+        log.warning(
+            "partition %d: commit outcome unknown (%r); recreating producer %s",
+            task.partition,
+            exc,
+            task.transactional_id,
+        )
+        old = task.producer
+        assert old is not None
+        await self.producers.close(old)
+        # Retries until the coordinator answers; the pending transaction is then complete.
+        task.producer = await self.producers.start(task.partition)
+        committed = await self.broker.committed_offsets_retrying(list(offsets))
+        if all(committed.get(tp) == off for tp, off in offsets.items()):
+            log.warning("partition %d: the transaction did commit", task.partition)
+            return True
+        return False

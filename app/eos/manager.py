@@ -1,0 +1,471 @@
+"""What Faust calls: the transaction manager that replaces Faust's, with its rebalance hooks,
+task life and background loops. It wires the pieces of ``app.eos`` together and acts on what
+they report (a commit's :class:`~app.eos.commit.Outcome`, a failed transaction, a stall);
+nothing imports it but the transport below."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from aiokafka.structs import RecordMetadata, TopicPartition
+from faust.transport.consumer import TransactionManager
+from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
+from faust.types import TP
+from mode import Service
+
+from app import faults
+from app.eos.batch import BatchScope, SourceRecord
+from app.eos.broker import BrokerReader
+from app.eos.commit import CommitResult, Committer, Outcome
+from app.eos.consumer import Consumer
+from app.eos.guards import StallWatchdog, gap_checked
+from app.eos.producer import TransactionalProducers, is_fenced
+from app.eos.task import Task, TaskState
+from app.metrics import COMMIT_SECONDS
+from tables.protocol import SourceOffsetStore, StagedState
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
+    """Faust's transaction manager, replaced: one transaction per partition task.
+
+    Faust creates it through :class:`Transport` and calls it on rebalances; the batch handler
+    opens a scope per batch of one task's records with :meth:`processing_batch`; tables stage
+    changelog records with :meth:`stage_changelog`; a background loop commits every
+    ``DEDUPE_COMMIT_INTERVAL``.
+    """
+
+    #: Commit a task early once its open transaction holds this many records.
+    commit_every = 10_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tasks: dict[int, Task] = {}
+        self.stores: list[StagedState] = []
+        self._wakeup = asyncio.Event()
+        self.rejoins_requested = 0
+        #: Fault injection ``skip-fetched``: records below these offsets are not delivered.
+        self.skipping: dict[TopicPartition, int] = {}
+        self._offsets_kept: tuple[SourceOffsetStore, str] | None = None
+        self.app.on_rebalance_complete.connect(self._rebalance_complete)
+        #: First offset processed per source partition since the last rebalance (for the log).
+        self.first_offsets: dict[TopicPartition, int] = {}
+        s = self.settings
+        self.faults = faults.parse(s.fault_injection)
+        self.producers = TransactionalProducers(s, lambda: bool(self.should_stop))
+        self.broker = BrokerReader(s, self.group_id, self.source_topics, lambda: self.tasks)
+        self.committer = Committer(
+            self.producers, self.broker, self.group_id, s.commit_timeout, self.faults
+        )
+        self.watchdog = StallWatchdog(
+            s.stall_timeout, self.broker, self._consumer_busy, self._seek_back, self._request_rejoin
+        )
+
+    # -- configuration -------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        settings: Settings = self.app.dedupe_settings
+        return settings
+
+    @property
+    def group_id(self) -> str:
+        group: str = self.app.conf.id
+        return group
+
+    @property
+    def source_topics(self) -> frozenset[str]:
+        s = self.settings
+        return frozenset({s.input_topic, s.repartition_topic})
+
+    @property
+    def stalls(self) -> int:
+        """Partitions un-stalled by the watchdog so far."""
+        return self.watchdog.stalls
+
+    def transactional_id(self, partition: int) -> str:
+        return self.producers.transactional_id(partition)
+
+    def register_store(self, store: StagedState) -> None:
+        """A store whose staged writes follow this manager's transactions."""
+        self.stores.append(store)
+
+    def keep_source_offsets(self, store: SourceOffsetStore, changelog_topic: str) -> None:
+        """Every transaction also writes its source offsets to ``changelog_topic`` (key
+        :data:`~tables.store.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
+        :meth:`_on_recovered`. One table per worker does this."""
+        if self._offsets_kept is not None:
+            raise RuntimeError("source offsets are already kept by another table")
+        self._offsets_kept = (store, changelog_topic)
+        self.committer.source_offsets = self._offsets_kept
+
+    # -- the agent's side ----------------------------------------------------------------------
+
+    def processing_batch(self, messages: list[SourceRecord], generation_id: int) -> BatchScope:
+        """Scope for processing ``messages`` (records of one partition, in offset order, fetched
+        in consumer generation ``generation_id``):
+        ``async with tm.processing_batch(msgs, gen) as batch: async for m in batch.records():``."""
+        return BatchScope(self, messages, generation_id)
+
+    def stage_changelog(self, partition: int, topic: str, key: bytes, value: bytes | None) -> None:
+        """Called by a table write: the changelog record joins task ``partition``'s transaction."""
+        task = self.tasks.get(partition)
+        if task is None or not task.lock.locked():
+            raise RuntimeError(
+                f"table write for partition {partition} outside of a processing scope: "
+                "tables may only change while a record of that partition is processed"
+            )
+        kept = self._offsets_kept
+        if kept is not None and topic != kept[1]:
+            # A commit applies one changelog offset to the stores (``commit_partition``); with a
+            # second table it would have to be kept per changelog topic.
+            raise RuntimeError(
+                f"a second transactional table ({topic}) is not supported: this manager "
+                f"tracks the changelog offset of one table ({kept[1]})"
+            )
+        task.outbox.append((topic, key, value))
+
+    async def gap_checked(self, task: Task, message: SourceRecord) -> bool:
+        return await gap_checked(self.broker, self._fail, task, message)
+
+    async def first_committed_record(self, tp: TP, start: int, end: int) -> int | None:
+        return await self.broker.first_committed_record(tp, start, end)
+
+    async def fault_after_processed(self, message: SourceRecord) -> None:
+        assert self.faults is not None
+        if self.faults.reach("processed") == "skip-fetched":
+            await self._skip_fetched(TopicPartition(message.topic, message.partition))
+
+    def commit_soon(self) -> None:
+        self._wakeup.set()
+
+    def transaction_error(self, task: Task, exc: BaseException, where: str) -> bool:
+        """Stop ``task`` after a failed transaction; True when it may still abort (not fenced)."""
+        if is_fenced(task.producer, exc):
+            self._fenced(task, exc)
+            return False
+        self._fail(task, f"transaction failed {where}: {exc!r}")
+        return True
+
+    async def _skip_fetched(self, tp: TopicPartition) -> None:
+        """Fault injection (``processed=skip-fetched@n``): move the consumer of ``tp`` to its
+        end, and drop the records in between that it already fetched, as if it had never
+        delivered them (until the stall watchdog seeks back)."""
+        end = await self.broker.stable_end(tp)
+        self.skipping[tp] = end
+        log.warning(
+            "fault injection: the consumer skips %s-%d to offset %d", tp.topic, tp.partition, end
+        )
+        await self.app.consumer.seek_wait({tp: end})
+
+    # -- Faust's side: rebalances and the commit calls we take over ----------------------------
+
+    async def _rebalance_complete(self, sender: Any, **kwargs: Any) -> None:
+        await self._on_recovered()
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        """Faust calls this after the agents finished their current records: commit them."""
+        partitions = {tp.partition for tp in revoked if tp.topic in self.source_topics}
+        await self._commit_tasks([self.tasks[p] for p in partitions if p in self.tasks])
+        for p in partitions:
+            task = self.tasks.get(p)
+            if task is not None and task.state is not TaskState.RUNNING:
+                await self._drop_task(task)
+
+    async def on_rebalance(
+        self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP]
+    ) -> None:
+        """Keep producers of tasks we still own, close the others, start new ones."""
+        wanted = {
+            tp.partition
+            for tp in assigned
+            if tp.topic in self.source_topics and not self.app.assignor.is_standby(tp)
+        }
+        if self.faults is not None:
+            self.faults.reach("rebalance")
+        for p in sorted(set(self.tasks) - wanted):
+            await self._drop_task(self.tasks[p])
+        self.first_offsets.clear()
+        to_start = [p for p in sorted(wanted) if p not in self.tasks]
+        if to_start:
+            log.info("starting transactional producers for partitions %s", to_start)
+            started = time.monotonic()
+            await asyncio.gather(*(self._start_task(p) for p in to_start))
+            log.info(
+                "transactional producers ready for %d partitions in %.2fs",
+                len(to_start),
+                time.monotonic() - started,
+            )
+        if self.faults is not None and self.faults.reach("assigned") == "term":
+            await asyncio.sleep(1.0)  # fault injection: the stop runs meanwhile
+        if wanted:
+            # Every transaction of task p writes changelog partition p (at least its
+            # source-offsets record), and only task p's producer writes there. Its producer was
+            # just initialised, which fences older ones, so an open transaction there is an
+            # older one the broker has not finished (seen after a single broker's kill -9: its
+            # output became visible later). Reading committed offsets, or recovering the
+            # changelog, before it settles would re-read records whose output then commits.
+            kept = self._offsets_kept
+            if kept is not None:
+                await self.broker.wait_until_settled(
+                    [TopicPartition(kept[1], p) for p in sorted(wanted)]
+                )
+            # Faust seeks every assigned partition to its committed offset after a rebalance:
+            # that is where each task's next record must be.
+            tps = [TopicPartition(t, p) for t in sorted(self.source_topics) for p in sorted(wanted)]
+            committed = await self.broker.committed_offsets_retrying(tps)
+            starts = await self.broker.start_offsets(tps, committed)
+            now = time.monotonic()
+            for p in wanted:
+                task = self.tasks.get(p)
+                if task is None:
+                    continue  # the worker stopped meanwhile (on_stop dropped every task)
+                task.positions = {tp: off for tp, off in starts.items() if tp.partition == p}
+                task.delivered_at = dict.fromkeys(task.positions, now)
+                task.stall_seeks.clear()
+            log.info(
+                "assigned partitions %s; starting at offsets %s",
+                sorted(wanted),
+                {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(starts.items())},
+            )
+
+    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
+        """Faust's periodic commit: a no-op, our own loop commits.
+
+        Returning False keeps Faust from marking table offsets as persisted on its own.
+        """
+        return False
+
+    async def send(self, *args: Any, **kwargs: Any) -> Awaitable[RecordMetadata]:
+        raise RuntimeError(
+            "sends outside a task transaction are not allowed in this worker; "
+            "use TaskBatch.send inside tm.processing_batch(messages)"
+        )
+
+    async def send_and_wait(self, *args: Any, **kwargs: Any) -> RecordMetadata:
+        raise RuntimeError("sends outside a task transaction are not allowed in this worker")
+
+    async def flush(self) -> None:
+        """Nothing to flush outside of tasks: task sends are awaited at commit."""
+
+    # -- task life -----------------------------------------------------------------------------
+
+    async def _start_task(self, partition: int) -> None:
+        producer = await self.producers.start(partition)
+        if self.should_stop:
+            # Stopped while the producer started: on_stop has dropped the tasks already.
+            await self.producers.close(producer)
+            return
+        self.tasks[partition] = Task(partition, self.transactional_id(partition), producer)
+
+    async def _drop_task(self, task: Task) -> None:
+        """Forget a task: drop its staged writes, close its producer without committing."""
+        self.tasks.pop(task.partition, None)
+        self._discard_staged(task)
+        task.reset_transaction()
+        if task.producer is not None:
+            await self.producers.close(task.producer)
+            task.producer = None
+
+    def _discard_staged(self, task: Task) -> None:
+        for store in self.stores:
+            store.discard_partition(task.partition)
+
+    def _fail(self, task: Task, why: str) -> None:
+        """The open transaction of ``task`` must not commit: drop it and re-read ``p``."""
+        if task.state is TaskState.RUNNING:
+            log.error("partition %d: %s; aborting and re-reading it", task.partition, why)
+            task.state = TaskState.FAILED
+        self._discard_staged(task)
+        self._request_rejoin()
+
+    def _fenced(self, task: Task, exc: BaseException | None) -> None:
+        log.error(
+            "partition %d: transactional id %s was fenced (%r): another worker owns it; "
+            "stopping work on it and rejoining the group",
+            task.partition,
+            task.transactional_id,
+            exc,
+        )
+        task.state = TaskState.FENCED
+        self._discard_staged(task)
+        task.reset_transaction()
+        self._request_rejoin()
+
+    def _request_rejoin(self) -> None:
+        """Ask the group coordinator for a rebalance, so failed tasks restart from committed
+        offsets (our eager rebalance revokes every partition and seeks to committed offsets)."""
+        self.rejoins_requested += 1
+        try:
+            thread = self.app.consumer._thread
+            consumer = thread._ensure_consumer()
+            thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+        except Exception as exc:  # pragma: no cover - depends on Faust internals
+            log.critical("cannot request a rejoin (%r): stopping the worker", exc)
+            self.app._crash(exc)
+
+    # -- the loops -----------------------------------------------------------------------------
+
+    @Service.task  # type: ignore[untyped-decorator]
+    async def _commit_loop(self) -> None:
+        interval = self.settings.commit_interval
+        while not self.should_stop:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout=interval)
+            self._wakeup.clear()
+            tasks = [t for t in self.tasks.values() if t.dirty and t.state is TaskState.RUNNING]
+            if tasks:
+                await self._commit_tasks(tasks)
+
+    @Service.task  # type: ignore[untyped-decorator]
+    async def _stall_watchdog(self) -> None:
+        """Un-stall partitions whose records Faust's consumer fetched but never delivered
+        (:class:`~app.eos.guards.StallWatchdog`)."""
+        limit = self.settings.stall_timeout
+        quiet_since = time.monotonic()
+        while not self.should_stop:
+            await self.sleep(min(limit / 4, 5.0))
+            if self._consumer_busy():
+                quiet_since = time.monotonic()
+                continue
+            await self.watchdog.check(self.tasks.values(), quiet_since)
+
+    def _consumer_busy(self) -> bool:
+        """True while records are legitimately held back: a rebalance, recovery, paused flow."""
+        app = self.app
+        consumer = app.consumer
+        return bool(
+            getattr(app, "rebalancing", False)
+            or getattr(app, "in_recovery", False)
+            or not app.tables.recovery.completed.is_set()
+            or not consumer.flow_active
+        )
+
+    async def _seek_back(self, tp: TopicPartition, position: int) -> None:
+        self.skipping.pop(tp, None)
+        await self.app.consumer.seek_wait({tp: position})
+
+    # -- commits -------------------------------------------------------------------------------
+
+    async def commit_all(self) -> None:
+        """Commit every task's open transaction now (used before Faust closes the tables)."""
+        await self._commit_tasks([t for t in self.tasks.values() if t.state is TaskState.RUNNING])
+
+    async def on_stop(self) -> None:
+        """Commit what was processed, then close the producers (a graceful stop).
+
+        Normally :meth:`commit_all` already ran (``DedupeApp`` calls it once the agents are
+        idle, before Faust stops the tables); this catches anything left.
+        """
+        tasks = list(self.tasks.values())
+        await self._commit_tasks([t for t in tasks if t.state is TaskState.RUNNING])
+        for task in tasks:
+            await self._drop_task(task)
+        await self.broker.close()
+
+    async def _commit_tasks(self, tasks: Iterable[Task]) -> None:
+        await asyncio.gather(*(self._commit_task(t) for t in tasks))
+
+    async def _commit_task(self, task: Task) -> None:
+        async with task.lock:
+            if task.state is not TaskState.RUNNING:
+                return
+            started = time.monotonic()
+            try:
+                result = await self.committer.commit(task)
+            except asyncio.CancelledError:
+                # Stopped with the commit unfinished: its outcome is unknown here. Apply nothing
+                # and commit nothing more on this task; the store keeps its older changelog
+                # offset, so recovery replays the transaction if it did commit.
+                task.state = TaskState.FAILED
+                self._discard_staged(task)
+                raise
+            self._act(task, result, started)
+
+    def _act(self, task: Task, result: CommitResult, started: float) -> None:
+        """What a commit's outcome means for the task and the stores."""
+        outcome = result.outcome
+        if outcome is Outcome.COMMITTED:
+            self._applied(task, result.changelog_offset, started)
+        elif outcome is Outcome.ABORTED:
+            self._discard_staged(task)
+            task.reset_transaction()
+        elif outcome is Outcome.FENCED:
+            self._fenced(task, result.error)
+        elif outcome is Outcome.FAILED:
+            self._fail(task, result.why)
+            task.reset_transaction()
+
+    def _applied(self, task: Task, changelog_offset: int | None, started: float) -> None:
+        if self.faults is not None:
+            self.faults.reach("committed")
+        for store in self.stores:
+            store.commit_partition(task.partition, changelog_offset)
+        task.commits += 1
+        task.committed_records += task.records
+        task.last_commit_at = time.time()
+        task.last_commit_seconds = time.monotonic() - started
+        COMMIT_SECONDS.observe(task.last_commit_seconds)
+        task.reset_transaction()
+
+    # -- where tasks start after a recovery ----------------------------------------------------
+
+    async def _on_recovered(self) -> None:
+        """After the recovery (the stores hold the committed changelog), before records flow:
+        start each task at the later of the group's committed offset and the source offsets
+        its store holds. Both commit in the same transaction, so they only differ when the
+        broker returns a stale committed offset (seen after a single broker's kill -9);
+        re-reading from there would forward ids a second time."""
+        kept = self._offsets_kept
+        if kept is None:
+            return
+        store = kept[0]
+        for task in list(self.tasks.values()):
+            stored = store.source_offsets(task.partition)
+            raised = {
+                tp: stored[tp.topic]
+                for tp, position in task.positions.items()
+                if stored.get(tp.topic, -1) > position
+            }
+            if raised:
+                await self._raise_positions(task, raised)
+
+    async def _raise_positions(self, task: Task, raised: Mapping[TopicPartition, int]) -> None:
+        """Start ``task`` at the ``raised`` offsets, and commit them (in a transaction with no
+        records) so the group's offsets catch up even when no new record arrives."""
+        async with task.lock:
+            if task.state is not TaskState.RUNNING or task.producer is None:
+                return
+            for tp, later in raised.items():
+                log.warning(
+                    "partition %d: the group's committed offset for %s-%d is %d, but the "
+                    "last transaction in the changelog committed up to %d: starting there "
+                    "(the broker returned a stale committed offset)",
+                    task.partition,
+                    tp.topic,
+                    tp.partition,
+                    task.positions[tp],
+                    later,
+                )
+                task.positions[tp] = later
+                task.offsets[tp] = later
+            if not task.in_transaction:
+                await task.producer.begin_transaction()
+                task.in_transaction = True
+        self.commit_soon()
+
+
+class Transport(AIOKafkaTransport):  # type: ignore[misc]
+    """Faust's aiokafka transport with our consumer and transaction manager."""
+
+    Consumer = Consumer
+    TransactionManager = TaskTransactionManager

@@ -1,0 +1,157 @@
+"""A task's transactional producer: create, start (which fences older owners), close; how its
+failures are classified. The only home of aiokafka's private names (checked by
+tests/unit/test_private_names.py).
+
+One producer per task, ``transactional.id = "<app id>-<input topic>-<p>"``: stable across
+deploys and restarts, so a restarted or new owner of ``p`` fences the old one. aiokafka speaks
+only the oldest transaction protocol (no KIP-447 group fencing), so after a commit whose outcome
+is unknown the producer is never aborted: it is closed and started again with the same id
+(``InitProducerId`` completes or aborts the pending transaction on the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    IllegalOperation,
+    InvalidProducerEpoch,
+    KafkaConnectionError,
+    KafkaError,
+    ProducerFenced,
+    TransactionalIdAuthorizationFailed,
+)
+
+from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+
+
+async def send_lingering(producer: AIOKafkaProducer) -> None:
+    """Send every batch the producer holds now, without waiting for its linger, and wait until
+    the broker acknowledged them (aiokafka does this itself inside ``commit_transaction``;
+    the commit needs the acknowledged offsets before it asks to commit)."""
+    await producer._message_accumulator.flush_for_commit()
+
+
+def abandon(waiter: asyncio.Future[None] | None) -> None:
+    """Stop waiting for a commit whose answer we no longer wait for (timed out, or the task
+    stopped). Its request stays out (``commit_transaction`` shields it) and the outcome is
+    settled otherwise; left pending, the waiter would be destroyed with its producer
+    ("Task was destroyed but it is pending", seen in F8 after an unknown outcome)."""
+    if waiter is not None and not waiter.done():
+        waiter.cancel()
+
+
+def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
+    """True when ``exc`` (or the error that broke ``producer``) says another owner took over.
+
+    aiokafka reports fencing on the request that met it; later calls on the same producer fail
+    with ``IllegalOperation``, so the producer's own fatal error is checked too.
+    """
+    if isinstance(exc, FENCING_ERRORS):
+        return True
+    txn = getattr(producer, "_txn_manager", None)
+    if txn is None or not txn.is_fatal_error():
+        return False
+    waiter = txn.wait_for_transaction_end()
+    return bool(
+        waiter.done() and not waiter.cancelled() and isinstance(waiter.exception(), FENCING_ERRORS)
+    )
+
+
+def is_transaction_error(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
+    """True when ``exc`` is the transaction's failure (Kafka's, or the producer refusing to send
+    once it was fenced: aiokafka's ``IllegalOperation`` is no ``KafkaError``), not a bug."""
+    return isinstance(exc, KafkaError | IllegalOperation) or is_fenced(producer, exc)
+
+
+async def force_close(producer: AIOKafkaProducer) -> None:
+    """Close ``producer`` after its ``stop()`` was cut short (it waits for the broker to take
+    what it holds, and a paused broker never does): stop its sender and close its connections,
+    so no producer of a given-up transaction lives on, sends once the broker is back, and then
+    fails futures nobody awaits (every producer we drop is fenced anyway)."""
+    try:
+        await producer._sender.close()
+        # stop() waits for the batches still held to be sent: fail them (quietly) so it ends.
+        acc = producer._message_accumulator
+        for batch in (*(b for bs in acc._batches.values() for b in bs), *acc._pending_batches):
+            for fut in (batch.future, batch._drain_waiter, *(f for f, _ in batch._msg_futures)):
+                retrieve_exception_later(fut)
+        acc.fail_all(KafkaConnectionError("the transactional producer was dropped"))
+        await producer.client.close()
+    except Exception as exc:  # closing what is already broken: nothing more to do
+        log.warning("dropping a transactional producer: %r", exc)
+
+
+class TransactionalProducers:
+    """Creates, starts and closes the tasks' transactional producers."""
+
+    def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:
+        self.settings = settings
+        self._should_stop = should_stop
+
+    def transactional_id(self, partition: int) -> str:
+        """Stable per (app, input topic, partition): survives deploys and topology changes."""
+        return f"{self.settings.app_id}-{self.settings.input_topic}-{partition}"
+
+    def new(self, partition: int) -> AIOKafkaProducer:
+        s = self.settings
+        return AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{self.transactional_id(partition)}-producer",
+            transactional_id=self.transactional_id(partition),
+            transaction_timeout_ms=int(s.transaction_timeout * 1000),
+            enable_idempotence=True,
+            acks="all",
+            # The task builds its batches (RecordCollector) and hands them over when full or
+            # at the commit: nothing to linger for.
+            linger_ms=0,
+            max_batch_size=MAX_BATCH_BYTES,
+            max_request_size=s.dlq_max_message_bytes,
+            request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
+        )
+
+    async def start(self, partition: int) -> AIOKafkaProducer:
+        """A started producer for ``partition``, retried until the broker answers.
+
+        ``start()`` sends InitProducerId: it fences any older producer with this transactional
+        id and completes or aborts the transaction that one left open, so afterwards the
+        partition's offsets and changelog are final. While the cluster is unreachable aiokafka
+        fails in several ways (timeouts, connection errors, an assertion during bootstrap);
+        none of them is an answer, so try again with a fresh producer.
+        """
+        delay = 0.2
+        while True:
+            producer = self.new(partition)
+            try:
+                await producer.start()
+                return producer
+            except Exception as exc:
+                log.warning(
+                    "partition %d: starting transactional producer failed (%r); retrying in %.1fs",
+                    partition,
+                    exc,
+                    delay,
+                )
+                await self.close(producer)
+                if self._should_stop():
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def close(self, producer: AIOKafkaProducer) -> None:
+        try:
+            await asyncio.wait_for(producer.stop(), timeout=self.settings.commit_timeout)
+        except (TimeoutError, KafkaError) as exc:
+            log.warning("closing a transactional producer failed (%r): dropping it", exc)
+            await force_close(producer)
