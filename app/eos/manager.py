@@ -24,6 +24,7 @@ from app.eos.broker import BrokerReader
 from app.eos.commit import CommitResult, Committer, Outcome
 from app.eos.consumer import Consumer
 from app.eos.guards import StallWatchdog, gap_checked
+from app.eos.positions import assign_start_positions, positions_to_raise, raise_positions
 from app.eos.producer import TransactionalProducers, is_fenced
 from app.eos.task import Task, TaskState
 from app.metrics import COMMIT_SECONDS
@@ -208,34 +209,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         if self.faults is not None and self.faults.reach("assigned") == "term":
             await asyncio.sleep(1.0)  # fault injection: the stop runs meanwhile
         if wanted:
-            # Every transaction of task p writes changelog partition p (at least its
-            # source-offsets record), and only task p's producer writes there. Its producer was
-            # just initialised, which fences older ones, so an open transaction there is an
-            # older one the broker has not finished (seen after a single broker's kill -9: its
-            # output became visible later). Reading committed offsets, or recovering the
-            # changelog, before it settles would re-read records whose output then commits.
             kept = self._offsets_kept
-            if kept is not None:
-                await self.broker.wait_until_settled(
-                    [TopicPartition(kept[1], p) for p in sorted(wanted)]
-                )
-            # Faust seeks every assigned partition to its committed offset after a rebalance:
-            # that is where each task's next record must be.
-            tps = [TopicPartition(t, p) for t in sorted(self.source_topics) for p in sorted(wanted)]
-            committed = await self.broker.committed_offsets_retrying(tps)
-            starts = await self.broker.start_offsets(tps, committed)
-            now = time.monotonic()
-            for p in wanted:
-                task = self.tasks.get(p)
-                if task is None:
-                    continue  # the worker stopped meanwhile (on_stop dropped every task)
-                task.positions = {tp: off for tp, off in starts.items() if tp.partition == p}
-                task.delivered_at = dict.fromkeys(task.positions, now)
-                task.stall_seeks.clear()
-            log.info(
-                "assigned partitions %s; starting at offsets %s",
+            await assign_start_positions(
+                self.broker,
+                self.tasks,
+                self.source_topics,
                 sorted(wanted),
-                {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(starts.items())},
+                None if kept is None else kept[1],
             )
 
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
@@ -421,47 +401,14 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     async def _on_recovered(self) -> None:
         """After the recovery (the stores hold the committed changelog), before records flow:
-        start each task at the later of the group's committed offset and the source offsets
-        its store holds. Both commit in the same transaction, so they only differ when the
-        broker returns a stale committed offset (seen after a single broker's kill -9);
-        re-reading from there would forward ids a second time."""
+        raise each task's start to the source offsets its store holds (``positions.py``)."""
         kept = self._offsets_kept
         if kept is None:
             return
-        store = kept[0]
         for task in list(self.tasks.values()):
-            stored = store.source_offsets(task.partition)
-            raised = {
-                tp: stored[tp.topic]
-                for tp, position in task.positions.items()
-                if stored.get(tp.topic, -1) > position
-            }
-            if raised:
-                await self._raise_positions(task, raised)
-
-    async def _raise_positions(self, task: Task, raised: Mapping[TopicPartition, int]) -> None:
-        """Start ``task`` at the ``raised`` offsets, and commit them (in a transaction with no
-        records) so the group's offsets catch up even when no new record arrives."""
-        async with task.lock:
-            if task.state is not TaskState.RUNNING or task.producer is None:
-                return
-            for tp, later in raised.items():
-                log.warning(
-                    "partition %d: the group's committed offset for %s-%d is %d, but the "
-                    "last transaction in the changelog committed up to %d: starting there "
-                    "(the broker returned a stale committed offset)",
-                    task.partition,
-                    tp.topic,
-                    tp.partition,
-                    task.positions[tp],
-                    later,
-                )
-                task.positions[tp] = later
-                task.offsets[tp] = later
-            if not task.in_transaction:
-                await task.producer.begin_transaction()
-                task.in_transaction = True
-        self.commit_soon()
+            raised = positions_to_raise(task, kept[0].source_offsets(task.partition))
+            if raised and await raise_positions(task, raised):
+                self.commit_soon()
 
 
 class Transport(AIOKafkaTransport):  # type: ignore[misc]

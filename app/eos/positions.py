@@ -1,0 +1,92 @@
+"""Where each task starts reading after a rebalance: the group's committed offset, raised to
+the source offsets its store holds when the broker read back a stale committed offset.
+
+Both commit in the same transaction (the offsets with ``send_offsets_to_transaction``, the
+store's copy as a changelog record), so they only differ when the broker returns a stale
+committed offset (seen after a single broker's kill -9); re-reading from there would forward
+ids a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+
+from aiokafka.structs import TopicPartition
+
+from app.eos.broker import BrokerReader
+from app.eos.task import Task, TaskState
+
+log = logging.getLogger(__name__)
+
+
+async def assign_start_positions(
+    broker: BrokerReader,
+    tasks: Mapping[int, Task],
+    source_topics: Iterable[str],
+    partitions: list[int],
+    changelog_topic: str | None,
+) -> None:
+    """Set each task's next offsets (``Task.positions``) for ``partitions``: where Faust seeks
+    every assigned partition after a rebalance, its committed offset (the log start for a
+    partition the group never committed)."""
+    if changelog_topic is not None:
+        # Every transaction of task p writes changelog partition p (at least its source-offsets
+        # record), and only task p's producer writes there. Its producer was just initialised,
+        # which fences older ones, so an open transaction there is an older one the broker has
+        # not finished (seen after a single broker's kill -9: its output became visible later).
+        # Reading committed offsets, or recovering the changelog, before it settles would
+        # re-read records whose output then commits.
+        await broker.wait_until_settled([TopicPartition(changelog_topic, p) for p in partitions])
+    tps = [TopicPartition(t, p) for t in sorted(source_topics) for p in partitions]
+    committed = await broker.committed_offsets_retrying(tps)
+    starts = await broker.start_offsets(tps, committed)
+    now = time.monotonic()
+    for p in partitions:
+        task = tasks.get(p)
+        if task is None:
+            continue  # the worker stopped meanwhile (on_stop dropped every task)
+        task.positions = {tp: off for tp, off in starts.items() if tp.partition == p}
+        task.delivered_at = dict.fromkeys(task.positions, now)
+        task.stall_seeks.clear()
+    log.info(
+        "assigned partitions %s; starting at offsets %s",
+        partitions,
+        {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(starts.items())},
+    )
+
+
+def positions_to_raise(task: Task, stored: Mapping[str, int]) -> dict[TopicPartition, int]:
+    """The task's source partitions whose stored offset (by topic) is past its position."""
+    return {
+        tp: stored[tp.topic]
+        for tp, position in task.positions.items()
+        if stored.get(tp.topic, -1) > position
+    }
+
+
+async def raise_positions(task: Task, raised: Mapping[TopicPartition, int]) -> bool:
+    """Start ``task`` at the ``raised`` offsets and put them in an open transaction (with no
+    records), so the group's offsets catch up at the next commit even when no new record
+    arrives. False when the task no longer runs."""
+    async with task.lock:
+        if task.state is not TaskState.RUNNING or task.producer is None:
+            return False
+        for tp, later in raised.items():
+            log.warning(
+                "partition %d: the group's committed offset for %s-%d is %d, but the last "
+                "transaction in the changelog committed up to %d: starting there (the broker "
+                "returned a stale committed offset)",
+                task.partition,
+                tp.topic,
+                tp.partition,
+                task.positions[tp],
+                later,
+            )
+            task.positions[tp] = later
+            task.offsets[tp] = later
+        if not task.in_transaction:
+            await task.producer.begin_transaction()
+            task.in_transaction = True
+    return True
