@@ -137,7 +137,6 @@ def register_agents(
     async def dedupe_events(stream: faust.StreamT[bytes]) -> None:
         # Looked up when the agent starts: the consumer must not exist before the worker does.
         transactions: TaskTransactionManager = app.consumer.transactions
-        transactions.register_store(dedup.seen_ids)
         event: EventT
         async for event in stream.events():
             message = event.message

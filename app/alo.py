@@ -1,6 +1,6 @@
 """At-least-once processing (``DEDUPE_PROCESSING_GUARANTEE=at_least_once``), for comparisons.
 
-The default worker runs every record in a Kafka transaction (``app/eos.py``). This mode runs the
+The default worker runs every record in a Kafka transaction (``app/eos/``). This mode runs the
 same agent, table and rules with Faust's own ``at_least_once`` guarantee instead:
 
 - one plain idempotent producer (``acks=all``, no transactions) for output, dead-letter,
@@ -17,7 +17,7 @@ same agent, table and rules with Faust's own ``at_least_once`` guarantee instead
 Records go through Faust's per-record path to the ``dedupe_events`` agent, which opens
 ``processing(message)`` per record (the exactly-once worker hands batches to ``dedupe_batch``
 instead: Faust's offset commit, which this mode relies on, only counts records its stream
-acknowledged). It reuses the exactly-once manager's ``stage_changelog``, ``register_store``
+acknowledged). It reuses the exactly-once manager's ``register_store``, its changelog pull
 and ``tasks`` so tables and the web views work unchanged. Not covered by the fault tests: the
 guarantees the README states are those of the default exactly-once mode.
 """
@@ -42,7 +42,6 @@ from app.eos import (
     Task,
     TaskTransaction,
     TaskTransactionManager,
-    flush_outbox,
     send_lingering,
 )
 
@@ -79,13 +78,10 @@ class _Scope:
         assert task is not None
         try:
             if exc is None:
-                await flush_outbox(task)
                 msg = self._message
                 tp = TopicPartition(msg.topic, msg.partition)
                 task.offsets[tp] = task.positions[tp] = msg.offset + 1
                 task.records += 1
-            else:
-                task.outbox.clear()
         finally:
             task.lock.release()
         return False
@@ -149,6 +145,7 @@ class AtLeastOnceManager(TaskTransactionManager):
                 return
             try:
                 assert task.producer is not None
+                await self.committer.pull_changelogs(task)
                 await task.collector.send_all(task.producer)
                 await send_lingering(task.producer)
                 await task.collector.delivered()
@@ -156,7 +153,7 @@ class AtLeastOnceManager(TaskTransactionManager):
                 self._discard_staged(task)
                 task.reset_transaction()
                 raise
-            for store in self.stores:
+            for store, _ in self.stores:
                 store.commit_partition(task.partition, None)
             task.commits += 1
             task.committed_records += task.records

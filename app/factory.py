@@ -32,6 +32,9 @@ class DedupeApp(faust.App):  # type: ignore[misc]
     (or, with ``DEDUPE_PROCESSING_GUARANTEE=at_least_once``, by :mod:`app.alo`)."""
 
     dedupe_settings: Settings
+    #: The state that follows the transactions (registered with them at start-up).
+    seen_ids_table: TransactionalTable
+    dedup: Deduplicator
     #: Under exactly-once, where the consumer hands source records (see app.eos.Consumer).
     batch_handler: BatchHandler | None = None
 
@@ -73,6 +76,13 @@ class DedupeApp(faust.App):  # type: ignore[misc]
                 f"the dedup worker must run as a Faust worker with {s.processing_guarantee}"
             )
         await ensure_topics(s, changelog_topic_name(s))
+        # The state that follows the transactions: the table's store (its staged writes are
+        # the changelog records, pulled at each commit; it keeps the source offsets too) and
+        # the age-out's live figures.
+        table, tm = self.seen_ids_table, self.transactions
+        tm.register_store(table.store, table.changelog_name())
+        tm.keep_source_offsets(table.store, table.changelog_name())
+        tm.register_store(self.dedup.seen_ids)
 
     @property
     def transactions(self) -> TaskTransactionManager:
@@ -144,6 +154,7 @@ def create_app(settings: Settings) -> Pipeline:
         partitions=settings.partitions,
     )
     dedup = Deduplicator(settings, SeenIds(seen_ids, settings))
+    app.seen_ids_table, app.dedup = seen_ids, dedup
     register_agents(app, source, dedup)
     if exactly_once:
         app.batch_handler = batch_handler(app, dedup)

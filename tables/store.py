@@ -364,6 +364,14 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
             else:
                 batch.put(key, value)
 
+    def changelog_records(self, partition: int) -> list[tuple[bytes, bytes | None]]:
+        """The open transaction's writes to ``partition``, one per key: its changelog records
+        (the source-offsets record is sent by the transaction layer itself)."""
+        staged = self._staged.get(partition)
+        if not staged:
+            return []
+        return [(k, v) for k, v in staged.items() if k != SOURCE_OFFSETS_KEY]
+
     def stage_source_offsets(self, partition: int, value: bytes) -> None:
         """Stage the transaction's source-offsets record (applied with its other writes)."""
         self._staged.setdefault(partition, {})[SOURCE_OFFSETS_KEY] = value

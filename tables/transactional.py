@@ -2,14 +2,15 @@
 
 Faust's table sends changelog records through a send buffer that its exactly-once commit does not
 flush, so a change can land in the next transaction, after its record's offset was committed.
-Here a change is (1) staged in :class:`~tables.store.TransactionalStore` and (2) handed to the
-task transaction manager, which sends the changelog record through the record's own
-transactional producer before the record counts as processed. Faust still declares the changelog
-topic, assigns its partitions with the source topics, recovers it, keeps standbys of it.
+Here a change is only staged in :class:`~tables.store.TransactionalStore`; the transaction layer
+pulls a partition's staged writes at its commit and sends them as the changelog records of that
+transaction (``tables.protocol.ChangelogSource``), so a table never calls up into it. Faust still
+declares the changelog topic, assigns its partitions with the source topics, recovers it
+(``tables/recovery.py``) and keeps standbys of it.
 
 Keys and values are raw bytes. A change is only allowed while a record of the same partition is
-being processed (``tm.processing_batch(messages)``, or the at-least-once manager's
-``processing(message)``); anything else raises.
+being processed (:data:`tables.protocol.processing_partition` is set, or Faust's current event,
+at least once); anything else raises.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import faust
 from faust.types import EventT, StoreT
 
-from app.eos import TaskTransactionManager, batch_partition
+from tables.protocol import processing_partition
 from tables.store import TransactionalStore
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def current_partition() -> int:
     """The partition of the record being processed (tables are co-partitioned with it)."""
-    batch = batch_partition.get()
+    batch = processing_partition.get()
     if batch is not None:
         return batch
     event: EventT | None = faust.current_event()
@@ -60,11 +61,6 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
             **kwargs,
         )
 
-    @property
-    def transactions(self) -> TaskTransactionManager:
-        tm: TaskTransactionManager = self.app.consumer.transactions
-        return tm
-
     def _new_store(self) -> StoreT:
         store = self.store_factory(
             self._store or self.app.conf.store,
@@ -84,11 +80,6 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
     def store(self) -> TransactionalStore:
         store: TransactionalStore = self.data
         return store
-
-    async def on_start(self) -> None:
-        await super().on_start()
-        self.transactions.register_store(self.store)
-        self.transactions.keep_source_offsets(self.store, self.changelog_topic.get_topic_name())
 
     def changelog_name(self) -> str:
         name = self._changelog_name
@@ -110,17 +101,14 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
         self.put(key, None)
 
     def put(self, key: bytes, value: bytes | None, partition: int | None = None) -> None:
-        """Stage the changelog record, then the store write (None: delete). What Faust's
-        mapping does, without its serializer registry round trip (keys and values are raw
-        bytes already); it runs for every forwarded record. ``partition``: see :meth:`lookup`.
-        """
-        if partition is None:
-            partition = current_partition()
-        self.transactions.stage_changelog(partition, self.changelog_name(), key, value)
-        self.store.stage(partition, key, value)
+        """Stage the write (None: delete); it becomes a changelog record at the commit. What
+        Faust's mapping does, without its serializer registry round trip (keys and values are
+        raw bytes already); it runs for every forwarded record. ``partition``: see
+        :meth:`lookup`."""
+        self.store.stage(current_partition() if partition is None else partition, key, value)
 
     def on_key_set(self, key: bytes, value: bytes) -> None:
-        self.transactions.stage_changelog(current_partition(), self.changelog_name(), key, value)
+        """Faust's hook after a write: nothing to send, the staged write is the record."""
 
     def on_key_del(self, key: bytes) -> None:
-        self.transactions.stage_changelog(current_partition(), self.changelog_name(), key, None)
+        """Faust's hook after a delete: nothing to send, the staged delete is the record."""

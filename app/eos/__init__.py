@@ -14,9 +14,9 @@ topics, with one transactional producer (``producer.py``,
 
 - its **output** (clean, dead-letter or repartition record): ``TaskBatch.send`` (``batch.py``)
   adds it to the task's open batch for the target partition (``collector.py``);
-- its **changelog record**: the table write stages it (``tables/transactional.py`` ->
-  ``TaskTransactionManager.stage_changelog``), and the batch's scope adds it to the same
-  collector when the batch closes (``batch.flush_outbox``);
+- its **changelog record**: the table write only stages it in its store
+  (``tables/transactional.py``); at the commit, ``commit.py`` pulls the partition's staged
+  writes from every store the factory registered and adds them to the same collector;
 - its **offset**: ``TaskBatch.records`` counts a record as processed once the agent's loop
   body finished with it, and the commit adds the offsets with ``send_offsets_to_transaction``.
 
@@ -42,7 +42,6 @@ from app.eos.batch import (
     TaskBatch,
     TaskTransaction,
     batch_partition,
-    flush_outbox,
 )
 from app.eos.broker import GAP_POLL, BrokerReader
 from app.eos.collector import MAX_BATCH_BYTES, RecordCollector
@@ -74,7 +73,6 @@ __all__ = [
     "TransactionalProducers",
     "Transport",
     "batch_partition",
-    "flush_outbox",
     "is_fenced",
     "send_lingering",
 ]

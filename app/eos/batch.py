@@ -1,5 +1,6 @@
 """The processing scope of one fetched batch: a task's records in its open transaction, under
 the task's lock, with the sequence guard (a record counts as processed only in offset order).
+Table writes made meanwhile stay staged in their stores; the commit sends them.
 
 The consumer hands each partition's fetched records to the app's batch handler, which opens
 ``async with manager.processing_batch(records, generation) as batch`` and iterates
@@ -13,22 +14,21 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Protocol, TypeAlias
 
-from aiokafka.errors import IllegalOperation, KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from app.eos.producer import is_transaction_error
 from app.eos.task import Task, TaskState
 from app.faults import FaultPlan
+from tables.protocol import processing_partition
 
 log = logging.getLogger(__name__)
 
 #: The partition whose records the current batch scope processes (tables read it: see
 #: ``tables.transactional.current_partition``).
-batch_partition: ContextVar[int | None] = ContextVar("dedupe_batch_partition", default=None)
+batch_partition = processing_partition
 
 #: A batch gives the event loop a turn after this many records.
 YIELD_EVERY = 256
@@ -114,21 +114,6 @@ class TaskTransaction:
             await collector.append(producer, tp, key, value, timestamp_ms, listed)
 
 
-async def flush_outbox(task: Task) -> None:
-    """Add the changelog records staged by the scope's table writes to the transaction."""
-    producer = task.producer
-    assert producer is not None
-    collector = task.collector
-    tp: TopicPartition | None = None
-    for topic, key, value in task.outbox:
-        if tp is None or tp.topic != topic:
-            tp = TopicPartition(topic, task.partition)
-            collector.changelog_tps.add(tp)
-        if not collector.append_now(producer, tp, key, value):
-            await collector.append(producer, tp, key, value)
-    task.outbox.clear()
-
-
 class TaskBatch(TaskTransaction):
     """What the agent may do while processing a batch of one task's records."""
 
@@ -200,7 +185,7 @@ class TaskBatch(TaskTransaction):
 
 class BatchScope:
     """``async with manager.processing_batch(messages) as batch``: a batch of one task's records
-    in its transaction, with one lock hold, one transaction check and one changelog flush.
+    in its transaction, with one lock hold and one transaction check.
 
     Yields ``None`` when this worker does not own the task (revoked, fenced or failed).
     """
@@ -248,14 +233,8 @@ class BatchScope:
         if task is None:
             return False
         owner = self._owner
-        try:
-            if exc is None:
-                await flush_outbox(task)
-        except (KafkaError, IllegalOperation) as flush_exc:
-            exc = flush_exc
-        finally:
-            batch_partition.reset(self._token)
-            task.lock.release()
+        batch_partition.reset(self._token)
+        task.lock.release()
         if exc is not None:
             # Part of the batch is in the transaction: it must never commit. A transaction's
             # error stops the task (the partition is re-read), the worker goes on; anything

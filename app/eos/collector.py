@@ -42,8 +42,8 @@ class RecordCollector:
         self.builders: dict[TopicPartition, Any] = {}
         #: Batches the producer has (output, dead-letter, repartition).
         self.pending: list[Sent] = []
-        #: Batches and single sends of changelog records.
-        self.changelog_pending: list[Sent] = []
+        #: Batches and single sends of changelog records, per changelog topic.
+        self.changelog_pending: dict[str, list[Sent]] = {}
         #: The changelog partitions among the targets.
         self.changelog_tps: set[TopicPartition] = set()
 
@@ -88,8 +88,11 @@ class RecordCollector:
         builder = self.builders.pop(tp)
         builder.close()  # complete: ``producer.send`` must not add to it
         fut = await producer.send_batch(builder, tp.topic, partition=tp.partition)
-        sent = self.changelog_pending if tp in self.changelog_tps else self.pending
-        sent.append((fut, builder.record_count() - 1))
+        last = builder.record_count() - 1
+        if tp in self.changelog_tps:
+            self.changelog_pending.setdefault(tp.topic, []).append((fut, last))
+        else:
+            self.pending.append((fut, last))
 
     async def send_all(self, producer: AIOKafkaProducer) -> None:
         """Hand every open batch to the producer (before the commit)."""
@@ -99,7 +102,7 @@ class RecordCollector:
     async def delivered(self) -> None:
         """Raise the first send error, once every send is answered (after the producer was
         flushed every one normally is)."""
-        futures = [f for f, _ in (*self.pending, *self.changelog_pending)]
+        futures = [f for f, _ in self._sent()]
         unanswered = [f for f in futures if not f.done()]
         if unanswered:
             await asyncio.gather(*unanswered)
@@ -108,14 +111,22 @@ class RecordCollector:
             if exc is not None:
                 raise exc
 
-    def changelog_offset(self) -> int | None:
-        """Offset of the transaction's last changelog record (after :meth:`delivered`)."""
-        return max((f.result().offset + last for f, last in self.changelog_pending), default=None)
+    def changelog_offsets(self) -> dict[str, int]:
+        """Offset of the transaction's last record per changelog topic (after
+        :meth:`delivered`)."""
+        return {
+            topic: max(f.result().offset + last for f, last in sent)
+            for topic, sent in self.changelog_pending.items()
+            if sent
+        }
+
+    def _sent(self) -> list[Sent]:
+        return [*self.pending, *(s for sent in self.changelog_pending.values() for s in sent)]
 
     def reset(self) -> None:
         """Forget the transaction's records. Sends of a transaction given up fail later
         (aborted, fenced); nobody awaits them."""
-        for fut, _ in (*self.pending, *self.changelog_pending):
+        for fut, _ in self._sent():
             retrieve_exception_later(fut)
         self.builders.clear()
         self.pending.clear()

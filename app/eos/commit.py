@@ -7,8 +7,10 @@ the task, rejoin). The commit never decides what happens to the task or the stor
 Steps (``# Step N.`` in :meth:`Committer.commit`):
 
 1. Nothing to do unless a transaction is open; one without a processed record is aborted.
-2. Hand every open batch to the producer, and the changelog record of the task's source
-   offsets (the store keeps it: after a rebalance it says where the task starts).
+2. Pull the stores' staged writes of the partition (they are the transaction's changelog
+   records, one per key), then hand every open batch to the producer, and the changelog record
+   of the task's source offsets (the store keeps it: after a rebalance it says where the task
+   starts).
 3. Wait until the broker acknowledged every send; the first send error fails the
    transaction. Nothing was asked to commit yet, so aborting is exact.
 4. Add the consumed offsets to the transaction (``TxnOffsetCommit``).
@@ -25,7 +27,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
@@ -35,7 +37,7 @@ from app.eos.broker import BrokerReader
 from app.eos.collector import retrieve_exception_later
 from app.eos.producer import TransactionalProducers, abandon, is_fenced, send_lingering
 from app.eos.task import Task
-from tables.protocol import SourceOffsetStore
+from tables.protocol import ChangelogSource, SourceOffsetStore
 from tables.store import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 log = logging.getLogger(__name__)
@@ -59,8 +61,8 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True)
 class CommitResult:
     outcome: Outcome
-    #: COMMITTED: offset of the transaction's last changelog record (None: it wrote none).
-    changelog_offset: int | None = None
+    #: COMMITTED: offset of the transaction's last record per changelog topic.
+    changelog_offsets: dict[str, int] = field(default_factory=dict)
     #: FENCED, FAILED: the error met.
     error: BaseException | None = None
     #: FAILED: why, for the log.
@@ -85,6 +87,8 @@ class Committer:
         self.faults = plan
         #: The store and changelog topic that keep each transaction's source offsets.
         self.source_offsets: tuple[SourceOffsetStore, str] | None = None
+        #: Stores whose staged writes go to a changelog topic, with the topic.
+        self.changelogs: list[tuple[ChangelogSource, str]] = []
 
     async def commit(self, task: Task) -> CommitResult:
         # Step 1. Nothing to do unless a transaction is open; an empty one is aborted.
@@ -97,13 +101,15 @@ class Committer:
         offsets = dict(task.offsets)
         timeout = self.timeout
         try:
-            # Step 2. Every open batch, and the source offsets' changelog record.
+            # Step 2. The staged writes as changelog records, every open batch, and the
+            # source offsets' changelog record.
+            await asyncio.wait_for(self.pull_changelogs(task), timeout)
             await asyncio.wait_for(task.collector.send_all(producer), timeout)
             await asyncio.wait_for(self._record_source_offsets(task, offsets), timeout)
             # Step 3. Every send acknowledged; the first send error fails the transaction.
             await asyncio.wait_for(send_lingering(producer), timeout)
             await asyncio.wait_for(task.collector.delivered(), timeout)
-            changelog_offset = task.collector.changelog_offset()
+            changelog_offsets = task.collector.changelog_offsets()
             # Step 4. The consumed offsets join the transaction.
             await asyncio.wait_for(
                 producer.send_offsets_to_transaction(offsets, self.group_id), timeout
@@ -144,7 +150,7 @@ class Committer:
                     error=exc,
                     why="the transaction did not commit (outcome was unknown)",
                 )
-        return CommitResult(Outcome.COMMITTED, changelog_offset=changelog_offset)
+        return CommitResult(Outcome.COMMITTED, changelog_offsets=changelog_offsets)
 
     async def abort(self, task: Task) -> CommitResult:
         """Abort the open transaction: ABORTED, or FENCED. An abort that fails otherwise
@@ -164,6 +170,19 @@ class Committer:
             task.producer = await self.producers.start(task.partition)
         return CommitResult(Outcome.ABORTED)
 
+    async def pull_changelogs(self, task: Task) -> None:
+        """Add each store's staged writes of the task's partition to the transaction, as
+        records of the store's changelog partition (the same partition number)."""
+        producer = task.producer
+        assert producer is not None
+        collector = task.collector
+        for store, topic in self.changelogs:
+            tp = TopicPartition(topic, task.partition)
+            collector.changelog_tps.add(tp)
+            for key, value in store.changelog_records(task.partition):
+                if not collector.append_now(producer, tp, key, value):
+                    await collector.append(producer, tp, key, value)
+
     async def _record_source_offsets(
         self, task: Task, offsets: Mapping[TopicPartition, int]
     ) -> None:
@@ -181,7 +200,7 @@ class Committer:
         fut = await task.producer.send(
             topic, key=SOURCE_OFFSETS_KEY, value=value, partition=task.partition
         )
-        task.collector.changelog_pending.append((fut, 0))
+        task.collector.changelog_pending.setdefault(topic, []).append((fut, 0))
         store.stage_source_offsets(task.partition, value)
 
     async def _did_commit(

@@ -28,7 +28,7 @@ from app.eos.positions import assign_start_positions, positions_to_raise, raise_
 from app.eos.producer import TransactionalProducers, is_fenced
 from app.eos.task import Task, TaskState
 from app.metrics import COMMIT_SECONDS
-from tables.protocol import SourceOffsetStore, StagedState
+from tables.protocol import ChangelogSource, SourceOffsetStore, StagedState
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -40,9 +40,9 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     """Faust's transaction manager, replaced: one transaction per partition task.
 
     Faust creates it through :class:`Transport` and calls it on rebalances; the batch handler
-    opens a scope per batch of one task's records with :meth:`processing_batch`; tables stage
-    changelog records with :meth:`stage_changelog`; a background loop commits every
-    ``DEDUPE_COMMIT_INTERVAL``.
+    opens a scope per batch of one task's records with :meth:`processing_batch`; the factory
+    registers the stores whose staged writes follow the transactions (:meth:`register_store`);
+    a background loop commits every ``DEDUPE_COMMIT_INTERVAL``.
     """
 
     #: Commit a task early once its open transaction holds this many records.
@@ -51,7 +51,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tasks: dict[int, Task] = {}
-        self.stores: list[StagedState] = []
+        #: State that follows the transactions, with its changelog topic (None: local only).
+        self.stores: list[tuple[StagedState, str | None]] = []
         self._wakeup = asyncio.Event()
         self.rejoins_requested = 0
         #: Fault injection ``skip-fetched``: records below these offsets are not delivered.
@@ -96,9 +97,15 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     def transactional_id(self, partition: int) -> str:
         return self.producers.transactional_id(partition)
 
-    def register_store(self, store: StagedState) -> None:
-        """A store whose staged writes follow this manager's transactions."""
-        self.stores.append(store)
+    def register_store(self, store: StagedState, changelog_topic: str | None = None) -> None:
+        """State whose staged changes follow this manager's transactions: applied when a
+        transaction commits, dropped otherwise. With ``changelog_topic``, ``store`` is a
+        :class:`~tables.protocol.ChangelogSource`: its staged writes are pulled at each commit
+        and sent to that topic's partition of the task."""
+        self.stores.append((store, changelog_topic))
+        if changelog_topic is not None:
+            source: ChangelogSource = store  # type: ignore[assignment]
+            self.committer.changelogs.append((source, changelog_topic))
 
     def keep_source_offsets(self, store: SourceOffsetStore, changelog_topic: str) -> None:
         """Every transaction also writes its source offsets to ``changelog_topic`` (key
@@ -116,24 +123,6 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         in consumer generation ``generation_id``):
         ``async with tm.processing_batch(msgs, gen) as batch: async for m in batch.records():``."""
         return BatchScope(self, messages, generation_id)
-
-    def stage_changelog(self, partition: int, topic: str, key: bytes, value: bytes | None) -> None:
-        """Called by a table write: the changelog record joins task ``partition``'s transaction."""
-        task = self.tasks.get(partition)
-        if task is None or not task.lock.locked():
-            raise RuntimeError(
-                f"table write for partition {partition} outside of a processing scope: "
-                "tables may only change while a record of that partition is processed"
-            )
-        kept = self._offsets_kept
-        if kept is not None and topic != kept[1]:
-            # A commit applies one changelog offset to the stores (``commit_partition``); with a
-            # second table it would have to be kept per changelog topic.
-            raise RuntimeError(
-                f"a second transactional table ({topic}) is not supported: this manager "
-                f"tracks the changelog offset of one table ({kept[1]})"
-            )
-        task.outbox.append((topic, key, value))
 
     async def gap_checked(self, task: Task, message: SourceRecord) -> bool:
         return await gap_checked(self.broker, self._fail, task, message)
@@ -257,7 +246,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             task.producer = None
 
     def _discard_staged(self, task: Task) -> None:
-        for store in self.stores:
+        for store, _ in self.stores:
             store.discard_partition(task.partition)
 
     def _fail(self, task: Task, why: str) -> None:
@@ -375,7 +364,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         """What a commit's outcome means for the task and the stores."""
         outcome = result.outcome
         if outcome is Outcome.COMMITTED:
-            self._applied(task, result.changelog_offset, started)
+            self._applied(task, result.changelog_offsets, started)
         elif outcome is Outcome.ABORTED:
             self._discard_staged(task)
             task.reset_transaction()
@@ -385,11 +374,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             self._fail(task, result.why)
             task.reset_transaction()
 
-    def _applied(self, task: Task, changelog_offset: int | None, started: float) -> None:
+    def _applied(self, task: Task, changelog_offsets: Mapping[str, int], started: float) -> None:
         if self.faults is not None:
             self.faults.reach("committed")
-        for store in self.stores:
-            store.commit_partition(task.partition, changelog_offset)
+        for store, topic in self.stores:
+            store.commit_partition(task.partition, changelog_offsets.get(topic or ""))
         task.commits += 1
         task.committed_records += task.records
         task.last_commit_at = time.time()

@@ -25,12 +25,6 @@ class TaskState(enum.Enum):
     FAILED = "failed"
 
 
-#: A changelog record staged by a table write, sent when the record's scope closes:
-#: (changelog topic, key, value; None is a tombstone). A plain tuple: one is staged per
-#: forwarded record.
-StagedRecord = tuple[str, bytes, "bytes | None"]
-
-
 @dataclass
 class Task:
     """The transactional state of one partition number ``p`` of the source topics."""
@@ -44,8 +38,6 @@ class Task:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     in_transaction: bool = False
     collector: RecordCollector = field(default_factory=RecordCollector)
-    #: Changelog records staged by the record being processed.
-    outbox: list[StagedRecord] = field(default_factory=list)
     #: Next offset to commit, per source partition, for records in the open transaction.
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     records: int = 0
@@ -72,6 +64,5 @@ class Task:
         """Forget the open transaction (committed, aborted or given up)."""
         self.collector.reset()
         self.in_transaction = False
-        self.outbox.clear()
         self.offsets.clear()
         self.records = 0

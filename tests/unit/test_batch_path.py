@@ -179,7 +179,7 @@ async def test_delivered_waits_for_unanswered_sends_and_raises_the_first_error()
 
     failed = loop.create_future()
     failed.set_exception(KafkaTimeoutError("batch expired"))
-    task.collector.changelog_pending.append((failed, 0))
+    task.collector.changelog_pending["changelog"] = [(failed, 0)]
     with pytest.raises(KafkaTimeoutError):
         await task.collector.delivered()
 

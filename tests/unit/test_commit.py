@@ -139,8 +139,20 @@ class Broker:
 
 
 class Store:
+    """The table's store: staged writes (its changelog records) and the source offsets."""
+
     def __init__(self) -> None:
         self.staged: list[tuple[int, bytes]] = []
+        self.writes: dict[int, dict[bytes, bytes | None]] = {}
+
+    def changelog_records(self, partition: int) -> list[tuple[bytes, bytes | None]]:
+        return list(self.writes.get(partition, {}).items())
+
+    def commit_partition(self, partition: int, changelog_offset: int | None) -> None:
+        raise AssertionError("the manager applies, never the commit")
+
+    def discard_partition(self, partition: int) -> None:
+        raise AssertionError("the manager discards, never the commit")
 
     def stage_source_offsets(self, partition: int, value: bytes) -> None:
         self.staged.append((partition, value))
@@ -152,21 +164,21 @@ class Store:
 def setup(
     *, records: int = 2, committed: dict[TopicPartition, int] | None = None
 ) -> tuple[Committer, Task, Producer, Producers, Broker, Store]:
-    """A task with ``records`` processed records (an output and a changelog record each) in
-    its open transaction, and a committer keeping source offsets in a store."""
+    """A task with ``records`` processed records (an output record each, and a staged write
+    of its id in the store) in its open transaction, and a committer pulling the store's
+    changelog and keeping source offsets in it."""
     producer = Producer()
     task = Task(3, "app-events-3", producer=producer)  # type: ignore[arg-type]
     task.in_transaction = True
-    collector = task.collector
-    collector.changelog_tps.add(CHANGELOG)
+    producers, broker, store = Producers(), Broker(committed or {}), Store()
     for i in range(records):
-        assert collector.append_now(producer, OUT, b"k", b"out")  # type: ignore[arg-type]
-        assert collector.append_now(producer, CHANGELOG, b"k", b"seen")  # type: ignore[arg-type]
+        assert task.collector.append_now(producer, OUT, b"k", b"out")  # type: ignore[arg-type]
+        store.writes.setdefault(3, {})[f"id-{i}".encode()] = b"seen"
         task.offsets[SOURCE] = task.positions[SOURCE] = 10 + i + 1
         task.records += 1
-    producers, broker, store = Producers(), Broker(committed or {}), Store()
     committer = Committer(producers, broker, "app", TIMEOUT)  # type: ignore[arg-type]
     committer.source_offsets = (store, CHANGELOG.topic)
+    committer.changelogs.append((store, CHANGELOG.topic))
     return committer, task, producer, producers, broker, store
 
 
@@ -183,8 +195,9 @@ async def test_a_commit_sends_everything_then_asks_to_commit_once() -> None:
         "commit",
     ]
     assert producer.offsets == [({SOURCE: 12}, "app")]
-    # output at 100-101, changelog at 103-104, the offsets' record at 106 (the last one)
-    assert result.changelog_offset == 106
+    # output at 100-101, the two staged writes at 103-104, the offsets' record at 106
+    assert result.changelog_offsets == {CHANGELOG.topic: 106}
+    assert (CHANGELOG.topic, 3, 2) in producer.sent  # pulled from the store, to partition 3
     assert store.staged and store.staged[0][0] == 3
     assert producers.started == []
 

@@ -790,3 +790,22 @@ def test_the_ids_memtable_has_a_bloom_filter_and_bookkeeping_does_not(
     assert float(ids["memtable_prefix_bloom_size_ratio"]) == MEMTABLE_BLOOM_RATIO
     assert meta["memtable_whole_key_filtering"] == "false"
     assert float(meta["memtable_prefix_bloom_size_ratio"]) == 0
+
+
+def test_the_changelog_records_are_the_staged_writes_one_per_key(
+    store: TransactionalStore,
+) -> None:
+    """What the commit pulls: the open transaction's last write per key (a repeat of an id
+    inside one transaction is one changelog record), deletes as None, never the
+    source-offsets record (the commit sends that itself)."""
+    s = store
+    s.stage(0, b"a", b"1")
+    s.stage(0, b"a", b"2")
+    s.stage(0, b"b", None)
+    s.stage(1, b"c", b"3")
+    s.stage_source_offsets(0, b"{}")
+    assert s.changelog_records(0) == [(b"a", b"2"), (b"b", None)]
+    assert s.changelog_records(1) == [(b"c", b"3")]
+    assert s.changelog_records(2) == []
+    s.discard_partition(0)
+    assert s.changelog_records(0) == []
