@@ -32,10 +32,10 @@ from pathlib import Path
 import faust
 from rocksdict import Options, Rdict, WriteBatch
 
-from app.rules import Entry
 from app.settings import Settings
 from tables import seen_ids as seen_module
 from tables.seen_ids import SeenIds, SeenIdsStore
+from tables.window import Entry
 
 RESULTS = Path(__file__).with_name("results-age-out.md")
 T0 = 1_790_000_000_000

@@ -200,12 +200,13 @@ def run(
     """Load, compact, look up; ``environ`` overrides settings (``DEDUPE_ROCKSDB_*``)."""
     import faust
 
-    from app.rules import Entry, partition_for
+    from app.rules import partition_for
     from app.settings import Settings
     from bench.measure import disk_bytes
     from tables import seen_ids as seen_module
     from tables import store as store_module
     from tables.seen_ids import SeenIds, SeenIdsStore
+    from tables.window import Entry
 
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))

@@ -3,7 +3,7 @@
 The table (replicated through its changelog, inside each partition's transaction):
 
 - Key: the ``messageId`` as UTF-8 bytes (at most ``DEDUPE_MAX_MESSAGE_ID_BYTES``).
-- Value: :class:`app.rules.Entry`: the first-seen time (ms, the record time of the forwarded
+- Value: :class:`tables.window.Entry`: the first-seen time (ms, the record time of the forwarded
   copy), the id's insertion sequence number in its partition and the repeats dropped; 20 bytes.
 - Partitioning: co-partitioned with the input and repartition topics (same partition count, key
   = messageId, Kafka's murmur2 partitioner), so every copy of an id meets the same state.
@@ -14,7 +14,7 @@ The table (replicated through its changelog, inside each partition's transaction
 Retention (how long an id is remembered):
 
 - **Time window** ``DEDUPE_WINDOW`` (28 days): a copy is a repeat when its id was first seen less
-  than W before the copy's own record time (``app.rules.is_duplicate``). Decisions use record
+  than W before the copy's own record time (``tables.window.is_duplicate``). Decisions use record
   times only, never the wall clock, so a replay decides as the first run did.
 - **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest time
   bucket, then insertion order), so a traffic spike shortens the window instead of exhausting
@@ -37,12 +37,14 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import faust
 from rocksdict import WriteBatch
 
-from app.rules import (
+from tables.store import PartitionDB, RocksTuning, TransactionalStore
+from tables.transactional import TransactionalTable, current_partition
+from tables.window import (
     Entry,
     bucket_expired,
     bucket_of_index_key,
@@ -52,9 +54,6 @@ from app.rules import (
     is_duplicate,
     over_cap,
 )
-from app.settings import Settings
-from tables.store import PartitionDB, RocksTuning, TransactionalStore
-from tables.transactional import TransactionalTable, current_partition
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +63,34 @@ INDEX_CF = "dedupe-age-index"
 #: Key (in META_CF) of the partition's summary: ids held, next sequence, newest first sighting,
 #: seek hint.
 SUMMARY_KEY = b"seen-ids-summary"
+
+
+class Settings(Protocol):
+    """The settings ``seen_ids`` reads, handed in by the app (``app.settings.Settings`` has
+    them all, documented there)."""
+
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def partitions(self) -> int: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def bucket(self) -> float: ...
+    @property
+    def allowed_lateness(self) -> float: ...
+    @property
+    def min_window(self) -> float: ...
+    @property
+    def max_ids_per_partition(self) -> int: ...
+    @property
+    def eviction_batch(self) -> int: ...
+    @property
+    def rocksdb_write_buffer_bytes(self) -> int: ...
+    @property
+    def rocksdb_memtable_budget_bytes(self) -> int: ...
+    @property
+    def rocksdb_block_cache_bytes(self) -> int: ...
 
 
 def changelog_topic_name(settings: Settings) -> str:

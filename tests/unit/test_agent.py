@@ -12,6 +12,7 @@ import pytest
 from app import rules
 from app.agents import Deduplicator, Outcome, message_ms
 from app.settings import Settings
+from tables import window
 
 SETTINGS = Settings.from_env({"DEDUPE_PARTITIONS": "8"})
 
@@ -54,8 +55,8 @@ class FakeSeenIds:
 
     def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
         held = self.first.get(id_bytes)
-        entry = None if held is None else rules.Entry(held, 0)
-        if rules.is_duplicate(entry, record_ms, round(SETTINGS.window * 1000)):
+        entry = None if held is None else window.Entry(held, 0)
+        if window.is_duplicate(entry, record_ms, round(SETTINGS.window * 1000)):
             return False
         self.first[id_bytes] = record_ms
         return True

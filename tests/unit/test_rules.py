@@ -10,6 +10,7 @@ import pytest
 
 from app import rules
 from app.rules import BadInput, Invalid, Valid
+from tables import window
 
 MAX_EVENT = 1024
 MAX_ID = 8
@@ -408,26 +409,26 @@ W = 60_000  # a 60 s window for the tables below
 @pytest.mark.parametrize(
     ("entry", "encoded"),
     [
-        (rules.Entry(0, 0), b"\x00" * 20),
+        (window.Entry(0, 0), b"\x00" * 20),
         (
-            rules.Entry(1, 2, 3),
+            window.Entry(1, 2, 3),
             b"\x00" * 7 + b"\x01" + b"\x00" * 7 + b"\x02" + b"\x00" * 3 + b"\x03",
         ),
         (
-            rules.Entry(1_714_564_800_000, 2**63),
+            window.Entry(1_714_564_800_000, 2**63),
             (1_714_564_800_000).to_bytes(8, "big") + b"\x80" + b"\x00" * 11,
         ),
     ],
 )
-def test_entry_round_trip(entry: rules.Entry, encoded: bytes) -> None:
+def test_entry_round_trip(entry: window.Entry, encoded: bytes) -> None:
     assert entry.encode() == encoded
-    assert rules.Entry.decode(encoded) == entry
+    assert window.Entry.decode(encoded) == entry
 
 
 def test_a_repeat_counts_without_moving_the_first_sighting() -> None:
-    entry = rules.Entry(1_000, 7)
-    assert entry.repeated().repeated() == rules.Entry(1_000, 7, 2)
-    assert rules.Entry.decode(entry.encode()[:16]) == entry  # 16-byte entries read as 0 repeats
+    entry = window.Entry(1_000, 7)
+    assert entry.repeated().repeated() == window.Entry(1_000, 7, 2)
+    assert window.Entry.decode(entry.encode()[:16]) == entry  # 16-byte entries read as 0 repeats
 
 
 @pytest.mark.parametrize(
@@ -445,8 +446,8 @@ def test_a_repeat_counts_without_moving_the_first_sighting() -> None:
 def test_is_duplicate_within_the_window(
     held_ms: int | None, record_ms: int, duplicate: bool
 ) -> None:
-    held = None if held_ms is None else rules.Entry(held_ms, 7)
-    assert rules.is_duplicate(held, record_ms, W) is duplicate
+    held = None if held_ms is None else window.Entry(held_ms, 7)
+    assert window.is_duplicate(held, record_ms, W) is duplicate
 
 
 @pytest.mark.parametrize(
@@ -454,34 +455,34 @@ def test_is_duplicate_within_the_window(
     [(0, 1000, 0), (999, 1000, 0), (1000, 1000, 1000), (3_600_001, 3_600_000, 3_600_000)],
 )
 def test_bucket_start(t: int, bucket: int, start: int) -> None:
-    assert rules.bucket_start(t, bucket) == start
+    assert window.bucket_start(t, bucket) == start
 
 
 def test_index_keys_order_by_bucket_then_sequence() -> None:
     keys = [
-        rules.index_key(5_000, 1_000, 9),
-        rules.index_key(5_999, 1_000, 3),  # same bucket, earlier sequence
-        rules.index_key(1_000, 1_000, 100),  # older bucket, later sequence
-        rules.index_key(9_000, 1_000, 0),
+        window.index_key(5_000, 1_000, 9),
+        window.index_key(5_999, 1_000, 3),  # same bucket, earlier sequence
+        window.index_key(1_000, 1_000, 100),  # older bucket, later sequence
+        window.index_key(9_000, 1_000, 0),
     ]
     assert sorted(keys) == [keys[2], keys[1], keys[0], keys[3]]
-    assert rules.bucket_of_index_key(keys[1]) == 5_000
+    assert window.bucket_of_index_key(keys[1]) == 5_000
 
 
 @pytest.mark.parametrize(
     "entry",
     [
-        rules.Entry(0, 0),
-        rules.Entry(5_999, 3, 2),
-        rules.Entry(1_790_000_123_456, 2**40 + 7, 0xFFFFFFFF),
-        rules.Entry(2**62, 2**63 - 1),
+        window.Entry(0, 0),
+        window.Entry(5_999, 3, 2),
+        window.Entry(1_790_000_123_456, 2**40 + 7, 0xFFFFFFFF),
+        window.Entry(2**62, 2**63 - 1),
     ],
 )
 @pytest.mark.parametrize("bucket_ms", [1, 1_000, 3_600_000])
-def test_index_key_cut_from_an_encoded_entry(entry: rules.Entry, bucket_ms: int) -> None:
-    expected = rules.index_key(entry.first_seen_ms, bucket_ms, entry.seq)
-    assert rules.index_key_of(entry.encode(), bucket_ms) == expected
-    assert rules.index_key_of(entry.encode()[:16], bucket_ms) == expected  # 16-byte entries
+def test_index_key_cut_from_an_encoded_entry(entry: window.Entry, bucket_ms: int) -> None:
+    expected = window.index_key(entry.first_seen_ms, bucket_ms, entry.seq)
+    assert window.index_key_of(entry.encode(), bucket_ms) == expected
+    assert window.index_key_of(entry.encode()[:16], bucket_ms) == expected  # 16-byte entries
 
 
 @pytest.mark.parametrize(
@@ -494,18 +495,18 @@ def test_index_key_cut_from_an_encoded_entry(entry: rules.Entry, bucket_ms: int)
     ],
 )
 def test_bucket_expired(bucket: int, stream: int, lateness: int, expired: bool) -> None:
-    assert rules.bucket_expired(bucket, 1_000, stream, W, lateness) is expired
+    assert window.bucket_expired(bucket, 1_000, stream, W, lateness) is expired
 
 
 @pytest.mark.parametrize(("held", "cap", "over"), [(0, 0, False), (10, 10, False), (11, 10, True)])
 def test_over_cap(held: int, cap: int, over: bool) -> None:
-    assert rules.over_cap(held, cap) is over
+    assert window.over_cap(held, cap) is over
 
 
 def test_effective_window() -> None:
-    assert rules.effective_window_ms(10_000, None) is None
-    assert rules.effective_window_ms(10_000, 4_000) == 6_000
-    assert rules.effective_window_ms(10_000, 12_000) == 0
+    assert window.effective_window_ms(10_000, None) is None
+    assert window.effective_window_ms(10_000, 4_000) == 6_000
+    assert window.effective_window_ms(10_000, 12_000) == 0
 
 
 KAFKA_MS = 1_790_000_000_000

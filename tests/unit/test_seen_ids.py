@@ -11,9 +11,9 @@ from pathlib import Path
 import faust
 import pytest
 
-from app import rules
 from app.settings import Settings
 from tables import seen_ids as seen_module
+from tables import window
 from tables.seen_ids import INDEX_CF, SeenIds, SeenIdsStore
 from tables.store import SOURCE_OFFSETS_KEY, encode_source_offsets
 
@@ -94,9 +94,9 @@ class World:
 
     def ids(
         self, store: SeenIdsStore | None = None, partition: int = 0
-    ) -> dict[bytes, rules.Entry]:
+    ) -> dict[bytes, window.Entry]:
         s = store or self.store
-        return {k: rules.Entry.decode(v) for k, v in s.db(partition).items()}
+        return {k: window.Entry.decode(v) for k, v in s.db(partition).items()}
 
     def index(self, store: SeenIdsStore | None = None, partition: int = 0) -> list[bytes]:
         s = store or self.store
@@ -180,7 +180,7 @@ def test_the_seek_hint_skips_what_was_deleted(world: World) -> None:
     world.record("late", 2 * BUCKET_MS + WINDOW_MS)  # ages out bucket 0
     world.commit()
     hint = world.store.summary(0).hint
-    assert hint > rules.index_key(109, BUCKET_MS, 9)  # past every deleted key
+    assert hint > window.index_key(109, BUCKET_MS, 9)  # past every deleted key
     assert all(k >= hint for k in world.index())
 
 
@@ -192,8 +192,8 @@ def test_a_late_first_sighting_below_the_hint_lowers_it(world: World) -> None:
     world.record("move", 3 * BUCKET_MS + WINDOW_MS)  # buckets 0..2 are out of the window
     world.commit()
     before = world.store.summary(0).hint
-    assert before > rules.index_key(1_104, BUCKET_MS, 9)
-    late_key = rules.index_key(600, BUCKET_MS, world.store.summary(0).next_seq)
+    assert before > window.index_key(1_104, BUCKET_MS, 9)
+    late_key = window.index_key(600, BUCKET_MS, world.store.summary(0).next_seq)
     assert late_key < before
     assert world.record("late", 600)  # a first sighting in an old bucket (a late record)
     world.commit()
