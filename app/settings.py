@@ -11,20 +11,14 @@ Faust setting explicitly so those have no effect on the dedup worker.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar, cast
 
 from app import faults
+from envsettings import EnvSettings, SettingsError, parse_duration, setting
 
-T = TypeVar("T")
-
-
-class SettingsError(ValueError):
-    """A setting from the environment is missing or invalid."""
+__all__ = ["EnvSettings", "Settings", "SettingsError", "parse_duration", "setting"]
 
 
 #: Values of ``DEDUPE_PROCESSING_GUARANTEE``.
@@ -36,17 +30,6 @@ AT_LEAST_ONCE = "at_least_once"
 BUCKET_DIVISOR = 100
 MAX_DERIVED_BUCKET = 3600.0
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Parse ``"250ms"``, ``"30s"``, ``"15m"``, ``"24h"``, ``"28d"`` or plain seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration (use e.g. 250ms, 30s, 15m, 24h, 28d)")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-
 
 def derived_bucket(window: float) -> float:
     """The age-out bucket when ``DEDUPE_BUCKET`` is not set: ``min(1h, window / 100)``.
@@ -56,64 +39,6 @@ def derived_bucket(window: float) -> float:
     from 1s up gives a bucket of at least 10ms; the default 28-day window keeps the 1h bucket.
     """
     return min(MAX_DERIVED_BUCKET, window / BUCKET_DIVISOR)
-
-
-@dataclass(frozen=True)
-class Setting:
-    """Documentation of one field: its environment variable and meaning (shown in the README)."""
-
-    env: str
-    help: str
-
-
-def setting(default: T, env: str, help: str) -> T:
-    """A settings field: its default, environment variable and documentation."""
-    return field(default=default, metadata={"setting": Setting(env, help)})
-
-
-class EnvSettings:
-    """Base of the settings dataclasses (worker, ingest, Spark jobs): fields declared with
-    :func:`setting`, read from their environment variables by :meth:`from_env`."""
-
-    #: The error a bad value raises: each entry point catches its own and prints the message.
-    error: ClassVar[type[ValueError]] = SettingsError
-
-    @classmethod
-    def describe(cls, name: str) -> Setting:
-        """The documentation of field ``name``."""
-        for f in fields(cast(Any, cls)):
-            if f.name == name:
-                doc: Setting = f.metadata["setting"]
-                return doc
-        raise KeyError(name)
-
-    @classmethod
-    def documented(cls) -> list[tuple[str, str, Setting]]:
-        """(field, default, doc) for every field, in declaration order (used by the README)."""
-        return [(f.name, str(f.default), f.metadata["setting"]) for f in fields(cast(Any, cls))]
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
-        """Read every field from its environment variable; unset variables keep their defaults."""
-        env = os.environ if environ is None else environ
-        converters: dict[str, Callable[[str], Any]] = {
-            "int": int,
-            "float": parse_duration,
-            "Path": Path,
-            "str": str,
-        }
-        values: dict[str, Any] = {}
-        for f in fields(cast(Any, cls)):
-            doc: Setting = f.metadata["setting"]
-            raw = env.get(doc.env)
-            if raw is None or raw == "":
-                continue
-            kind = f.type if isinstance(f.type, str) else f.type.__name__
-            try:
-                values[f.name] = converters[kind](raw.strip())
-            except ValueError as exc:
-                raise cls.error(f"{doc.env}={raw!r}: {exc}") from None
-        return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.settings import EnvSettings, SettingsError, setting
+from envsettings import EnvSettings, SettingsError, setting
 
 __all__ = ["IngestSettings", "SettingsError"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from app.settings import EnvSettings, setting
+from envsettings import EnvSettings, setting
 
 T = TypeVar("T")
 
