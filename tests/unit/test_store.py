@@ -718,8 +718,9 @@ async def test_backup_partition_is_unsupported(store: TransactionalStore) -> Non
 # --- RocksDB tuning ----------------------------------------------------------------------------
 
 
-def fill(harness: Harness, store: TransactionalStore, partitions: int, keys: int) -> int:
-    """Commit ``keys`` 100-byte values into each partition; the memtables' total bytes after."""
+def fill(harness: Harness, store: TransactionalStore, partitions: int, keys: int) -> list[int]:
+    """Commit ``keys`` 100-byte values into each partition; each partition's memtable bytes
+    after."""
     for p in range(partitions):
         harness.at(p)
         for i in range(keys):
@@ -735,26 +736,33 @@ def fill(harness: Harness, store: TransactionalStore, partitions: int, keys: int
         for prop in ("rocksdb.mem-table-flush-pending", "rocksdb.num-running-flushes")
     ):
         time.sleep(0.05)
-    return sum(
+    return [
         store.partition_db(p).db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
         for p in range(partitions)
-    )
+    ]
 
 
 def test_the_memtables_of_all_partitions_share_one_budget(harness: Harness) -> None:
-    # ~2.4 MB of keys and values per partition, far below one 64 MiB memtable: without a shared
-    # budget all of it stays in the four memtables; with a 2 MiB budget RocksDB flushes early.
+    """~4.8 MB of keys and values per partition, far below one 64 MiB memtable: without a
+    shared budget each partition keeps all of it in memory; with a 2 MiB budget RocksDB
+    flushes a partition's memtable once the memtables of all partitions together pass (7/8
+    of) it, so memtable memory stays near the budget per partition however much is written.
+    Only the partition being written is flushed (an idle one keeps what it has), so the total
+    settles anywhere up to about one budget per partition, depending on when the background
+    flushes ran: a bound of 2x the budget on the total failed 2 runs in 5 on a loaded
+    machine, and a partition can end a few KiB over the budget (arena blocks)."""
     budget = 2 * 1024 * 1024
     small = harness.new_store("small", RocksTuning(memtable_budget_bytes=budget))
     large = harness.new_store("large", RocksTuning(memtable_budget_bytes=256 * 1024 * 1024))
-    in_small = fill(harness, small, partitions=4, keys=20_000)
-    in_large = fill(harness, large, partitions=4, keys=20_000)
-    assert in_large > 4 * budget, in_large
-    assert in_small < 2 * budget, in_small
+    in_small = fill(harness, small, partitions=4, keys=40_000)
+    in_large = fill(harness, large, partitions=4, keys=40_000)
+    assert all(size > 2 * budget for size in in_large), in_large
+    assert all(size < 1.25 * budget for size in in_small), in_small
+    assert sum(in_small) < sum(in_large) / 3, (in_small, in_large)
     # and nothing was lost by the early flushes
     harness.at(3)
-    assert small[b"k3-00019999"] == b"v" * 100
-    assert sum(1 for _ in small.partition_db(0).db.items()) == 20_000
+    assert small[b"k3-00039999"] == b"v" * 100
+    assert sum(1 for _ in small.partition_db(0).db.items()) == 40_000
 
 
 def test_filters_and_index_are_partitioned(harness: Harness, store: TransactionalStore) -> None:
