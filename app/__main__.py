@@ -1,6 +1,6 @@
 """``python -m app worker``: start a dedup worker (Faust's worker command line).
 
-Settings come from the environment (README, "Settings"); an invalid one stops the worker at once
+Settings come from the environment (docs/settings.md); an invalid one stops the worker at once
 with exit status 2 and a message naming the variable. The log level is DEDUPE_LOG_LEVEL unless
 ``-l``/``--loglevel`` is given. Two workers on one machine differ only in DEDUPE_DATA_DIR and
 DEDUPE_WEB_PORT.

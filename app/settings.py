@@ -95,7 +95,7 @@ class Settings(EnvSettings):
         EXACTLY_ONCE,
         "DEDUPE_PROCESSING_GUARANTEE",
         "'exactly_once': one Kafka transaction per partition covers each record's output, "
-        "changelog record and offset (everything this README promises). 'at_least_once' (for "
+        "changelog record and offset (everything docs/design.md promises). 'at_least_once' (for "
         "benchmarks and comparisons, see app/alo.py): a plain producer, offsets committed every "
         "DEDUPE_COMMIT_INTERVAL after the sends are acknowledged; after a crash the records "
         "since the last commit are processed again and a first copy may be forwarded twice.",

@@ -168,7 +168,8 @@ class IngestSettings(EnvSettings):
 
 
 def settings_table() -> str:
-    """The README's markdown table of these settings (``python -m ingest.settings`` prints it)."""
+    """The markdown table of these settings in docs/settings.md (``python -m ingest.settings``
+    prints it)."""
     defaults = IngestSettings()
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, _, doc in IngestSettings.documented():
@@ -181,5 +182,5 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":  # python -m ingest.settings: print the README's table
+if __name__ == "__main__":  # python -m ingest.settings: print the table of docs/settings.md
     print(settings_table())

@@ -1,8 +1,8 @@
-"""Print the README's settings table from ``app.settings.Settings`` (the one source of truth).
+"""Print the settings table of docs/settings.md from ``app.settings.Settings`` (the source).
 
     python -m scripts.settings_table
 
-``tests/unit/test_readme.py`` fails when README.md does not contain exactly this table.
+``tests/unit/test_readme.py`` fails when docs/settings.md does not contain exactly this table.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The lake job: Spark Structured Streaming from the clean topic into Parquet tables, exactly once.
 
-Run it next to the worker (settings from the same environment; see the README, "Spark
-pipeline")::
+Run it next to the worker (settings from the same environment; see docs/spark.md)::
 
     make spark-jars          # once: the Kafka connector jars from Maven Central into .cache/
     python -m spark.job      # or `make spark`; Ctrl-C stops it (a restart continues exactly)

@@ -222,7 +222,7 @@ def _shown_default(name: str, value: object) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of the Spark settings: variable, default, meaning."""
+    """The table of the Spark settings in docs/spark.md: variable, default, meaning."""
     defaults = SparkSettings()
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, _, doc in SparkSettings.documented():

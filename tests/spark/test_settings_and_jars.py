@@ -13,7 +13,7 @@ from spark.settings import SparkSettings, SparkSettingsError, markdown_table
 
 pytestmark = pytest.mark.spark
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SPARK_DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 
 
 def test_defaults_read_the_workers_clean_topic_into_a_local_lake() -> None:
@@ -83,8 +83,8 @@ def test_an_invalid_value_is_refused_naming_the_variable(
     assert env in str(caught.value) and message in str(caught.value)
 
 
-def test_readme_lists_every_spark_setting_as_the_settings_object_documents_it() -> None:
-    assert markdown_table() in README.read_text(), "run: python -m spark.settings"
+def test_the_spark_doc_lists_every_spark_setting_as_the_settings_object_documents_it() -> None:
+    assert markdown_table() in SPARK_DOC.read_text(), "run: python -m spark.settings"
 
 
 def test_a_jar_counts_as_shipped_only_for_the_same_artifact() -> None:

@@ -14,7 +14,7 @@ needs to, and asserts that a defect of /work/shared/FAUST-EOS.md IS present:
 - D4 a failed (fenced) commit is logged and reported as a success.
 
 These tests document stock behaviour, so they PASS while the defects exist. If a future Faust
-fixes one, its test fails: then re-check the README's claims and our replacements.
+fixes one, its test fails: then re-check docs/design.md's claims and our replacements.
 
 The apps print ``STOCK-...`` lines from optional hooks that observe Faust or pin the moment of a
 crash (see :mod:`stock_app`); they do not change what Faust does.
