@@ -204,7 +204,7 @@ def run(
     from app.settings import Settings
     from bench.measure import disk_bytes
     from tables import seen_ids as seen_module
-    from tables import store as store_module
+    from tables import rocks as store_module
     from tables.seen_ids import SeenIds, SeenIdsStore
     from tables.window import Entry
 
@@ -395,7 +395,7 @@ def run(
             rows.append((f"RocksDB after lookups: {name}", mib(value)))
         rows += [
             (
-                "RocksDB options (tables/store.py)",
+                "RocksDB options (tables/rocks.py)",
                 f"block cache {mib(tuning.block_cache_bytes)} shared, memtables "
                 f"{mib(tuning.memtable_budget_bytes)} for all partitions (write-buffer manager), "
                 f"at most {mib(tuning.write_buffer_bytes)} each, bloom "

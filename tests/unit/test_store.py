@@ -13,15 +13,15 @@ import pytest
 from faust.types import TP
 from rocksdict import AccessType, Options, Rdict
 
-from tables.store import (
+from tables.rocks import (
     MEMTABLE_BLOOM_RATIO,
     META_CF,
     OFFSET_KEY,
     SOURCE_OFFSETS_KEY,
     RocksTuning,
-    TransactionalStore,
     encode_source_offsets,
 )
+from tables.store import TransactionalStore
 
 CHANGELOG = "t-unit-seen-changelog"
 

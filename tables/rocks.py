@@ -1,0 +1,160 @@
+"""RocksDB for the table stores: memory-bounded options, one partition's database, multi-get,
+and the keys the store reserves for its bookkeeping.
+
+Layout: one database per partition, ``<tabledir>/<table>-<partition>.db``, raw bytes keys and
+values. RocksDB options (:class:`RocksTuning`), chosen so that memory stays bounded however many
+ids and partitions a worker holds (instead of Faust's 2 GiB block cache per partition):
+
+- one block cache shared by all partitions of the table, holding data, index and filter blocks;
+- one write-buffer manager shared by all partitions: the memtables of every partition database
+  together stay near its budget (RocksDB flushes one early when they reach it), so memtable
+  memory does not grow with the number of partitions held;
+- bloom filters of 10 bits/key (lookups of new ids mostly miss), *partitioned* with a two-level
+  index in 4 KiB blocks whose top levels stay pinned in the cache: a cache miss reads one small
+  filter or index partition, not a whole-file filter block (about 1.5 MB per SST file), which at
+  tens of millions of ids made every lookup of a new id re-read megabytes
+  (``bench/results-scale.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from rocksdict import (
+    BlockBasedIndexType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteBufferManager,
+)
+
+#: Column family for the store's own bookkeeping, apart from the ids (any byte string is a
+#: valid messageId, so no key in the default column family could be reserved safely).
+META_CF = "dedupe-meta"
+#: Key (in :data:`META_CF`) of the changelog offset a partition database holds data through.
+OFFSET_KEY = b"changelog-offset"
+
+#: Changelog key of the record each transaction adds with its source offsets (JSON, topic ->
+#: next offset). 0xFF never occurs in UTF-8, so no messageId can be this key. The store keeps its
+#: value in :data:`META_CF`, not among the ids; see :meth:`TransactionalStore.source_offsets`.
+SOURCE_OFFSETS_KEY = b"\xffdedupe:source-offsets"
+
+BLOOM_BITS_PER_KEY = 10
+#: Memtable bloom filter of the ids' column family, as a share of its write buffer (64 MiB:
+#: 1.3 MiB, some 20 bits per id a full memtable holds).
+MEMTABLE_BLOOM_RATIO = 0.02
+#: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
+METADATA_BLOCK_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class RocksTuning:
+    """The RocksDB memory knobs of one table store (settings ``DEDUPE_ROCKSDB_*``)."""
+
+    #: Most bytes of one memtable (per partition database and column family).
+    write_buffer_bytes: int = 64 * 1024 * 1024
+    #: All memtables of all partitions of the table together (one write-buffer manager).
+    memtable_budget_bytes: int = 256 * 1024 * 1024
+    #: Block cache shared by all partitions of the table (data, index and filter blocks).
+    block_cache_bytes: int = 128 * 1024 * 1024
+
+
+class PartitionDB:
+    """One partition's database: the table's keys in the default column family, the store's
+    bookkeeping in :data:`META_CF`, and any column families a subclass derives locally."""
+
+    __slots__ = ("db", "extra", "handles", "meta", "meta_handle")
+
+    def __init__(
+        self,
+        path: Path,
+        options: Options,
+        family_options: Options,
+        extra_cfs: tuple[str, ...] = (),
+    ) -> None:
+        families = {name: family_options for name in (META_CF, *extra_cfs)}
+        self.db = Rdict(str(path), options, column_families=families)
+        self.meta = self.db.get_column_family(META_CF)
+        self.meta_handle = self.db.get_column_family_handle(META_CF)
+        self.extra = {name: self.db.get_column_family(name) for name in extra_cfs}
+        self.handles = {name: self.db.get_column_family_handle(name) for name in extra_cfs}
+
+    def offset(self) -> int | None:
+        raw = self.meta.get(OFFSET_KEY)
+        return None if raw is None else int.from_bytes(raw, "big")
+
+    def source_offsets(self) -> dict[str, int]:
+        raw = self.meta.get(SOURCE_OFFSETS_KEY)
+        return {} if raw is None else decode_source_offsets(raw)
+
+    def write(self, batch: WriteBatch, offset: int | None) -> None:
+        """Apply ``batch`` and (atomically with it) the changelog offset it brings us to."""
+        if offset is not None:
+            batch.put(OFFSET_KEY, offset.to_bytes(8, "big"), self.meta_handle)
+        self.db.write(batch)
+
+    def close(self) -> None:
+        for cf in self.extra.values():
+            cf.close()
+        self.meta.close()
+        self.db.close()
+
+
+def multi_get(db: Rdict, keys: list[bytes]) -> list[bytes | None]:
+    """The values of ``keys`` (None: absent) with one RocksDB MultiGet."""
+    found: list[bytes | None] = db.get(cast(Any, keys)) or []
+    return found
+
+
+def encode_source_offsets(offsets: dict[str, int]) -> bytes:
+    return json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_source_offsets(raw: bytes) -> dict[str, int]:
+    return {str(k): int(v) for k, v in json.loads(raw).items()}
+
+
+def options_for(tuning: RocksTuning) -> tuple[Options, Options, Cache]:
+    """Options for every partition database of one store, sharing one cache and one budget:
+    those of the ids (the default column family) and those of the other column families."""
+    cache = Cache(tuning.block_cache_bytes)
+    # No stall: past the budget RocksDB flushes memtables early instead of blocking writers.
+    budget = WriteBufferManager(tuning.memtable_budget_bytes, False)
+    ids = family_options(tuning, cache, budget)
+    # Most lookups are of ids not held (every first sighting): a bloom filter over the whole
+    # keys of the memtable answers those without walking its skiplist, which grows to hundreds
+    # of thousands of ids per partition before a flush.
+    ids.set_memtable_whole_key_filtering(True)
+    ids.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
+    return ids, family_options(tuning, cache, budget), cache
+
+
+def family_options(tuning: RocksTuning, cache: Cache, budget: WriteBufferManager) -> Options:
+    write_buffer_bytes = min(tuning.write_buffer_bytes, tuning.memtable_budget_bytes)
+    opts = Options(raw_mode=True)
+    opts.set_write_buffer_size(write_buffer_bytes)
+    opts.set_write_buffer_manager(budget)
+    # The bookkeeping column family takes a few bytes per commit and would never fill its
+    # memtable, so RocksDB would keep every write-ahead log file for it: cap the WAL, which
+    # makes RocksDB flush the column families that hold old logs.
+    opts.set_max_total_wal_size(4 * write_buffer_bytes)
+    opts.set_max_log_file_size(16 * 1024 * 1024)
+    opts.set_keep_log_file_num(3)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    table = BlockBasedOptions()
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_metadata_block_size(METADATA_BLOCK_BYTES)
+    table.set_pin_top_level_index_and_filter(True)
+    opts.set_block_based_table_factory(table)
+    return opts
