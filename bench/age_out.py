@@ -34,7 +34,8 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import Settings
 from tables import seen_ids as seen_module
-from tables.seen_ids import SeenIds, SeenIdsStore
+from tables.seen_ids import SeenIds
+from tables.seen_ids_index import SeenIdsStore
 from tables.window import Entry
 
 RESULTS = Path(__file__).with_name("results-age-out.md")

@@ -203,9 +203,10 @@ def run(
     from app.rules import partition_for
     from app.settings import Settings
     from bench.measure import disk_bytes
-    from tables import seen_ids as seen_module
     from tables import rocks as store_module
-    from tables.seen_ids import SeenIds, SeenIdsStore
+    from tables import seen_ids as seen_module
+    from tables.seen_ids import SeenIds
+    from tables.seen_ids_index import SeenIdsStore
     from tables.window import Entry
 
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
