@@ -1,6 +1,6 @@
 """Processes racing over the same ids, and a holder killed with SIGKILL mid-handler.
 
-Race: 4 processes, each with 8 concurrent tasks, run the same 300 ids in different orders;
+Race: 4 processes, each with 8 concurrent tasks, run the same 500 ids in different orders;
 every run of the handler writes one effect. Exactly one effect per id, on PostgreSQL with the
 effect in the claim's transaction, on PostgreSQL with the effect written just before
 ``complete``, and on Redis.
@@ -34,7 +34,7 @@ from tests.support import ROOT
 pytestmark = pytest.mark.idempotency
 
 PROCESSES = 4
-RACE_IDS = 300
+RACE_IDS = 500
 
 
 def racer(
