@@ -19,7 +19,8 @@ BENCH_KAFKA_PORT ?= 39092
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest web clean \
-        spark-jars spark audit bench bench-scale servers-up servers-down test-idempotency \
+        spark-jars spark audit bench bench-scale servers-install servers-up servers-down \
+        test-idempotency \
         bench-idempotency
 
 help: ## Show this help
@@ -100,13 +101,16 @@ test-spark: $(STAMP) kafka-jars spark-jars ## Spark tests: transforms, audit, wo
 test-ingest: $(STAMP) kafka-jars ## HTTP ingest tests: real service, broker, workers, Segment SDK
 	$(call pytest_tier,tests/ingest,-q -s)
 
+servers-install: ## Install PostgreSQL and Redis from Debian's packages when missing (apt-get, as root)
+	$(SERVERS) install
+
 servers-up: ## Start the test PostgreSQL (:15432) and Redis (:16379); installs them with apt if missing
 	$(SERVERS) up
 
 servers-down: ## Stop the test PostgreSQL and Redis
 	$(SERVERS) down
 
-test-idempotency: $(STAMP) kafka-jars ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
+test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
 test: lint test-unit test-integration test-faults test-spark test-ingest test-idempotency ## Lint and every test tier
