@@ -84,18 +84,23 @@ async def main(argv: list[str]) -> int:
         conn = await conn_cm.__aenter__() if conn_cm is not None else None
         try:
             async with idem.claim(event_id, payload=event_id, wait=True, connection=conn) as claim:
+                claimed_at = time.time()  # wall clock: the test compares it across processes
                 if claim.done:
                     outcomes[event_id] = {"how": "repeat"}
                 else:
                     if hold:
                         if args.store == "pg-joined":
                             await effect(event_id, claim)  # written, never committed
-                        print(f"HOLDING {event_id}", flush=True)
+                        print(f"HOLDING {event_id} {claimed_at}", flush=True)
                         await block_forever.wait()
                     await effect(event_id, claim)
                     claim.complete(f"done-by-{pid}")
                     how = "taken_over" if claim.taken_over else "ran"
-                    outcomes[event_id] = {"how": how, "attempts": claim.attempts}
+                    outcomes[event_id] = {
+                        "how": how,
+                        "attempts": claim.attempts,
+                        "claimed_at": claimed_at,
+                    }
             outcomes[event_id]["wait_s"] = round(time.monotonic() - started, 3)
         finally:
             if conn_cm is not None:

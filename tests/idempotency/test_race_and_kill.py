@@ -92,7 +92,7 @@ def test_racing_processes_one_effect_per_id(
     servers: Servers, table: str, prefix: str, store: str, figures: list[str]
 ) -> None:
     make_effects_table(servers, table)
-    start_at = time.time() + 3.0  # all processes past their imports and pools by then
+    start_at = time.time() + 4.0  # all processes past their imports and pools by then
     procs = [
         racer(
             servers,
@@ -115,7 +115,7 @@ def test_racing_processes_one_effect_per_id(
     ran = [s["counts"].get("ran", 0) for s in summaries]
     repeats = [s["counts"].get("repeat", 0) for s in summaries]
     assert sum(ran) == RACE_IDS and sum(repeats) == RACE_IDS * (PROCESSES - 1)
-    assert min(ran) > 0, f"no real race: one process ran everything {ran}"
+    assert sum(1 for r in ran if r) >= 2, f"no race: one process ran everything {ran}"
     elapsed = max(s["elapsed_s"] for s in summaries)
     figures.append(
         f"race [{store}]: {PROCESSES} processes x 8 tasks x {RACE_IDS} ids, "
@@ -150,13 +150,16 @@ def test_kill_9_mid_handler_then_taken_over_once(
     )
     assert holder.stdout is not None
     holding: list[str] = []
+    held_at: dict[str, float] = {}  # wall clock of each held claim, in the holder
     deadline = time.monotonic() + 60
     while len(holding) < held and time.monotonic() < deadline:
         line = holder.stdout.readline()
         if not line:
             break
         if line.startswith("HOLDING "):
-            holding.append(line.split()[1])
+            _, event_id, at = line.split()
+            holding.append(event_id)
+            held_at[event_id] = float(at)
     assert len(holding) == held, holder.stderr.read() if holder.stderr else ""
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(10)
@@ -189,16 +192,19 @@ def test_kill_9_mid_handler_then_taken_over_once(
         assert all(outcomes[e]["attempts"] == 2 for e in holding)
     else:  # joined: rolled back with the holder; Redis: the expired key leaves no count
         assert all(outcomes[e]["how"] == "ran" for e in holding)
+    # how long after the holder's claim each held id was claimed again (same machine clock)
+    after_claim = [outcomes[e]["claimed_at"] - held_at[e] for e in holding]
     if store == "pg-joined":
         assert max(held_waits) < lease_ms / 1000 / 2, "joined claims die with the connection"
     else:
-        # the claims were taken at most a moment before the kill; the lease runs from then
-        assert min(held_waits) > lease_ms / 1000 / 2, f"taken over before the lease: {held_waits}"
+        # never before the lease ended (0.1 s: the holder read its clock just after its claim)
+        assert min(after_claim) > lease_ms / 1000 - 0.1, f"taken over early: {after_claim}"
     effects = effects_per_id(servers, store, table, prefix)
     assert set(effects) == set(ids) and max(effects.values()) == 1, effects
     figures.append(
         f"kill -9 [{store}]: lease {lease_ms} ms; {completed} completed ids -> repeats, {held} "
-        f"held mid-handler -> run once more after {min(held_waits):.2f}-{max(held_waits):.2f} s "
-        f"(rescue done {rescued_after:.2f} s after the kill), {fresh} new; "
+        f"held mid-handler -> claimed again {min(after_claim):.2f}-{max(after_claim):.2f} s "
+        f"after the holder's claim (the rescuer waited {min(held_waits):.2f}-"
+        f"{max(held_waits):.2f} s; done {rescued_after:.2f} s after the kill), {fresh} new; "
         f"effects per id: all {max(effects.values())}"
     )
