@@ -9,6 +9,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 KAFKA := scripts/kafka-local.sh
+SERVERS := scripts/servers.sh
+IDEM_LIB := libs/idempotent-consumer
 # Tests use their own broker port, so they never touch the broker of `make run`.
 TEST_KAFKA_PORT ?= 19092
 # `make bench` starts its own broker on this port unless KAFKA_BOOTSTRAP_SERVERS is set.
@@ -17,16 +19,19 @@ BENCH_KAFKA_PORT ?= 39092
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest web clean \
-        spark-jars spark audit bench bench-scale
+        spark-jars spark audit bench bench-scale servers-install servers-up servers-down \
+        test-idempotency \
+        bench-idempotency
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(IDEM_LIB)/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark,bench]'
+	$(PY) -m pip install --quiet -e '$(IDEM_LIB)[all]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
@@ -62,7 +67,7 @@ spark: $(STAMP) spark-jars ## Run the Spark job: clean topic -> Parquet lake ($D
 audit: $(STAMP) ## Audit the lake (Spark batch job): rows, distinct messageIds, duplicates
 	$(PY) -m spark.audit
 
-lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on app/ tables/ spark/)
+lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on app/ tables/ spark/ ingest/ libs/)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -96,7 +101,19 @@ test-spark: $(STAMP) kafka-jars spark-jars ## Spark tests: transforms, audit, wo
 test-ingest: $(STAMP) kafka-jars ## HTTP ingest tests: real service, broker, workers, Segment SDK
 	$(call pytest_tier,tests/ingest,-q -s)
 
-test: lint test-unit test-integration test-faults test-spark test-ingest ## Lint and every test tier
+servers-install: ## Install PostgreSQL and Redis from Debian's packages when missing (apt-get, as root)
+	$(SERVERS) install
+
+servers-up: ## Start the test PostgreSQL (:15432) and Redis (:16379); installs them with apt if missing
+	$(SERVERS) up
+
+servers-down: ## Stop the test PostgreSQL and Redis
+	$(SERVERS) down
+
+test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
+	$(call pytest_tier,tests/idempotency,-q)
+
+test: lint test-unit test-integration test-faults test-spark test-ingest test-idempotency ## Lint and every test tier
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
@@ -105,6 +122,10 @@ bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_E
 
 bench-scale: $(STAMP) ## 50M ids held in 8 partitions, no broker: lookups, RSS, disk/id (bench/results-scale.md)
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
+
+bench-idempotency: $(STAMP) ## Claims/s and p99 per store vs bare INSERT / SET NX / Powertools (bench/results-idempotency.md)
+	$(SERVERS) up
+	$(PY) -m bench.idempotency $(BENCH_IDEM_ARGS)
 
 clean: ## Remove local data (not the jar cache or .venv)
 	rm -rf data lake .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,352 @@
+"""The claim: ``async with idem.claim(event_id) as claim`` (its sync twin is ``_sync``).
+
+States of a record, as every store keeps them:
+
+* no record            -> the claim inserts one *in progress* with a lease and runs the body;
+* in progress, live    -> another holder runs it: ``AlreadyInProgress`` (or wait, if asked);
+* in progress, expired -> its holder crashed or hung: the claim takes it over (a new token
+  fences the old holder out, ``claim.attempts`` counts the takeovers);
+* completed            -> a repeat: ``claim.done`` is true and ``claim.result`` is the first
+  run's result; the body must return it without running the effect again;
+* released             -> the body raised: the record is deleted, the redelivery runs again.
+
+A different payload hash under the same id is ``PayloadMismatch`` in any state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from ._base import (
+    AlreadyInProgress,
+    AsyncStore,
+    ClaimReply,
+    ClaimRequest,
+    Held,
+    JsonSerializer,
+    LeaseLost,
+    Outcome,
+    PayloadMismatch,
+    Serializer,
+    check_event_id,
+    new_token,
+    payload_hash,
+    positive,
+)
+
+log = logging.getLogger("idempotent_consumer")
+
+StoreT = TypeVar("StoreT")
+T = TypeVar("T")
+
+#: Waiting for a busy id polls the store, starting at 5 ms and doubling up to ``max_poll``.
+FIRST_POLL = 0.005
+
+
+class Settings(Generic[StoreT]):
+    """What the async and the sync ``Idempotency`` share: the store and the namespace."""
+
+    def __init__(
+        self,
+        store: StoreT,
+        processor: str,
+        *,
+        lease: timedelta = timedelta(seconds=30),
+        expire_after: timedelta = timedelta(days=7),
+        serializer: Serializer | None = None,
+        max_poll: timedelta = timedelta(milliseconds=250),
+    ) -> None:
+        #: where the records live
+        self.store = store
+        #: the namespace of the records: one per consumer group (each group dedups on its own)
+        self.processor = check_event_id(processor)
+        #: how long a claim holds an event before another holder may take it over; measured
+        #: on the store's clock (PostgreSQL's, Redis's), extend it for long handlers
+        self.lease = positive(lease, "lease")
+        #: how long a record is kept after its first claim (repeats later than this run again)
+        self.expire_after = positive(expire_after, "expire_after")
+        #: how results are stored (default: JSON)
+        self.serializer: Serializer = serializer or JsonSerializer()
+        #: the longest pause between two polls while waiting for a busy id
+        self.max_poll = positive(max_poll, "max_poll")
+        limit = getattr(store, "max_expire_after", None)
+        if limit is not None and expire_after > limit:
+            raise ValueError(
+                f"expire_after={expire_after} is longer than the store keeps records "
+                f"({limit}): raise the store's retention or shorten expire_after"
+            )
+
+    def _request(self, event_id: str, digest: bytes | None, block: bool) -> ClaimRequest:
+        return ClaimRequest(
+            processor=self.processor,
+            event_id=event_id,
+            payload_hash=digest,
+            token=new_token(),
+            lease=self.lease,
+            expire_after=self.expire_after,
+            block=block,
+        )
+
+
+class ClaimState:
+    """What a claim knows; ``Claim`` and ``SyncClaim`` add ``extend``."""
+
+    def __init__(
+        self,
+        event_id: str,
+        processor: str,
+        reply: ClaimReply,
+        held: Held | None,
+        result: Any,
+        connection: Any,
+    ) -> None:
+        #: the event id claimed
+        self.event_id = event_id
+        #: the namespace it was claimed in
+        self.processor = processor
+        #: True for a repeat: the first run completed and ``result`` is its result
+        self.done = reply.outcome is Outcome.COMPLETED
+        #: the first run's result (a repeat), or what ``complete()`` was given
+        self.result = result
+        #: claims of this id so far, this one included: 2 or more means an earlier holder
+        #: crashed or hung mid-handler and its effect may be partly done (None: the store
+        #: cannot tell, as with Redis, where an expired lease leaves no trace)
+        self.attempts = reply.attempts
+        #: the caller's connection the claim joined (PostgreSQL), or None
+        self.connection = connection
+        self._held = held
+        self._completed = False
+
+    @property
+    def taken_over(self) -> bool:
+        """True when this claim took the event over from a holder whose lease had ended."""
+        return self.attempts is not None and self.attempts > 1
+
+    def complete(self, result: Any = None) -> None:
+        """Record the result; it is stored with the claim when the ``with`` block ends
+        (a block that ends without ``complete`` completes with ``None``)."""
+        if self.done:
+            raise RuntimeError(f"event {self.event_id!r} is a repeat: there is nothing to complete")
+        self.result = result
+        self._completed = True
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "held"
+        return f"<claim {self.processor}/{self.event_id} {state} attempts={self.attempts}>"
+
+
+class Claim(ClaimState):
+    """What ``async with idem.claim(...)`` yields."""
+
+    _store: AsyncStore
+    _lease: timedelta
+
+    async def extend(self, lease: timedelta | None = None) -> None:
+        """Push the lease's end to now + ``lease`` (default: the configured lease), for a
+        handler that runs longer than its lease. ``LeaseLost`` if it was taken over."""
+        if self._held is None:
+            return
+        lease = positive(lease or self._lease, "lease")
+        if not await self._store.extend(self._held, lease, self.connection):
+            raise LeaseLost(self.event_id, self.processor, "extend")
+
+
+class Idempotency(Settings[AsyncStore]):
+    """Exactly-once effects per ``(event id, processor)`` on a store (async).
+
+    ::
+
+        idem = Idempotency(PostgresStore(dsn), processor="billing")
+        async with idem.claim(event_id, payload=record.value) as claim:
+            if claim.done:
+                return claim.result          # a repeat: the first run's result
+            charge_id = await charge(...)
+            claim.complete(charge_id)        # an exception instead releases the claim
+    """
+
+    def claim(
+        self,
+        event_id: str | bytes,
+        *,
+        payload: object = None,
+        wait: bool | timedelta = False,
+        connection: Any = None,
+    ) -> ClaimContext:
+        """Claim ``event_id`` for this processor.
+
+        ``payload``: hashed and compared with the first claim's (``PayloadMismatch``).
+        ``wait``: False raises ``AlreadyInProgress`` at once when another holder has it; True
+        waits until it completes (then ``done``) or its lease ends (then a takeover); a
+        timedelta waits at most that long.
+        ``connection``: a psycopg connection (PostgreSQL only): the claim runs in its
+        transaction (a savepoint inside an open one), so the effects written on it and the
+        completed record commit together, or neither does.
+        """
+        return ClaimContext(self, check_event_id(event_id), payload, wait, connection)
+
+    def for_processor(self, processor: str) -> Idempotency:
+        """The same store and settings under another processor namespace."""
+        return Idempotency(
+            self.store,
+            processor,
+            lease=self.lease,
+            expire_after=self.expire_after,
+            serializer=self.serializer,
+            max_poll=self.max_poll,
+        )
+
+    async def once(
+        self,
+        event_id: str | bytes,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        payload: object = None,
+        wait: bool | timedelta = True,
+    ) -> T:
+        """Run ``fn`` once per event id and return its result; a repeat returns the first
+        run's result without calling ``fn``."""
+        async with self.claim(event_id, payload=payload, wait=wait) as claim:
+            if claim.done:
+                return claim.result  # type: ignore[no-any-return]
+            result = await fn()
+            claim.complete(result)
+            return result
+
+
+def _deadline(wait: bool | timedelta) -> float | None:
+    """Monotonic deadline for waiting (None: no limit)."""
+    if wait is True:
+        return None
+    if wait is False:
+        return time.monotonic()
+    return time.monotonic() + max(0.0, wait.total_seconds())
+
+
+class ClaimContext:
+    """The async context manager of one claim (``Idempotency.claim``)."""
+
+    def __init__(
+        self,
+        idem: Idempotency,
+        event_id: str,
+        payload: object,
+        wait: bool | timedelta,
+        connection: Any,
+    ) -> None:
+        self._idem = idem
+        self._event_id = event_id
+        self._digest = payload_hash(payload)
+        self._wait = wait
+        self._connection = connection
+        self._tx: Any = None
+        self._claim: Claim | None = None
+
+    async def _acquire(self) -> tuple[ClaimReply, Held | None]:
+        idem = self._idem
+        deadline = _deadline(self._wait)
+        delay = FIRST_POLL
+        # Joined to a transaction with no time limit: wait on the other transaction's lock
+        # (no polling); with a limit, or none, ask the store to answer BUSY instead.
+        block = self._connection is not None and self._wait is True
+        while True:
+            request = idem._request(self._event_id, self._digest, block)
+            reply = await idem.store.claim(request, self._connection)
+            outcome = reply.outcome
+            if outcome in (Outcome.ACQUIRED, Outcome.TAKEN_OVER):
+                held = Held(
+                    idem.processor, self._event_id, request.token, self._digest, reply.locator
+                )
+                return reply, held
+            if outcome is Outcome.COMPLETED:
+                return reply, None
+            if outcome is Outcome.MISMATCH:
+                raise PayloadMismatch(self._event_id, idem.processor)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise AlreadyInProgress(self._event_id, idem.processor, reply.retry_after)
+            pause = delay
+            if reply.retry_after:
+                pause = min(pause, reply.retry_after)
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            await asyncio.sleep(pause)
+            delay = min(delay * 2, idem.max_poll.total_seconds())
+
+    async def __aenter__(self) -> Claim:
+        if self._connection is not None:
+            self._tx = self._connection.transaction()
+            await self._tx.__aenter__()
+        try:
+            reply, held = await self._acquire()
+            result = None
+            if reply.outcome is Outcome.COMPLETED and reply.result is not None:
+                result = self._idem.serializer.loads(reply.result)
+        except BaseException as exc:
+            if self._tx is not None:
+                await self._tx.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        claim = Claim(self._event_id, self._idem.processor, reply, held, result, self._connection)
+        claim._store = self._idem.store
+        claim._lease = self._idem.lease
+        self._claim = claim
+        return claim
+
+    async def _complete(self, claim: Claim) -> None:
+        assert claim._held is not None
+        data = self._idem.serializer.dumps(claim.result if claim._completed else None)
+        ok = await self._idem.store.complete(
+            claim._held, data, self._idem.expire_after, self._connection
+        )
+        if not ok:
+            raise LeaseLost(self._event_id, self._idem.processor, "complete")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        claim = self._claim
+        assert claim is not None
+        if self._tx is None:
+            if claim.done:
+                return None
+            if exc is None:
+                await self._complete(claim)
+                return None
+            await self._release(claim)
+            return None
+        # Joined: completing writes in the caller's transaction; leaving the transaction
+        # block commits it (or releases the savepoint), and an exception rolls the claim back
+        # together with the effects written on the connection.
+        if exc is None and not claim.done:
+            try:
+                await self._complete(claim)
+            except BaseException as failure:
+                await self._tx.__aexit__(type(failure), failure, failure.__traceback__)
+                raise
+        suppressed: bool | None = await self._tx.__aexit__(exc_type, exc, tb)
+        return suppressed
+
+    async def _release(self, claim: Claim) -> None:
+        assert claim._held is not None
+        try:
+            if not await self._idem.store.release(claim._held):
+                log.warning(
+                    "claim of %r (%s) was taken over before its release",
+                    claim.event_id,
+                    claim.processor,
+                )
+        except Exception:
+            # The original exception matters more; the lease ends the claim in the end.
+            log.exception(
+                "could not release the claim of %r (%s); it ends with its lease",
+                claim.event_id,
+                claim.processor,
+            )

@@ -1,0 +1,214 @@
+"""The sync twin of ``_core``: ``with idem.claim(event_id) as claim`` (same rules, same stores).
+
+Kept line for line beside ``_core`` so the two read alike; ``tests/idempotency`` runs the
+same cases through both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from ._base import (
+    AlreadyInProgress,
+    ClaimReply,
+    Held,
+    LeaseLost,
+    Outcome,
+    PayloadMismatch,
+    SyncStore,
+    check_event_id,
+    payload_hash,
+    positive,
+)
+from ._core import FIRST_POLL, ClaimState, Settings, _deadline, log
+
+T = TypeVar("T")
+
+
+class SyncClaim(ClaimState):
+    """What ``with idem.claim(...)`` yields."""
+
+    _store: SyncStore
+    _lease: timedelta
+
+    def extend(self, lease: timedelta | None = None) -> None:
+        """Push the lease's end to now + ``lease``; ``LeaseLost`` if it was taken over."""
+        if self._held is None:
+            return
+        lease = positive(lease or self._lease, "lease")
+        if not self._store.extend_sync(self._held, lease, self.connection):
+            raise LeaseLost(self.event_id, self.processor, "extend")
+
+
+class SyncIdempotency(Settings[SyncStore]):
+    """Exactly-once effects per ``(event id, processor)`` on a store (sync twin).
+
+    ::
+
+        idem = SyncIdempotency(PostgresStore(dsn), processor="billing")
+        with idem.claim(event_id, payload=record.value) as claim:
+            if claim.done:
+                return claim.result
+            claim.complete(charge(...))
+    """
+
+    def claim(
+        self,
+        event_id: str | bytes,
+        *,
+        payload: object = None,
+        wait: bool | timedelta = False,
+        connection: Any = None,
+    ) -> SyncClaimContext:
+        """As ``Idempotency.claim``; ``connection`` is a sync psycopg connection."""
+        return SyncClaimContext(self, check_event_id(event_id), payload, wait, connection)
+
+    def for_processor(self, processor: str) -> SyncIdempotency:
+        return SyncIdempotency(
+            self.store,
+            processor,
+            lease=self.lease,
+            expire_after=self.expire_after,
+            serializer=self.serializer,
+            max_poll=self.max_poll,
+        )
+
+    def once(
+        self,
+        event_id: str | bytes,
+        fn: Callable[[], T],
+        *,
+        payload: object = None,
+        wait: bool | timedelta = True,
+    ) -> T:
+        """Run ``fn`` once per event id and return its result (a repeat: the first one's)."""
+        with self.claim(event_id, payload=payload, wait=wait) as claim:
+            if claim.done:
+                return claim.result  # type: ignore[no-any-return]
+            result = fn()
+            claim.complete(result)
+            return result
+
+
+class SyncClaimContext:
+    """The context manager of one claim (``SyncIdempotency.claim``)."""
+
+    def __init__(
+        self,
+        idem: SyncIdempotency,
+        event_id: str,
+        payload: object,
+        wait: bool | timedelta,
+        connection: Any,
+    ) -> None:
+        self._idem = idem
+        self._event_id = event_id
+        self._digest = payload_hash(payload)
+        self._wait = wait
+        self._connection = connection
+        self._tx: Any = None
+        self._claim: SyncClaim | None = None
+
+    def _acquire(self) -> tuple[ClaimReply, Held | None]:
+        idem = self._idem
+        deadline = _deadline(self._wait)
+        delay = FIRST_POLL
+        block = self._connection is not None and self._wait is True
+        while True:
+            request = idem._request(self._event_id, self._digest, block)
+            reply = idem.store.claim_sync(request, self._connection)
+            outcome = reply.outcome
+            if outcome in (Outcome.ACQUIRED, Outcome.TAKEN_OVER):
+                held = Held(
+                    idem.processor, self._event_id, request.token, self._digest, reply.locator
+                )
+                return reply, held
+            if outcome is Outcome.COMPLETED:
+                return reply, None
+            if outcome is Outcome.MISMATCH:
+                raise PayloadMismatch(self._event_id, idem.processor)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise AlreadyInProgress(self._event_id, idem.processor, reply.retry_after)
+            pause = delay
+            if reply.retry_after:
+                pause = min(pause, reply.retry_after)
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            time.sleep(pause)
+            delay = min(delay * 2, idem.max_poll.total_seconds())
+
+    def __enter__(self) -> SyncClaim:
+        if self._connection is not None:
+            self._tx = self._connection.transaction()
+            self._tx.__enter__()
+        try:
+            reply, held = self._acquire()
+            result = None
+            if reply.outcome is Outcome.COMPLETED and reply.result is not None:
+                result = self._idem.serializer.loads(reply.result)
+        except BaseException as exc:
+            if self._tx is not None:
+                self._tx.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        claim = SyncClaim(
+            self._event_id, self._idem.processor, reply, held, result, self._connection
+        )
+        claim._store = self._idem.store
+        claim._lease = self._idem.lease
+        self._claim = claim
+        return claim
+
+    def _complete(self, claim: SyncClaim) -> None:
+        assert claim._held is not None
+        data = self._idem.serializer.dumps(claim.result if claim._completed else None)
+        ok = self._idem.store.complete_sync(
+            claim._held, data, self._idem.expire_after, self._connection
+        )
+        if not ok:
+            raise LeaseLost(self._event_id, self._idem.processor, "complete")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        claim = self._claim
+        assert claim is not None
+        if self._tx is None:
+            if claim.done:
+                return None
+            if exc is None:
+                self._complete(claim)
+                return None
+            self._release(claim)
+            return None
+        if exc is None and not claim.done:
+            try:
+                self._complete(claim)
+            except BaseException as failure:
+                self._tx.__exit__(type(failure), failure, failure.__traceback__)
+                raise
+        suppressed: bool | None = self._tx.__exit__(exc_type, exc, tb)
+        return suppressed
+
+    def _release(self, claim: SyncClaim) -> None:
+        assert claim._held is not None
+        try:
+            if not self._idem.store.release_sync(claim._held):
+                log.warning(
+                    "claim of %r (%s) was taken over before its release",
+                    claim.event_id,
+                    claim.processor,
+                )
+        except Exception:
+            log.exception(
+                "could not release the claim of %r (%s); it ends with its lease",
+                claim.event_id,
+                claim.processor,
+            )
