@@ -119,9 +119,12 @@ async def produce(
     *,
     progress: bool = False,
     rate: float | None = None,
+    patience: float = 40.0,
 ) -> int:
     """Send ``records`` in order with an idempotent producer (acks=all); returns the count.
-    ``rate``: at most this many records per second (a steady feed; default: as fast as can be)."""
+    ``rate``: at most this many records per second (a steady feed; default: as fast as can be).
+    ``patience``: how long (seconds) a batch keeps being retried while the broker is away
+    (aiokafka's request timeout, after which the batch fails)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
@@ -129,6 +132,7 @@ async def produce(
         linger_ms=10,
         max_batch_size=256 * 1024,
         max_request_size=16 * 1024 * 1024,
+        request_timeout_ms=round(patience * 1000),
     )
     await producer.start()
     sent = 0

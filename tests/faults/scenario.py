@@ -45,8 +45,13 @@ class Feeder:
             rate = len(records) / seconds
         self.sent: list[int] = []
         self.thread = threading.Thread(
+            # A client that waits out broker restarts (a restart on a loaded machine took
+            # longer than aiokafka's default 40 s, and the feed failed with
+            # LeaderNotAvailableError instead of going on after it).
             target=lambda: self.sent.append(
-                asyncio.run(produce(broker.bootstrap, names.input_topic, records, rate=rate))
+                asyncio.run(
+                    produce(broker.bootstrap, names.input_topic, records, rate=rate, patience=300.0)
+                )
             ),
             daemon=True,
         )
