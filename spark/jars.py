@@ -7,7 +7,8 @@ You should see, the first time (a few seconds; later runs print only the list)::
 
     spark-jars: resolving org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0 and
     io.delta:delta-spark_2.13:4.0.0 from Maven Central ...
-    spark-jars: 7 jars in .cache/spark-jars/4.0.0-delta-4.0.0 (10 more of the closure ship with pyspark)
+    spark-jars: 7 jars in .cache/spark-jars/4.0.0-delta-4.0.0 (10 more of the closure ship
+    with pyspark)
       commons-pool2-2.12.0.jar
       dedupe-logstore-<hash>.jar
       delta-spark_2.13-4.0.0.jar
@@ -109,7 +110,9 @@ def cache_dir(jars_root: Path, version: str | None = None, delta: str | None = N
     return jars_root / f"{version or spark_version()}-delta-{delta or delta_version()}"
 
 
-def cached_jars(jars_root: Path, version: str | None = None, delta: str | None = None) -> list[Path]:
+def cached_jars(
+    jars_root: Path, version: str | None = None, delta: str | None = None
+) -> list[Path]:
     """The resolved jars for this pyspark and delta-spark; raises :class:`JarsMissingError`
     when they are not resolved (or the log store's source changed since it was built)."""
     version = version or spark_version()
@@ -150,8 +153,10 @@ def build_log_store(directory: Path, *, javac: str = "javac") -> Path:
     target = directory / log_store_jar_name()
     with tempfile.TemporaryDirectory(dir=directory) as classes:
         result = subprocess.run(
-            [javac, "--release", "17", "-nowarn", "-d", classes]
-            + ["-cp", os.pathsep.join(str(p) for p in classpath), str(LOG_STORE_SOURCE)],
+            [
+                *(javac, "--release", "17", "-nowarn", "-d", classes),
+                *("-cp", os.pathsep.join(str(p) for p in classpath), str(LOG_STORE_SOURCE)),
+            ],
             capture_output=True,
             text=True,
             check=False,

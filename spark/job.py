@@ -48,11 +48,13 @@ from types import FrameType
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from spark.jars import JarsMissingError
 from spark.lake import LakeStateError, check_consistent
+from spark.merge import MergeOnId
 from spark.session import SparkVersionError, build_session
-from spark.settings import SparkSettings, SparkSettingsError
+from spark.settings import MERGE, SparkSettings, SparkSettingsError
 from spark.transforms import count_per_minute, parse_events
 
 APP_NAME = "dedupe-lake"
@@ -74,37 +76,61 @@ def read_clean_topic(spark: SparkSession, settings: SparkSettings) -> DataFrame:
     return reader.load()
 
 
-def start_queries(spark: SparkSession, settings: SparkSettings) -> list[StreamingQuery]:
+@dataclass(frozen=True)
+class Trigger:
+    """When micro-batches run: every ``DEDUPE_SPARK_TRIGGER_INTERVAL`` (the job), or once over
+    everything available and then stop (``available_now``: the benchmark)."""
+
+    available_now: bool = False
+    processing_time: str = ""
+
+
+def _stream_writer(
+    rows: DataFrame, settings: SparkSettings, name: str, checkpoint: str, trigger: Trigger
+) -> DataStreamWriter:
+    writer = (
+        rows.writeStream.queryName(name)
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+    )
+    if trigger.available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=trigger.processing_time or settings.trigger)
+
+
+def start_queries(
+    spark: SparkSession, settings: SparkSettings, trigger: Trigger | None = None
+) -> list[StreamingQuery]:
     """Start the events and the per-minute counts queries; returns them running.
 
     Raises :class:`spark.lake.LakeStateError` (before starting anything) when a table and its
-    checkpoint do not belong together.
+    checkpoint do not belong together, or a table is of the other format.
     """
-    check_consistent(spark, settings.events_path, settings.events_checkpoint)
-    check_consistent(spark, settings.counts_path, settings.counts_checkpoint)
-    events = (
-        parse_events(read_clean_topic(spark, settings))
-        .writeStream.queryName("events")
-        .format("parquet")
-        .outputMode("append")
-        .partitionBy("event_date")
-        .option("path", settings.events_path)
-        .option("checkpointLocation", settings.events_checkpoint)
-        .trigger(processingTime=settings.trigger)
-        .start()
+    trigger = trigger or Trigger()
+    check_consistent(spark, settings.events_path, settings.events_checkpoint, settings.lake_format)
+    check_consistent(spark, settings.counts_path, settings.counts_checkpoint, settings.lake_format)
+    events = _stream_writer(
+        parse_events(read_clean_topic(spark, settings)),
+        settings,
+        "events",
+        settings.events_checkpoint,
+        trigger,
     )
-    counts = (
-        count_per_minute(parse_events(read_clean_topic(spark, settings)), settings.watermark_delay)
-        .writeStream.queryName("event_counts")
-        .format("parquet")
-        .outputMode("append")
-        .partitionBy("event_date")
-        .option("path", settings.counts_path)
-        .option("checkpointLocation", settings.counts_checkpoint)
-        .trigger(processingTime=settings.trigger)
-        .start()
+    if settings.lake_write == MERGE:
+        events = events.foreachBatch(MergeOnId(settings.events_path))
+    else:
+        events = events.format(settings.lake_format).partitionBy("event_date")
+        events = events.option("path", settings.events_path)
+    counts = _stream_writer(
+        count_per_minute(parse_events(read_clean_topic(spark, settings)), settings.watermark_delay),
+        settings,
+        "event_counts",
+        settings.counts_checkpoint,
+        trigger,
     )
-    return [events, counts]
+    counts = counts.format(settings.lake_format).partitionBy("event_date")
+    counts = counts.option("path", settings.counts_path)
+    return [events.start(), counts.start()]
 
 
 class ProgressPrinter:
@@ -156,10 +182,14 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
     except LakeStateError as exc:
         print(f"{PREFIX} {exc}", file=sys.stderr)
         return 2
-    print(f"{PREFIX} events -> {settings.events_path} (checkpoint {settings.events_checkpoint})")
+    how = "MERGE on messageId" if settings.lake_write == MERGE else "append"
+    print(
+        f"{PREFIX} events -> {settings.events_path} ({settings.lake_format}, {how}; "
+        f"checkpoint {settings.events_checkpoint})"
+    )
     print(
         f"{PREFIX} event_counts -> {settings.counts_path} "
-        f"(1-minute windows, watermark {settings.watermark:g}s)",
+        f"({settings.lake_format}, 1-minute windows, watermark {settings.watermark:g}s)",
         flush=True,
     )
     printer = ProgressPrinter()
@@ -196,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PREFIX} {exc}", file=sys.stderr)
         return 2
     try:
-        spark = build_session(settings, APP_NAME, kafka=True)
+        spark = build_session(settings, APP_NAME)
     except (JarsMissingError, SparkVersionError) as exc:
         print(f"{PREFIX} {exc}", file=sys.stderr)
         return 2

@@ -73,6 +73,14 @@ def build_session(settings: SparkSettings, app_name: str) -> SparkSession:
         if settings.master.startswith("local"):
             # Nothing of a local Spark needs to listen beyond this machine.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            # Sized for a cluster by default: Delta rebuilds a table's state after each commit
+            # in 50 partitions, and VACUUM lists files in up to 10,000 tasks; on a few local
+            # cores that is seconds per micro-batch and most of a minute per VACUUM.
+            small = str(settings.shuffle_partitions)
+            builder = builder.config("spark.databricks.delta.snapshotPartitions", small)
+            builder = builder.config(
+                "spark.sql.sources.parallelPartitionDiscovery.parallelism", small
+            )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level.upper())
     if spark.version != pyspark.__version__:
