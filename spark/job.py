@@ -98,6 +98,38 @@ def _stream_writer(
     return writer.trigger(processingTime=trigger.processing_time or settings.trigger)
 
 
+def start_events_query(
+    spark: SparkSession, settings: SparkSettings, trigger: Trigger | None = None
+) -> StreamingQuery:
+    """The events query (append, or MERGE on messageId), started; no consistency check."""
+    events = _stream_writer(
+        parse_events(read_clean_topic(spark, settings)),
+        settings,
+        "events",
+        settings.events_checkpoint,
+        trigger or Trigger(),
+    )
+    if settings.lake_write == MERGE:
+        return events.foreachBatch(MergeOnId(settings.events_path)).start()
+    events = events.format(settings.lake_format).partitionBy("event_date")
+    return events.option("path", settings.events_path).start()
+
+
+def start_counts_query(
+    spark: SparkSession, settings: SparkSettings, trigger: Trigger | None = None
+) -> StreamingQuery:
+    """The per-minute counts query, started; no consistency check."""
+    counts = _stream_writer(
+        count_per_minute(parse_events(read_clean_topic(spark, settings)), settings.watermark_delay),
+        settings,
+        "event_counts",
+        settings.counts_checkpoint,
+        trigger or Trigger(),
+    )
+    counts = counts.format(settings.lake_format).partitionBy("event_date")
+    return counts.option("path", settings.counts_path).start()
+
+
 def start_queries(
     spark: SparkSession, settings: SparkSettings, trigger: Trigger | None = None
 ) -> list[StreamingQuery]:
@@ -106,31 +138,12 @@ def start_queries(
     Raises :class:`spark.lake.LakeStateError` (before starting anything) when a table and its
     checkpoint do not belong together, or a table is of the other format.
     """
-    trigger = trigger or Trigger()
     check_consistent(spark, settings.events_path, settings.events_checkpoint, settings.lake_format)
     check_consistent(spark, settings.counts_path, settings.counts_checkpoint, settings.lake_format)
-    events = _stream_writer(
-        parse_events(read_clean_topic(spark, settings)),
-        settings,
-        "events",
-        settings.events_checkpoint,
-        trigger,
-    )
-    if settings.lake_write == MERGE:
-        events = events.foreachBatch(MergeOnId(settings.events_path))
-    else:
-        events = events.format(settings.lake_format).partitionBy("event_date")
-        events = events.option("path", settings.events_path)
-    counts = _stream_writer(
-        count_per_minute(parse_events(read_clean_topic(spark, settings)), settings.watermark_delay),
-        settings,
-        "event_counts",
-        settings.counts_checkpoint,
-        trigger,
-    )
-    counts = counts.format(settings.lake_format).partitionBy("event_date")
-    counts = counts.option("path", settings.counts_path)
-    return [events.start(), counts.start()]
+    return [
+        start_events_query(spark, settings, trigger),
+        start_counts_query(spark, settings, trigger),
+    ]
 
 
 class ProgressPrinter:

@@ -25,8 +25,8 @@ You should see::
     lake-vacuum: events: deleted 410 of 413 files on disk (unused and older than 7d)
     lake-vacuum: event_counts: deleted 40 of 42 files on disk (unused and older than 7d)
 
-Exit status: 0; 2 when neither table exists yet, the lake is not Delta (``DEDUPE_LAKE_FORMAT=parquet``) or a
-setting is invalid.
+Exit status: 0; 2 when neither table exists yet, the lake is not Delta
+(``DEDUPE_LAKE_FORMAT=parquet``) or a setting is invalid.
 """
 
 from __future__ import annotations
