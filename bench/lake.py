@@ -16,6 +16,9 @@ worker's clean topic, then, in one local[2] Spark session, runs the job's own ev
   (``DEDUPE_LAKE_WRITE=merge``), whose join reads the table's whole messageId column, so a
   batch costs more as the table grows: the first and last batches' times show the trend.
 
+``--rounds`` (2) alternates the order (append then merge, then merge then append), each run into
+a fresh lake, so neither mode always pays the session's warm-up; the summary is the mean.
+
 Rows/s is the rows in the table over the query's wall time (first batch planned to the last
 committed; the JVM is already up). Then the append table is compacted (:func:`spark.upkeep.
 optimize_table`, Z-ordered by userId with ``--zorder``): files in the table before and after,
@@ -59,6 +62,7 @@ class WriteRun:
     """One write mode's run over the whole topic."""
 
     mode: str
+    round: int
     rows: int
     seconds: float
     batch_ms: list[int]
@@ -81,26 +85,36 @@ class Compaction:
 
 def render(events: int, batch: int, runs: list[WriteRun], compaction: Compaction, head: str) -> str:
     """The results as Markdown (pure; tests/unit/test_bench_lake.py)."""
-    append = next((r for r in runs if r.mode == APPEND), None)
     lines = [
         head,
         "",
         f"{events:,} distinct events, {batch:,} per micro-batch, local[2], 4 Kafka partitions.",
         "",
-        "| write | rows | wall s | rows/s | vs append | batches | first batch ms | "
+        "| round | write | rows | wall s | rows/s | batches | first batch ms | "
         "median ms | last batch ms | files |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
-        ratio = run.rows_per_second / append.rows_per_second if append else 0.0
         ms = run.batch_ms or [0]
         lines.append(
-            f"| {run.mode} | {run.rows:,} | {run.seconds:.1f} | {run.rows_per_second:,.0f} | "
-            f"{ratio:.2f}x | {len(run.batch_ms)} | {ms[0]:,} | {statistics.median(ms):,.0f} | "
-            f"{ms[-1]:,} | {run.files} |"
+            f"| {run.round} | {run.mode} | {run.rows:,} | {run.seconds:.1f} | "
+            f"{run.rows_per_second:,.0f} | {len(run.batch_ms)} | {ms[0]:,} | "
+            f"{statistics.median(ms):,.0f} | {ms[-1]:,} | {run.files} |"
         )
+    means = {
+        mode: statistics.mean(r.rows_per_second for r in runs if r.mode == mode)
+        for mode in dict.fromkeys(r.mode for r in runs)
+    }
+    base = means.get(APPEND, 0.0)
+    summary = ", ".join(
+        f"{mode} {rate:,.0f} rows/s"
+        + (f" ({rate / base:.2f}x append)" if base and mode != APPEND else "")
+        for mode, rate in means.items()
+    )
     c = compaction
     lines += [
+        "",
+        f"Mean over the rounds: {summary}.",
         "",
         f"Optimize of the append table{c.zorder}: {c.files_before} files -> {c.files_after} in "
         f"{c.seconds:.1f} s; delta-rs reads the whole table in {c.read_before:.2f} s before, "
@@ -122,9 +136,10 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     asyncio.run(create())
 
 
-def write_run(spark: SparkSession, settings: SparkSettings, mode: str) -> WriteRun:
+def write_run(spark: SparkSession, settings: SparkSettings, mode: str, round_no: int) -> WriteRun:
     """Run the events query in ``mode`` over the whole topic; returns its figures."""
-    settings = replace(settings, lake_dir=str(Path(settings.lake_dir) / mode), lake_write=mode)
+    lake = Path(settings.lake_dir) / f"{mode}-{round_no}"
+    settings = replace(settings, lake_dir=str(lake), lake_write=mode)
     started = time.monotonic()
     query = start_events_query(spark, settings, Trigger(available_now=True))
     query.awaitTermination()
@@ -136,7 +151,7 @@ def write_run(spark: SparkSession, settings: SparkSettings, mode: str) -> WriteR
     ]
     table = DeltaTable(settings.events_path)
     rows = table.to_pyarrow_table(columns=["messageId"]).num_rows
-    return WriteRun(mode, rows, seconds, batch_ms, len(table.file_uris()))
+    return WriteRun(mode, round_no, rows, seconds, batch_ms, len(table.file_uris()))
 
 
 def read_seconds(path: str) -> float:
@@ -149,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=20_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating append/merge")
     parser.add_argument("--zorder", default="userId", help="optimize: Z-order by (empty: none)")
     parser.add_argument("--keep", action="store_true", help="keep the lakes under data/")
     args = parser.parse_args(argv)
@@ -173,11 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(settings, "dedupe-bench-lake")
         try:
             runs = []
-            for mode in (APPEND, MERGE):
-                print(f"bench-lake: {mode} ...", flush=True)
-                runs.append(write_run(spark, settings, mode))
-                print(f"bench-lake: {mode}: {runs[-1].rows_per_second:,.0f} rows/s", flush=True)
-            events_path = str(root / APPEND / "events")
+            for round_no in range(1, args.rounds + 1):
+                order = (APPEND, MERGE) if round_no % 2 else (MERGE, APPEND)
+                for mode in order:
+                    print(f"bench-lake: round {round_no}: {mode} ...", flush=True)
+                    runs.append(write_run(spark, settings, mode, round_no))
+                    rate = runs[-1].rows_per_second
+                    print(f"bench-lake: {mode}: {rate:,.0f} rows/s", flush=True)
+            events_path = str(root / f"{APPEND}-{args.rounds}" / "events")
             read_before = read_seconds(events_path)
             zorder = [args.zorder] if args.zorder else []
             print("bench-lake: optimize ...", flush=True)
@@ -197,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     head = (
         f"## {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC: `python -m bench.lake "
-        f"--events {args.events} --batch {args.batch}` on {os.cpu_count()} cores, "
+        f"--events {args.events} --batch {args.batch} --rounds {args.rounds}` on "
+        f"{os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}, pyspark "
         f"{metadata.version('pyspark')}, delta-spark {metadata.version('delta-spark')}, "
         f"deltalake {metadata.version('deltalake')}"

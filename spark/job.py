@@ -1,31 +1,36 @@
-"""The lake job: Spark Structured Streaming from the clean topic into Parquet tables, exactly once.
+"""The lake job: Spark Structured Streaming from the clean topic into Delta tables, exactly once.
 
 Run it next to the worker (settings from the same environment; see the README, "Spark
 pipeline")::
 
-    make spark-jars          # once: the Kafka connector jars from Maven Central into .cache/
+    make spark-jars          # once: the Kafka connector and Delta jars from Maven Central
     python -m spark.job      # or `make spark`; Ctrl-C stops it (a restart continues exactly)
 
 You should see, after about ten seconds of JVM start-up::
 
     spark-lake: Spark 4.0.0 on local[2] reading 'events-clean' at localhost:9092 (read_committed)
-    spark-lake: events -> /.../lake/events (checkpoint /.../lake/_checkpoints/events)
-    spark-lake: event_counts -> /.../lake/event_counts (1-minute windows, watermark 600s)
+    spark-lake: events -> /.../lake/events (delta, append; checkpoint /.../lake/_checkpoints/events)
+    spark-lake: event_counts -> /.../lake/event_counts (delta, 1-minute windows, watermark 600s)
     spark-lake: events batch 0: 10000 rows
     spark-lake: event_counts batch 0: 10000 events, watermark 1970-01-01T00:00:00.000Z
 
 then one line per micro-batch that read something. Two queries run in one session, each with its
 own checkpoint:
 
-- ``events``: :func:`spark.transforms.parse_events` -> Parquet under ``<lake>/events``,
+- ``events``: :func:`spark.transforms.parse_events` -> the Delta table ``<lake>/events``,
   partitioned by ``event_date``. Exactly once: the Kafka offsets of each micro-batch are logged
-  in the checkpoint before it runs, and the batch's files become part of the table only when the
-  file sink commits them to ``<lake>/events/_spark_metadata``. A job killed mid-batch re-runs
-  that batch with the same offsets after a restart; the files the killed attempt wrote are never
-  committed, and readers that read the table through ``_spark_metadata``
-  (``spark.read.parquet("<lake>/events")``, like ``python -m spark.audit``) never see them.
-- ``event_counts``: :func:`spark.transforms.count_per_minute` -> Parquet under
+  in the checkpoint before it runs; Delta's streaming sink writes the batch's files and commits
+  them in one table version that records the query id and batch number. A job killed mid-batch
+  re-runs that batch with the same offsets after a restart: a batch whose commit had landed is
+  skipped by the sink (its number is in the log), and the files of an attempt that never
+  committed are in no version, so no Delta reader (Spark, delta-rs...) sees them. With
+  ``DEDUPE_LAKE_WRITE=merge`` each batch is a MERGE on messageId instead
+  (:mod:`spark.merge`), which also keeps out ids the worker's window let through again.
+- ``event_counts``: :func:`spark.transforms.count_per_minute` -> the Delta table
   ``<lake>/event_counts``: each minute written once, after the watermark passed it.
+
+``DEDUPE_LAKE_FORMAT=parquet`` writes both with Spark's file sink instead (exactly once for
+readers that go through its ``_spark_metadata`` log). Compaction and vacuum: :mod:`spark.upkeep`.
 
 Kafka source: ``kafka.isolation.level=read_committed``, so aborted records and open transactions
 are never read; the offsets a batch covers end at the last stable offset. Transactional topics
