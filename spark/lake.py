@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
@@ -47,12 +48,35 @@ class LakeStateError(RuntimeError):
     """A table and its checkpoint disagree; starting the query would lose or repeat rows."""
 
 
+#: The base of Delta's optimistic-concurrency conflicts (ConcurrentAppendException,
+#: ConcurrentDeleteReadException, MetadataChangedException...).
+CONFLICT_BASE = "org.apache.spark.sql.delta.DeltaConcurrentModificationException"
+
+
 def is_concurrent_conflict(exc: BaseException) -> bool:
-    """True for Delta's optimistic-concurrency conflicts (``DELTA_CONCURRENT_APPEND``,
-    ``DELTA_CONCURRENT_DELETE_READ``...): the transaction lost a race and may be run again."""
-    if not isinstance(exc, CapturedException):
+    """True when a Delta transaction lost a race with a concurrent commit and may be run again.
+
+    Delta's Python API (``DeltaTable.merge(...).execute()``, ``optimize()``) calls the JVM
+    without PySpark's error conversion, so its conflicts arrive as a plain ``Py4JJavaError``;
+    SQL and DataFrame writes arrive converted (``CapturedException``). Either way the Java
+    exception (or one of its causes) is a :data:`CONFLICT_BASE`.
+    """
+    if isinstance(exc, Py4JJavaError):
+        java: Any = exc.java_exception
+    elif isinstance(exc, CapturedException):
+        if (exc.getCondition() or "").startswith("DELTA_CONCURRENT"):
+            return True
+        java = getattr(exc, "_origin", None)
+    else:
         return False
-    return (exc.getCondition() or "").startswith("DELTA_CONCURRENT")
+    while java is not None:
+        cls = java.getClass()
+        while cls is not None:
+            if cls.getName() == CONFLICT_BASE:
+                return True
+            cls = cls.getSuperclass()
+        java = java.getCause()
+    return False
 
 
 def hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:

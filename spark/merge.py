@@ -31,6 +31,7 @@ import sys
 import time
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
 
@@ -63,12 +64,12 @@ class MergeOnId:
                     .execute()
                 )
                 return
-            except CapturedException as exc:
+            except (CapturedException, Py4JJavaError) as exc:
                 if attempt == ATTEMPTS or not is_concurrent_conflict(exc):
                     raise
                 print(
                     f"spark-lake: events batch {batch_id}: MERGE lost a race with a concurrent "
-                    f"commit ({exc.getCondition()}), attempt {attempt + 1} of {ATTEMPTS}",
+                    f"commit, attempt {attempt + 1} of {ATTEMPTS}",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import SparkSession
 
@@ -97,7 +98,7 @@ def _retrying(action: Callable[[], T], label: str) -> T:
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return action()
-        except CapturedException as exc:
+        except (CapturedException, Py4JJavaError) as exc:
             if attempt == ATTEMPTS or not is_concurrent_conflict(exc):
                 raise
             print(f"{label}: lost a race with a concurrent commit, again", file=sys.stderr)

@@ -8,15 +8,23 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from spark.audit import audit_counts, audit_events
-from spark.lake import LakeStateError, TableMissingError, check_consistent, read_table
+from spark.lake import (
+    LakeStateError,
+    TableMissingError,
+    check_consistent,
+    is_concurrent_conflict,
+    read_table,
+)
 from spark.merge import MergeOnId
 from spark.settings import DELTA, PARQUET
 from spark.transforms import parse_events
@@ -196,6 +204,50 @@ def test_merge_on_id_inserts_only_new_ids_and_a_rerun_batch_inserts_nothing(
     assert sorted(read_without_spark(table)) == ["m-1", "m-2", "m-3"]
     kept = read_table(spark, str(table)).where("messageId = 'm-2'").select("kafka_offset")
     assert [r.kafka_offset for r in kept.collect()] == [1]  # the first copy stays
+
+
+def test_delta_conflicts_are_told_apart_from_other_errors(spark: SparkSession) -> None:
+    jvm: Any = spark.sparkContext._jvm
+    lost = Py4JJavaError("merge", jvm.io.delta.exceptions.ConcurrentAppendException("lost"))
+    wrapped = Py4JJavaError("job", jvm.java.lang.RuntimeException("wrapped", lost.java_exception))
+    other = Py4JJavaError("job", jvm.java.lang.IllegalStateException("broken"))
+    assert is_concurrent_conflict(lost) and is_concurrent_conflict(wrapped)
+    assert not is_concurrent_conflict(other)
+    assert not is_concurrent_conflict(ValueError("DELTA_CONCURRENT_APPEND"))
+
+
+@pytest.mark.timeout(300)
+def test_merges_racing_a_compaction_are_run_again_and_insert_each_id_once(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MERGE reads the table; a compaction committed meanwhile makes it fail with a conflict
+    (a plain Py4JJavaError from Delta's Python API), and MergeOnId runs it again."""
+    table = str(tmp_path / "events")
+    merge = MergeOnId(table)
+    batches = [[f"m-{b}-{i}" for i in range(20)] for b in range(8)]
+    for b in range(2):
+        merge(parse_events(kafka_rows(spark, batches[b], first_offset=b * 20)), b)
+    done = threading.Event()
+    compactions: list[int] = []
+
+    def compact() -> None:
+        while not done.is_set():
+            compactions.append(optimize_table(spark, table).files_after)
+            done.wait(0.5)
+
+    compactor = threading.Thread(target=compact)
+    compactor.start()
+    try:
+        for b in range(2, len(batches)):
+            merge(parse_events(kafka_rows(spark, batches[b], first_offset=b * 20)), b)
+    finally:
+        done.set()
+        compactor.join(120)
+    ids = read_without_spark(Path(table))
+    assert sorted(ids) == sorted(i for batch in batches for i in batch)
+    races = capsys.readouterr().err.count("MERGE lost a race")
+    print(f"\n{len(compactions)} compactions during 6 merges; {races} merges run again")
+    assert compactions
 
 
 def test_the_log_store_gives_each_version_to_one_writer(
