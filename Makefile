@@ -19,9 +19,8 @@ BENCH_KAFKA_PORT ?= 39092
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest web clean \
-        spark-jars spark audit bench bench-scale servers-install servers-up servers-down \
-        test-idempotency \
-        bench-idempotency
+        spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake \
+        servers-install servers-up servers-down test-idempotency bench-idempotency
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -58,14 +57,20 @@ demo: $(STAMP) ## Send a realistic stream with client retries into the running p
 verify: $(STAMP) ## Read the clean topic (read_committed): total, distinct ids, duplicates
 	$(PY) -m scripts.verify
 
-spark-jars: $(STAMP) ## Resolve Spark's Kafka connector jars from Maven Central (cached in .cache/spark-jars/)
+spark-jars: $(STAMP) ## Resolve Spark's Kafka connector and Delta Lake jars from Maven Central (.cache/spark-jars/)
 	$(PY) -m spark.jars
 
-spark: $(STAMP) spark-jars ## Run the Spark job: clean topic -> Parquet lake ($DEDUPE_LAKE_DIR, ./lake)
+spark: $(STAMP) spark-jars ## Run the Spark job: clean topic -> Delta lake ($DEDUPE_LAKE_DIR, ./lake)
 	$(PY) -m spark.job
 
-audit: $(STAMP) ## Audit the lake (Spark batch job): rows, distinct messageIds, duplicates
+audit: $(STAMP) spark-jars ## Audit the lake (Spark batch job): rows, distinct messageIds, duplicates
 	$(PY) -m spark.audit
+
+lake-optimize: $(STAMP) spark-jars ## Compact the lake's Delta tables (Z-order: $DEDUPE_LAKE_ZORDER_BY); safe while the job runs
+	$(PY) -m spark.upkeep optimize
+
+lake-vacuum: $(STAMP) spark-jars ## Delete files the tables no longer use, older than $DEDUPE_LAKE_VACUUM_RETENTION (7d)
+	$(PY) -m spark.upkeep vacuum
 
 lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on app/ tables/ spark/ ingest/ libs/)
 	$(VENV)/bin/ruff format --check .
@@ -119,6 +124,11 @@ bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_E
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
 	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
 	  $(PY) -m bench.throughput $(BENCH_ARGS)
+
+bench-lake: $(STAMP) kafka-jars spark-jars ## Rows/s into the lake, append vs merge; files before/after optimize (bench/results-lake.md)
+	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
+	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
+	  $(PY) -m bench.lake $(BENCH_LAKE_ARGS)
 
 bench-scale: $(STAMP) ## 50M ids held in 8 partitions, no broker: lookups, RSS, disk/id (bench/results-scale.md)
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)

@@ -1,1 +1,1 @@
-"""The lake: Spark Structured Streaming from the clean topic into Parquet, exactly once (job.py)."""
+"""The lake: Spark Structured Streaming from the clean topic into Delta tables (job.py)."""

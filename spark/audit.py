@@ -7,18 +7,21 @@ Run it against the lake of the running (or stopped) job, same environment as the
 
 You should see, after a few seconds of JVM start-up::
 
-    events: rows=10000 distinct=10000 duplicates=0 dates=1 files=12 (read through _spark_metadata)
+    events: rows=10000 distinct=10000 duplicates=0 dates=1 files=12 (delta version 14)
     event_counts: windows=150 events=9412
 
 The exit status is 1 when any messageId appears more than once, 2 when there is no events table
-(the job has not committed a batch yet) or a setting is invalid, 0 otherwise.
+(the job has not committed a batch yet) or a setting is invalid, 0 otherwise. A duplicate is
+listed with its copies: with the worker exactly once, it is a late duplicate, an id that came
+back after the worker's window (``DEDUPE_WINDOW``) had forgotten it (``DEDUPE_LAKE_WRITE=merge``
+keeps those out of the table).
 
-The tables are read the way every reader must read them: ``spark.read.parquet(<table dir>)``,
-which goes through the file sink's log (``_spark_metadata``) and so sees exactly the files of
-committed micro-batches. A job killed mid-batch leaves the files that attempt had written
-behind; they are in no commit, are ignored, and are reported as ``uncommitted`` (``+N uncommitted
-files of interrupted batches, ignored``). Tools that list the directory instead (a Hive table over
-the folder, pandas on the files) would count them: point such tools at the committed files.
+The tables are read the way every reader must read them, through their log: a Delta table at
+its current version (``spark.read.format("delta")``), a Parquet table of the file sink through
+``_spark_metadata``. Files on disk that the table does not list are reported, not read:
+``+N files not in the table``; with Delta, files replaced by ``make lake-optimize`` (kept for
+readers of older versions) and files of interrupted batches, both deleted by
+``make lake-vacuum`` once older than ``DEDUPE_LAKE_VACUUM_RETENTION``.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ import posixpath
 import sys
 from dataclasses import asdict, dataclass, field, replace
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark.jars import JarsMissingError
-from spark.lake import SINK_LOG, TableMissingError, data_file_names, read_table
+from spark.lake import TABLE_LOG, TableMissingError, data_file_names, delta_commits, read_table
 from spark.session import SparkVersionError, build_session
-from spark.settings import SparkSettings, SparkSettingsError
+from spark.settings import DELTA, SparkSettings, SparkSettingsError
 
 
 @dataclass
@@ -48,14 +52,29 @@ class EventsAudit:
     committed_files: int
     uncommitted_files: int
     duplicate_examples: list[tuple[str, int]] = field(default_factory=list)
+    lake_format: str = DELTA
+    #: The Delta version read (None for a Parquet table).
+    version: int | None = None
 
     def line(self) -> str:
+        read = (
+            f"delta version {self.version}"
+            if self.lake_format == DELTA
+            else f"read through {TABLE_LOG[self.lake_format]}"
+        )
         text = (
             f"events: rows={self.rows} distinct={self.distinct} duplicates={self.duplicates} "
-            f"dates={self.dates} files={self.committed_files} (read through {SINK_LOG})"
+            f"dates={self.dates} files={self.committed_files} ({read})"
         )
         if self.uncommitted_files:
-            text += f" +{self.uncommitted_files} uncommitted files of interrupted batches, ignored"
+            if self.lake_format == DELTA:
+                text += (
+                    f" +{self.uncommitted_files} files not in the table (compacted away or of "
+                    "interrupted batches; make lake-vacuum deletes them)"
+                )
+            else:
+                text += f" +{self.uncommitted_files} uncommitted files of interrupted batches"
+                text += ", ignored"
         return text
 
 
@@ -69,8 +88,16 @@ class CountsAudit:
         return f"event_counts: windows={self.windows} events={self.events}"
 
 
-def audit_events(spark: SparkSession, path: str) -> EventsAudit:
-    table = read_table(spark, path)
+def delta_version(spark: SparkSession, path: str) -> int:
+    """The current version of the Delta table at ``path``."""
+    row = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    assert row is not None
+    return int(row["version"])
+
+
+def audit_events(spark: SparkSession, path: str, lake_format: str = DELTA) -> EventsAudit:
+    version = delta_version(spark, path) if lake_format == DELTA and _exists(spark, path) else None
+    table = read_table(spark, path, lake_format)
     per_id = table.groupBy("messageId").count()
     totals = per_id.agg(
         F.coalesce(F.sum("count"), F.lit(0)).alias("rows"),
@@ -87,6 +114,8 @@ def audit_events(spark: SparkSession, path: str) -> EventsAudit:
         dates=table.select("event_date").distinct().count(),
         committed_files=len(committed),
         uncommitted_files=len(data_file_names(spark, path) - committed),
+        lake_format=lake_format,
+        version=version,
     )
     if report.duplicates:
         worst = per_id.where(F.col("count") > 1).orderBy(F.desc("count")).limit(5).collect()
@@ -94,10 +123,14 @@ def audit_events(spark: SparkSession, path: str) -> EventsAudit:
     return report
 
 
-def audit_counts(spark: SparkSession, path: str) -> CountsAudit | None:
+def _exists(spark: SparkSession, path: str) -> bool:
+    return delta_commits(spark, path) > 0
+
+
+def audit_counts(spark: SparkSession, path: str, lake_format: str = DELTA) -> CountsAudit | None:
     """The per-minute counts table, or None before its first window was written."""
     try:
-        table = read_table(spark, path)
+        table = read_table(spark, path, lake_format)
     except TableMissingError:
         return None
     row = table.agg(F.count(F.lit(1)).alias("windows"), F.sum("count").alias("events")).first()
@@ -114,17 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         settings = SparkSettings.from_env()
         if args.lake:
             settings = replace(settings, lake_dir=args.lake)
-        spark = build_session(settings, "dedupe-lake-audit", kafka=False)
+        spark = build_session(settings, "dedupe-lake-audit")
     except (SparkSettingsError, JarsMissingError, SparkVersionError) as exc:
         print(f"audit: {exc}", file=sys.stderr)
         return 2
     try:
         try:
-            events = audit_events(spark, settings.events_path)
+            events = audit_events(spark, settings.events_path, settings.lake_format)
         except TableMissingError as exc:
             print(f"audit: {exc}", file=sys.stderr)
             return 2
-        counts = audit_counts(spark, settings.counts_path)
+        counts = audit_counts(spark, settings.counts_path, settings.lake_format)
     finally:
         spark.stop()
     if args.json:

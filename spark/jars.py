@@ -1,31 +1,43 @@
-"""Spark's Kafka connector as local jars: resolved by Maven from Maven Central once, at set-up.
+"""Spark's Kafka connector and Delta Lake as local jars: resolved from Maven Central at set-up.
 
     python -m spark.jars              # resolve into the cache (if not there yet) and list the jars
     python -m spark.jars --jars-arg   # print them comma-separated, for spark-submit --jars
 
 You should see, the first time (a few seconds; later runs print only the list)::
 
-    spark-jars: resolving org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0 from Maven Central ...
-    spark-jars: 4 jars in .cache/spark-jars/4.0.0 (9 more of the closure ship with pyspark)
+    spark-jars: resolving org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0 and
+    io.delta:delta-spark_2.13:4.0.0 from Maven Central ...
+    spark-jars: 7 jars in .cache/spark-jars/4.0.0-delta-4.0.0 (10 more of the closure ship
+    with pyspark)
       commons-pool2-2.12.0.jar
+      dedupe-logstore-<hash>.jar
+      delta-spark_2.13-4.0.0.jar
+      delta-storage-4.0.0.jar
       kafka-clients-3.9.0.jar
       spark-sql-kafka-0-10_2.13-4.0.0.jar
       spark-token-provider-kafka-0-10_2.13-4.0.0.jar
 
-The connector is pinned to the installed pyspark's version (Scala 2.13, the only Scala of Spark 4)
-through ``scripts/spark/pom.xml``. Maven copies the connector's runtime closure; every jar whose
-artifact pyspark already ships (scala-library, slf4j-api, lz4-java, snappy-java, the Hadoop
-client...) is dropped, so the JVM never holds two versions of one library. The job passes the
-rest as ``spark.jars`` (local files): nothing is downloaded when it runs.
+The connector is pinned to the installed pyspark's version and Delta to the installed
+delta-spark's (Scala 2.13, the only Scala of Spark 4) through ``scripts/spark/pom.xml``. Maven
+copies their runtime closure; every jar whose artifact pyspark already ships (scala-library,
+slf4j-api, lz4-java, snappy-java, antlr4-runtime, the Hadoop client...) is dropped, so the JVM
+never holds two versions of one library. ``scripts/spark/LinkLogStore.java`` (Delta's commit
+for local files, safe with two writing JVMs) is compiled with ``javac`` against delta-storage
+into ``dedupe-logstore-<hash of its source>.jar``. The job passes the jars as ``spark.jars``
+(local files): nothing is downloaded when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,14 +46,19 @@ import pyspark
 from spark.settings import ROOT, SparkSettings, SparkSettingsError
 
 POM = ROOT / "scripts" / "spark" / "pom.xml"
+LOG_STORE_SOURCE = ROOT / "scripts" / "spark" / "LinkLogStore.java"
+#: The class spark/session.py sets as Delta's log store for file: paths.
+LOG_STORE_CLASS = "dedupe.delta.LinkLogStore"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 CONNECTOR = "spark-sql-kafka-0-10_2.13"
+DELTA = "delta-spark_2.13"
+DELTA_STORAGE = "delta-storage"
 #: Written last: a cache directory without it is incomplete and resolved again.
 MANIFEST = "MANIFEST.txt"
 
 
 class JarsMissingError(RuntimeError):
-    """The connector jars for this pyspark are not in the cache (run ``make spark-jars``)."""
+    """The jars for this pyspark and delta-spark are not in the cache (run ``make spark-jars``)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,14 @@ def spark_version() -> str:
     return pyspark.__version__
 
 
+def delta_version() -> str:
+    """The installed delta-spark's version (its Python API): the Delta jars must match it."""
+    try:
+        return importlib.metadata.version("delta-spark")
+    except importlib.metadata.PackageNotFoundError:
+        raise JarsMissingError("delta-spark is not installed (make install)") from None
+
+
 def pyspark_jar_names() -> list[str]:
     """File names of the jars pyspark ships (its Spark distribution)."""
     return sorted(os.listdir(Path(pyspark.__file__).parent / "jars"))
@@ -75,22 +100,34 @@ def shipped_by_pyspark(artifact: str, shipped: list[str]) -> str | None:
     return None
 
 
-def cache_dir(jars_root: Path, version: str | None = None) -> Path:
-    return jars_root / (version or spark_version())
+def log_store_jar_name() -> str:
+    """The compiled log store's jar: named by its source's hash, so an edit rebuilds it."""
+    digest = hashlib.sha256(LOG_STORE_SOURCE.read_bytes()).hexdigest()[:12]
+    return f"dedupe-logstore-{digest}.jar"
 
 
-def cached_jars(jars_root: Path, version: str | None = None) -> list[Path]:
-    """The resolved jars for this pyspark; raises :class:`JarsMissingError` if not resolved."""
+def cache_dir(jars_root: Path, version: str | None = None, delta: str | None = None) -> Path:
+    return jars_root / f"{version or spark_version()}-delta-{delta or delta_version()}"
+
+
+def cached_jars(
+    jars_root: Path, version: str | None = None, delta: str | None = None
+) -> list[Path]:
+    """The resolved jars for this pyspark and delta-spark; raises :class:`JarsMissingError`
+    when they are not resolved (or the log store's source changed since it was built)."""
     version = version or spark_version()
-    directory = cache_dir(jars_root, version)
+    delta = delta or delta_version()
+    directory = cache_dir(jars_root, version, delta)
     if not (directory / MANIFEST).is_file():
         raise JarsMissingError(
-            f"Spark's Kafka connector {CONNECTOR}:{version} is not in {directory}; "
-            "run `make spark-jars` (resolves it from Maven Central once)"
+            f"Spark's Kafka connector {CONNECTOR}:{version} and Delta Lake {DELTA}:{delta} are "
+            f"not in {directory}; run `make spark-jars` (resolves them from Maven Central once)"
         )
     jars = sorted(directory.glob("*.jar"))
-    if not any(j.name == f"{CONNECTOR}-{version}.jar" for j in jars):
-        raise JarsMissingError(f"{directory} has no {CONNECTOR}-{version}.jar; delete it and retry")
+    names = {j.name for j in jars}
+    for needed in (f"{CONNECTOR}-{version}.jar", f"{DELTA}-{delta}.jar", log_store_jar_name()):
+        if needed not in names:
+            raise JarsMissingError(f"{directory} has no {needed}; run `make spark-jars`")
     return jars
 
 
@@ -103,21 +140,64 @@ def _artifacts(tree: Path) -> list[Artifact]:
     return out
 
 
-def resolve(jars_root: Path, version: str | None = None, *, mvn: str = "mvn") -> list[Path]:
-    """Resolve the connector's runtime closure into the cache (no-op when already there)."""
+def build_log_store(directory: Path, *, javac: str = "javac") -> Path:
+    """Compile ``LinkLogStore.java`` against the cached delta-storage and pyspark's Hadoop
+    client into ``directory`` (a jar is a zip of class files; no ``jar`` tool needed)."""
+    if shutil.which(javac) is None:
+        raise JarsMissingError(f"a JDK ({javac}) is needed once to build {LOG_STORE_SOURCE.name}")
+    storage = sorted(directory.glob(f"{DELTA_STORAGE}-*.jar"))
+    hadoop = Path(pyspark.__file__).parent / "jars"
+    classpath = [*storage, *sorted(hadoop.glob("hadoop-client-api-*.jar"))]
+    if len(classpath) < 2:
+        raise JarsMissingError(f"no {DELTA_STORAGE} or hadoop-client-api jar to compile against")
+    target = directory / log_store_jar_name()
+    with tempfile.TemporaryDirectory(dir=directory) as classes:
+        result = subprocess.run(
+            [
+                *(javac, "--release", "17", "-nowarn", "-d", classes),
+                *("-cp", os.pathsep.join(str(p) for p in classpath), str(LOG_STORE_SOURCE)),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise JarsMissingError(f"javac failed on {LOG_STORE_SOURCE}:\n{result.stderr[-3000:]}")
+        partial = target.with_suffix(".tmp")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for cls in sorted(Path(classes).rglob("*.class")):
+                jar.write(cls, cls.relative_to(classes).as_posix())
+        partial.rename(target)
+    for stale in directory.glob("dedupe-logstore-*.jar"):
+        if stale != target:
+            stale.unlink()
+    return target
+
+
+def resolve(
+    jars_root: Path, version: str | None = None, delta: str | None = None, *, mvn: str = "mvn"
+) -> list[Path]:
+    """Resolve the connector's and Delta's runtime closure into the cache and build the log
+    store (no-op when already there)."""
     version = version or spark_version()
+    delta = delta or delta_version()
     try:
-        return cached_jars(jars_root, version)
+        return cached_jars(jars_root, version, delta)
     except JarsMissingError:
         pass
+    target = cache_dir(jars_root, version, delta)
+    if (target / MANIFEST).is_file():  # resolved; only the log store is missing or stale
+        build_log_store(target)
+        return cached_jars(jars_root, version, delta)
     if shutil.which(mvn) is None:
-        raise JarsMissingError(f"Maven ({mvn}) is needed once to fetch the Spark Kafka jars")
-    target = cache_dir(jars_root, version)
-    tmp = jars_root / f".tmp-{version}-{os.getpid()}"
+        raise JarsMissingError(f"Maven ({mvn}) is needed once to fetch the Spark jars")
+    tmp = jars_root / f".tmp-{version}-{delta}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tree = tmp / "tree"
     print(
-        f"spark-jars: resolving org.apache.spark:{CONNECTOR}:{version} from Maven Central ...",
+        f"spark-jars: resolving org.apache.spark:{CONNECTOR}:{version} and "
+        f"io.delta:{DELTA}:{delta} from Maven Central ...",
         file=sys.stderr,
         flush=True,
     )
@@ -132,17 +212,21 @@ def resolve(jars_root: Path, version: str | None = None, *, mvn: str = "mvn") ->
         "-Dmdep.useRepositoryLayout=true",
         f"-DoutputDirectory={tree}",
         f"-Dspark.version={version}",
+        f"-Ddelta.version={delta}",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise JarsMissingError(
-            f"Maven could not resolve {CONNECTOR}:{version} (is that release on Maven Central?):"
-            f"\n{result.stdout[-3000:]}{result.stderr[-2000:]}"
+            f"Maven could not resolve {CONNECTOR}:{version} and {DELTA}:{delta} (are those "
+            f"releases on Maven Central?):\n{result.stdout[-3000:]}{result.stderr[-2000:]}"
         )
     shipped = pyspark_jar_names()
     kept: list[Artifact] = []
-    manifest = [f"# {CONNECTOR}:{version} runtime closure, resolved by `python -m spark.jars`"]
+    manifest = [
+        f"# {CONNECTOR}:{version} and {DELTA}:{delta} runtime closure, resolved by "
+        "`python -m spark.jars`"
+    ]
     for art in _artifacts(tree):
         same = shipped_by_pyspark(art.artifact, shipped)
         if same is None:
@@ -152,17 +236,24 @@ def resolve(jars_root: Path, version: str | None = None, *, mvn: str = "mvn") ->
         else:
             manifest.append(f"dropped {art.coordinates} (pyspark ships {same})")
     shutil.rmtree(tree)
-    if not any(a.artifact == CONNECTOR and a.version == version for a in kept):
+    for needed, needed_version in ((CONNECTOR, version), (DELTA, delta)):
+        if not any(a.artifact == needed and a.version == needed_version for a in kept):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise JarsMissingError(f"{needed}-{needed_version}.jar missing after resolution")
+    try:
+        build_log_store(tmp)
+    except JarsMissingError:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise JarsMissingError(f"{CONNECTOR}-{version}.jar missing after resolution")
+        raise
+    manifest.append(f"built   {LOG_STORE_CLASS} from {LOG_STORE_SOURCE.relative_to(ROOT)}")
     (tmp / MANIFEST).write_text("\n".join(manifest) + "\n")
     if target.exists():  # another process resolved it meanwhile, or an incomplete earlier run
         if (target / MANIFEST).is_file():
             shutil.rmtree(tmp, ignore_errors=True)
-            return cached_jars(jars_root, version)
+            return resolve(jars_root, version, delta, mvn=mvn)
         shutil.rmtree(target)
     tmp.rename(target)
-    return cached_jars(jars_root, version)
+    return cached_jars(jars_root, version, delta)
 
 
 def main(argv: list[str] | None = None) -> int:

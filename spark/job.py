@@ -1,30 +1,35 @@
-"""The lake job: Spark Structured Streaming from the clean topic into Parquet tables, exactly once.
+"""The lake job: Spark Structured Streaming from the clean topic into Delta tables, exactly once.
 
 Run it next to the worker (settings from the same environment; see docs/spark.md)::
 
-    make spark-jars          # once: the Kafka connector jars from Maven Central into .cache/
+    make spark-jars          # once: the Kafka connector and Delta jars from Maven Central
     python -m spark.job      # or `make spark`; Ctrl-C stops it (a restart continues exactly)
 
 You should see, after about ten seconds of JVM start-up::
 
     spark-lake: Spark 4.0.0 on local[2] reading 'events-clean' at localhost:9092 (read_committed)
-    spark-lake: events -> /.../lake/events (checkpoint /.../lake/_checkpoints/events)
-    spark-lake: event_counts -> /.../lake/event_counts (1-minute windows, watermark 600s)
+    spark-lake: events -> /.../lake/events (delta, append; checkpoint /.../lake/_checkpoints/events)
+    spark-lake: event_counts -> /.../lake/event_counts (delta, 1-minute windows, watermark 600s)
     spark-lake: events batch 0: 10000 rows
     spark-lake: event_counts batch 0: 10000 events, watermark 1970-01-01T00:00:00.000Z
 
 then one line per micro-batch that read something. Two queries run in one session, each with its
 own checkpoint:
 
-- ``events``: :func:`spark.transforms.parse_events` -> Parquet under ``<lake>/events``,
+- ``events``: :func:`spark.transforms.parse_events` -> the Delta table ``<lake>/events``,
   partitioned by ``event_date``. Exactly once: the Kafka offsets of each micro-batch are logged
-  in the checkpoint before it runs, and the batch's files become part of the table only when the
-  file sink commits them to ``<lake>/events/_spark_metadata``. A job killed mid-batch re-runs
-  that batch with the same offsets after a restart; the files the killed attempt wrote are never
-  committed, and readers that read the table through ``_spark_metadata``
-  (``spark.read.parquet("<lake>/events")``, like ``python -m spark.audit``) never see them.
-- ``event_counts``: :func:`spark.transforms.count_per_minute` -> Parquet under
+  in the checkpoint before it runs; Delta's streaming sink writes the batch's files and commits
+  them in one table version that records the query id and batch number. A job killed mid-batch
+  re-runs that batch with the same offsets after a restart: a batch whose commit had landed is
+  skipped by the sink (its number is in the log), and the files of an attempt that never
+  committed are in no version, so no Delta reader (Spark, delta-rs...) sees them. With
+  ``DEDUPE_LAKE_WRITE=merge`` each batch is a MERGE on messageId instead
+  (:mod:`spark.merge`), which also keeps out ids the worker's window let through again.
+- ``event_counts``: :func:`spark.transforms.count_per_minute` -> the Delta table
   ``<lake>/event_counts``: each minute written once, after the watermark passed it.
+
+``DEDUPE_LAKE_FORMAT=parquet`` writes both with Spark's file sink instead (exactly once for
+readers that go through its ``_spark_metadata`` log). Compaction and vacuum: :mod:`spark.upkeep`.
 
 Kafka source: ``kafka.isolation.level=read_committed``, so aborted records and open transactions
 are never read; the offsets a batch covers end at the last stable offset. Transactional topics
@@ -47,11 +52,13 @@ from types import FrameType
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from spark.jars import JarsMissingError
 from spark.lake import LakeStateError, check_consistent
+from spark.merge import MergeOnId
 from spark.session import SparkVersionError, build_session
-from spark.settings import SparkSettings, SparkSettingsError
+from spark.settings import MERGE, SparkSettings, SparkSettingsError
 from spark.transforms import count_per_minute, parse_events
 
 APP_NAME = "dedupe-lake"
@@ -73,37 +80,74 @@ def read_clean_topic(spark: SparkSession, settings: SparkSettings) -> DataFrame:
     return reader.load()
 
 
-def start_queries(spark: SparkSession, settings: SparkSettings) -> list[StreamingQuery]:
+@dataclass(frozen=True)
+class Trigger:
+    """When micro-batches run: every ``DEDUPE_SPARK_TRIGGER_INTERVAL`` (the job), or once over
+    everything available and then stop (``available_now``: the benchmark)."""
+
+    available_now: bool = False
+    processing_time: str = ""
+
+
+def _stream_writer(
+    rows: DataFrame, settings: SparkSettings, name: str, checkpoint: str, trigger: Trigger
+) -> DataStreamWriter:
+    writer = (
+        rows.writeStream.queryName(name)
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+    )
+    if trigger.available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=trigger.processing_time or settings.trigger)
+
+
+def start_events_query(
+    spark: SparkSession, settings: SparkSettings, trigger: Trigger | None = None
+) -> StreamingQuery:
+    """The events query (append, or MERGE on messageId), started; no consistency check."""
+    events = _stream_writer(
+        parse_events(read_clean_topic(spark, settings)),
+        settings,
+        "events",
+        settings.events_checkpoint,
+        trigger or Trigger(),
+    )
+    if settings.lake_write == MERGE:
+        return events.foreachBatch(MergeOnId(settings.events_path)).start()
+    events = events.format(settings.lake_format).partitionBy("event_date")
+    return events.option("path", settings.events_path).start()
+
+
+def start_counts_query(
+    spark: SparkSession, settings: SparkSettings, trigger: Trigger | None = None
+) -> StreamingQuery:
+    """The per-minute counts query, started; no consistency check."""
+    counts = _stream_writer(
+        count_per_minute(parse_events(read_clean_topic(spark, settings)), settings.watermark_delay),
+        settings,
+        "event_counts",
+        settings.counts_checkpoint,
+        trigger or Trigger(),
+    )
+    counts = counts.format(settings.lake_format).partitionBy("event_date")
+    return counts.option("path", settings.counts_path).start()
+
+
+def start_queries(
+    spark: SparkSession, settings: SparkSettings, trigger: Trigger | None = None
+) -> list[StreamingQuery]:
     """Start the events and the per-minute counts queries; returns them running.
 
     Raises :class:`spark.lake.LakeStateError` (before starting anything) when a table and its
-    checkpoint do not belong together.
+    checkpoint do not belong together, or a table is of the other format.
     """
-    check_consistent(spark, settings.events_path, settings.events_checkpoint)
-    check_consistent(spark, settings.counts_path, settings.counts_checkpoint)
-    events = (
-        parse_events(read_clean_topic(spark, settings))
-        .writeStream.queryName("events")
-        .format("parquet")
-        .outputMode("append")
-        .partitionBy("event_date")
-        .option("path", settings.events_path)
-        .option("checkpointLocation", settings.events_checkpoint)
-        .trigger(processingTime=settings.trigger)
-        .start()
-    )
-    counts = (
-        count_per_minute(parse_events(read_clean_topic(spark, settings)), settings.watermark_delay)
-        .writeStream.queryName("event_counts")
-        .format("parquet")
-        .outputMode("append")
-        .partitionBy("event_date")
-        .option("path", settings.counts_path)
-        .option("checkpointLocation", settings.counts_checkpoint)
-        .trigger(processingTime=settings.trigger)
-        .start()
-    )
-    return [events, counts]
+    check_consistent(spark, settings.events_path, settings.events_checkpoint, settings.lake_format)
+    check_consistent(spark, settings.counts_path, settings.counts_checkpoint, settings.lake_format)
+    return [
+        start_events_query(spark, settings, trigger),
+        start_counts_query(spark, settings, trigger),
+    ]
 
 
 class ProgressPrinter:
@@ -155,10 +199,14 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
     except LakeStateError as exc:
         print(f"{PREFIX} {exc}", file=sys.stderr)
         return 2
-    print(f"{PREFIX} events -> {settings.events_path} (checkpoint {settings.events_checkpoint})")
+    how = "MERGE on messageId" if settings.lake_write == MERGE else "append"
+    print(
+        f"{PREFIX} events -> {settings.events_path} ({settings.lake_format}, {how}; "
+        f"checkpoint {settings.events_checkpoint})"
+    )
     print(
         f"{PREFIX} event_counts -> {settings.counts_path} "
-        f"(1-minute windows, watermark {settings.watermark:g}s)",
+        f"({settings.lake_format}, 1-minute windows, watermark {settings.watermark:g}s)",
         flush=True,
     )
     printer = ProgressPrinter()
@@ -195,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PREFIX} {exc}", file=sys.stderr)
         return 2
     try:
-        spark = build_session(settings, APP_NAME, kafka=True)
+        spark = build_session(settings, APP_NAME)
     except (JarsMissingError, SparkVersionError) as exc:
         print(f"{PREFIX} {exc}", file=sys.stderr)
         return 2

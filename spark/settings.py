@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from envsettings import EnvSettings, setting
+from spark.transforms import EVENT_COLUMNS
 
 T = TypeVar("T")
 
@@ -33,6 +34,14 @@ class SparkSettingsError(ValueError):
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _MEMORY = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
+#: Values of ``DEDUPE_LAKE_FORMAT`` and ``DEDUPE_LAKE_WRITE``.
+DELTA, PARQUET = "delta", "parquet"
+APPEND, MERGE = "append", "merge"
+#: Columns of the events table that Z-ordering may use (all but the partition column).
+ZORDER_COLUMNS = tuple(c for c in EVENT_COLUMNS if c != "event_date")
+#: The shortest vacuum retention accepted: files younger than this are never deleted.
+MIN_VACUUM_RETENTION = 3600.0
+
 _MASTER = re.compile(r"^(local(\[(\d+|\*)(,\d+)?\])?|(spark|yarn|k8s|mesos)(://.+)?)$")
 
 
@@ -53,8 +62,39 @@ class SparkSettings(EnvSettings):
     lake_dir: str = setting(
         "./lake",
         "DEDUPE_LAKE_DIR",
-        "Root of the lake: Parquet tables events/ and event_counts/. A local path, or any "
+        "Root of the lake: tables events/ and event_counts/. A local path, or any "
         "Hadoop URI (hdfs://, s3a://...) shared by the cluster.",
+    )
+    lake_format: str = setting(
+        "delta",
+        "DEDUPE_LAKE_FORMAT",
+        "delta: Delta Lake tables, which any Delta reader (Spark, delta-rs/Python, DuckDB, "
+        "Trino) sees exactly once through their commit log. parquet: Spark's file sink, "
+        "exactly once only for readers that go through its _spark_metadata log (Spark); for "
+        "lakes written before Delta. Fixed by the tables: the job refuses the other format.",
+    )
+    lake_write: str = setting(
+        "append",
+        "DEDUPE_LAKE_WRITE",
+        "How the events query writes (Delta only). append: each micro-batch is appended "
+        "(Delta's streaming sink, idempotent per batch). merge: a Delta MERGE on messageId "
+        "inserts only ids not in the table yet, so a late duplicate the worker's window let "
+        "through is dropped too; it reads the table's ids on every batch (slower; see "
+        "bench/results-lake.md).",
+    )
+    optimize_zorder_by: str = setting(
+        "",
+        "DEDUPE_LAKE_ZORDER_BY",
+        "make lake-optimize: also Z-order the events table's files by these comma-separated "
+        "columns (e.g. userId), so queries filtering on them skip files; empty = compaction "
+        "only. Not event_date (the partition column).",
+    )
+    vacuum_retention: float = setting(
+        7 * 86400.0,
+        "DEDUPE_LAKE_VACUUM_RETENTION",
+        "make lake-vacuum deletes files the tables no longer use (compacted away, or left by "
+        "interrupted batches) once they are this old. It must outlast the longest micro-batch "
+        "and the longest read of an old version; at least 1h (Delta's own default is 7d).",
     )
     checkpoint_dir: str = setting(
         "",
@@ -73,7 +113,8 @@ class SparkSettings(EnvSettings):
         10.0,
         "DEDUPE_SPARK_TRIGGER_INTERVAL",
         "How often a micro-batch starts (duration; 0 = as soon as the previous one ends). "
-        "Each batch writes new Parquet files, so shorter means fresher and smaller files.",
+        "Each batch writes new Parquet files, so shorter means fresher and smaller files "
+        "(make lake-optimize compacts them).",
     )
     max_offsets_per_trigger: int = setting(
         100_000,
@@ -106,8 +147,8 @@ class SparkSettings(EnvSettings):
     jars_dir: Path = setting(
         ROOT / ".cache" / "spark-jars",
         "DEDUPE_SPARK_JARS_DIR",
-        "Cache of the Kafka connector jars, filled by `make spark-jars` (Maven Central); "
-        "the job loads them from here and downloads nothing.",
+        "Cache of the Kafka connector and Delta Lake jars, filled by `make spark-jars` "
+        "(Maven Central); the jobs load them from here and download nothing.",
     )
     log_level: str = setting(
         "warn", "DEDUPE_SPARK_LOG_LEVEL", "Log level of Spark's JVM (error, warn, info, debug)."
@@ -134,6 +175,23 @@ class SparkSettings(EnvSettings):
             out.append(f"{env('topic')}={self.topic!r}: use 1-200 of [A-Za-z0-9._-]")
         if not self.lake_dir.strip():
             out.append(f"{env('lake_dir')} must not be empty")
+        if self.lake_format not in (DELTA, PARQUET):
+            out.append(f"{env('lake_format')}={self.lake_format!r}: {DELTA}|{PARQUET}")
+        if self.lake_write not in (APPEND, MERGE):
+            out.append(f"{env('lake_write')}={self.lake_write!r}: {APPEND}|{MERGE}")
+        elif self.lake_write == MERGE and self.lake_format != DELTA:
+            out.append(f"{env('lake_write')}={MERGE} needs {env('lake_format')}={DELTA}")
+        for column in self.zorder_columns:
+            if column not in ZORDER_COLUMNS:
+                out.append(
+                    f"{env('optimize_zorder_by')}={self.optimize_zorder_by!r}: {column!r} is "
+                    "not a column of the events table (nor event_date, its partition column)"
+                )
+        if not MIN_VACUUM_RETENTION <= self.vacuum_retention <= 3650 * 86400:
+            out.append(
+                f"{env('vacuum_retention')}={self.vacuum_retention:g}s: must be 1h..10y "
+                "(a shorter one could delete files of a batch being written)"
+            )
         if not _MASTER.match(self.master):
             out.append(
                 f"{env('master')}={self.master!r}: use local[N], local[*], spark://host:port, "
@@ -157,6 +215,10 @@ class SparkSettings(EnvSettings):
         if self.log_level.lower() not in {"error", "warn", "info", "debug"}:
             out.append(f"{env('log_level')}={self.log_level!r}: error|warn|info|debug")
         return out
+
+    @property
+    def zorder_columns(self) -> list[str]:
+        return [c.strip() for c in self.optimize_zorder_by.split(",") if c.strip()]
 
     # Derived locations ----------------------------------------------------------------------
 
@@ -214,7 +276,11 @@ def _shown_default(name: str, value: object) -> str:
         return "`<lake>/_checkpoints`"
     if name == "jars_dir":
         return "`.cache/spark-jars` (in the repository)"
+    if name == "optimize_zorder_by" and not value:
+        return "(none)"
     if isinstance(value, float):
+        if value >= 86400 and value % 86400 == 0:
+            return f"`{value / 86400:g}d`"
         if value < 1:
             return f"`{value * 1000:g}ms`"
         return f"`{value / 60:g}m`" if value >= 60 and value % 60 == 0 else f"`{value:g}s`"

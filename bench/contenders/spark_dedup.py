@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             master="local[2]",
             shuffle_partitions=args.partitions,
         )
-        spark = build_session(settings, APP_NAME, kafka=True)
+        spark = build_session(settings, APP_NAME)
     except (SparkSettingsError, JarsMissingError, SparkVersionError) as exc:
         print(f"{PREFIX} {exc}", file=sys.stderr)
         return 2

@@ -18,21 +18,21 @@ from tests.spark.harness import LakeJob
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """A small local session (2 cores, 2 shuffle partitions, UTC, no UI) built by the job's own
-    :func:`spark.session.build_session`, without the Kafka jars (the tests' own reads and the
-    transforms need none)."""
-    settings = SparkSettings(master="local[2]", shuffle_partitions=2, driver_memory="1g")
-    session = build_session(settings, "dedupe-tests", kafka=False)
-    yield session
-    session.stop()
+def spark_jars() -> list[Path]:
+    """The connector and Delta jars in the cache (resolved from Maven Central if `make
+    spark-jars` has not run yet), as the job will load them."""
+    return resolve(SparkSettings().jars_dir)
 
 
 @pytest.fixture(scope="session")
-def spark_jars() -> list[Path]:
-    """The connector jars in the cache (resolved from Maven Central if `make spark-jars` has not
-    run yet), as the job will load them."""
-    return resolve(SparkSettings().jars_dir)
+def spark(spark_jars: list[Path]) -> Iterator[SparkSession]:
+    """A small local session (2 cores, 2 shuffle partitions, UTC, no UI) built by the job's own
+    :func:`spark.session.build_session`: Delta Lake and its log store, like the job's."""
+    del spark_jars
+    settings = SparkSettings(master="local[2]", shuffle_partitions=2, driver_memory="1g")
+    session = build_session(settings, "dedupe-tests")
+    yield session
+    session.stop()
 
 
 @pytest.fixture

@@ -5,11 +5,14 @@ test can SIGKILL the Python driver and its Spark JVM together, exactly like a ma
 start it again on the same lake and checkpoints.
 
 The readers below look at the job's files directly (local filesystem, no Spark), the way the
-file sink and the checkpoint define them:
+checkpoint and the tables' logs define them:
 
 - ``<checkpoint>/offsets/<n>``: the Kafka offsets batch n covers, logged before it runs;
 - ``<checkpoint>/commits/<n>``: written after batch n was committed to the sink;
-- ``<table>/_spark_metadata/<n>[.compact]``: the files batch n added to the table.
+- ``<table>/_delta_log/<version>.json``: the files a Delta commit added (and removed);
+- ``<table>/_spark_metadata/<n>[.compact]``: the files batch n added to a Parquet table.
+
+:func:`read_without_spark` reads a Delta table the way any other engine would: delta-rs.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
+
+from deltalake import DeltaTable
 
 from tests.support import ROOT, Broker
 
@@ -61,8 +66,39 @@ def committed_batches(checkpoint: Path) -> int:
     return len(_log_ids(checkpoint / "commits"))
 
 
+def delta_added_files(table: Path) -> set[str]:
+    """Names of the files any commit of the Delta table added (now in the table, or replaced
+    later by a compaction): every file a committed batch wrote."""
+    names: set[str] = set()
+    log = table / "_delta_log"
+    if not log.is_dir():
+        return names
+    for entry in sorted(log.glob("*.json")):
+        for line in entry.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action:
+                names.add(Path(unquote(action["add"]["path"])).name)
+    return names
+
+
+def read_without_spark(table: Path) -> list[str]:
+    """The events table's messageIds as delta-rs reads them (no Spark, no JVM): the current
+    version through the Delta log, as pandas, DuckDB or Polars would read it."""
+    arrow = DeltaTable(str(table)).to_pyarrow_table(columns=["messageId"])
+    ids: list[str] = arrow.column("messageId").to_pylist()
+    return ids
+
+
+def table_file_count(table: Path) -> int:
+    """Files in the Delta table's current version (delta-rs)."""
+    return len(DeltaTable(str(table)).file_uris())
+
+
 def sink_files(table: Path) -> set[str]:
-    """Names of the files the sink log lists as committed."""
+    """Names of the files the table's log lists as committed: for Delta, every file a commit
+    added; for Parquet, the file sink's log."""
+    if (table / "_delta_log").is_dir():
+        return delta_added_files(table)
     log = table / "_spark_metadata"
     names: set[str] = set()
     if not log.is_dir():

@@ -1,7 +1,11 @@
 """The whole pipeline on real processes: events -> worker -> clean topic -> Spark job -> lake.
 
-- events with duplicates reach the lake exactly once, and the per-minute counts once per minute;
-- the job killed with SIGKILL in the middle of micro-batches and restarted: still exactly once;
+- events with duplicates reach the lake's Delta tables exactly once, and the per-minute counts
+  once per minute; a late duplicate (an id back after the worker's window) is in the appended
+  table twice and the audit names it, while a second job in merge-on-id mode keeps it out;
+- the job killed with SIGKILL in the middle of micro-batches and restarted, then compacted by
+  ``make lake-optimize``'s command while it runs: still exactly once, read by Spark and by
+  delta-rs (no Spark);
 - aborted transactions on the clean topic never reach the lake, and the offsets that hold no
   readable record (commit and abort markers, aborted records, also at the end of a partition)
   neither stall nor fail the job.
@@ -18,20 +22,29 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from scripts.streams import OutRecord, Stream, build_stream, make_event, produce
 from scripts.topic_reader import end_offsets, read_topic
 from spark.audit import audit_events
+from spark.lake import read_table
 from spark.transforms import COUNT_COLUMNS, count_per_minute
-from tests.spark.harness import LakeJob, batch_in_flight, committed_batches, uncommitted_files
+from tests.spark.harness import (
+    LakeJob,
+    batch_in_flight,
+    committed_batches,
+    read_without_spark,
+    table_file_count,
+    uncommitted_files,
+)
 from tests.support import ROOT, Broker, Names, Worker, wait_drained
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -41,11 +54,12 @@ def clean_ends(broker: Broker, topic: str) -> dict[int, int]:
     return asyncio.run(end_offsets(broker.bootstrap, topic))
 
 
-def run_audit(job: LakeJob) -> tuple[int, str]:
-    """``python -m spark.audit`` on the job's lake, as an operator runs it."""
+def run_module(job: LakeJob, *args: str) -> tuple[int, str]:
+    """``python -m <args>`` on the job's lake, as an operator runs it (``make audit``,
+    ``make lake-optimize``...)."""
     env = {k: v for k, v in job.env().items() if not k.startswith("DEDUPE_SPARK_")}
     result = subprocess.run(
-        [sys.executable, "-m", "spark.audit"],
+        [sys.executable, "-m", *args],
         env={**env, "DEDUPE_SPARK_DRIVER_MEMORY": "512m"},
         cwd=ROOT,
         capture_output=True,
@@ -56,33 +70,58 @@ def run_audit(job: LakeJob) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
+def run_audit(job: LakeJob) -> tuple[int, str]:
+    return run_module(job, "spark.audit")
+
+
 def assert_lake_holds_exactly(
-    spark: SparkSession, job: LakeJob, expected: Mapping[str, bytes]
+    spark: SparkSession,
+    job: LakeJob,
+    expected: Mapping[str, bytes],
+    *,
+    twice: Sequence[str] = (),
+    counts: bool = True,
 ) -> int:
-    """The events table (read through its sink log) holds each expected event once, with its
-    bytes, and nothing else; the counts table holds each minute once, with the events' count."""
-    table = spark.read.parquet(str(job.events_table))
+    """The events table (read through its log by Spark, and by delta-rs) holds each expected
+    event once (those in ``twice``: twice), with its bytes, and nothing else; the counts table
+    holds each minute once, with the events' count."""
+    want = sorted([*expected, *twice])
+    assert sorted(read_without_spark(job.events_table)) == want, "delta-rs reads otherwise"
+    table = read_table(spark, str(job.events_table))
     rows = table.select("messageId", "value").collect()
     ids = [r.messageId for r in rows]
-    assert len(ids) == len(set(ids)), "a messageId is in the lake twice"
     assert set(ids) == set(expected), (
         f"missing {len(set(expected) - set(ids))}, unexpected {len(set(ids) - set(expected))}"
     )
+    assert sorted(ids) == want, "a messageId is in the lake twice"
     assert all(r.value.encode() == expected[r.messageId] for r in rows)
+    if not counts:
+        return 0
 
-    counts = spark.read.parquet(str(job.counts_table)).select(*COUNT_COLUMNS)
+    minutes = read_table(spark, str(job.counts_table)).select(*COUNT_COLUMNS)
     keys = ["window_start", "type", "event"]
-    assert counts.groupBy(*keys).count().where(F.col("count") > 1).count() == 0
-    written = counts.count()
+    assert minutes.groupBy(*keys).count().where(F.col("count") > 1).count() == 0
+    written = minutes.count()
     assert written > 0, "no minute of counts was written"
     # every minute written has the count of its events in the events table
     recomputed = count_per_minute(table, "1 hour").select(*COUNT_COLUMNS)
-    assert counts.exceptAll(recomputed).count() == 0
+    assert minutes.exceptAll(recomputed).count() == 0
     return written
 
 
-@pytest.mark.timeout(420)
-def test_events_with_duplicates_reach_the_lake_exactly_once(
+async def send_at(bootstrap: str, topic: str, records: list[OutRecord], at_ms: int) -> None:
+    """Send ``records`` with the record time ``at_ms`` (the worker's clock: Kafka timestamps)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, r.value, key=r.key, timestamp_ms=at_ms) for r in records]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.timeout(480)
+def test_events_with_duplicates_reach_the_lake_once_and_late_ones_show_in_the_audit(
     broker: Broker,
     names: Names,
     workers: list[Worker],
@@ -90,29 +129,86 @@ def test_events_with_duplicates_reach_the_lake_exactly_once(
     spark: SparkSession,
     tmp_path: Path,
 ) -> None:
-    worker = Worker(broker, names)
+    worker = Worker(broker, names, extra_env={"DEDUPE_WINDOW": "1h"})
     workers.append(worker)
     worker.start()
     worker.wait_ready()  # the clean topic exists from here on
     job = LakeJob(broker, names.output_topic, tmp_path / "lake")
-    lake_jobs.append(job)
+    merging = LakeJob(
+        broker, names.output_topic, tmp_path / "lake-merge", {"DEDUPE_LAKE_WRITE": "merge"}
+    )
+    lake_jobs.extend([job, merging])
     job.start()
+    merging.start()
 
     stream = build_stream(20_000, 0.1, seed=51)
+    # Five of its ids were already sent two hours earlier (record time): past the worker's 1h
+    # window, so the stream's copies of them pass as new. (The broker refuses record times far
+    # in the future, so the first copies are the ones moved back in time.)
+    firsts: dict[str, OutRecord] = {}
+    for record in stream.records:
+        firsts.setdefault(record.message_id, record)
+    late = list(firsts.values())[:5]
+    earlier_ms = int(time.time() * 1000) - 2 * 3600 * 1000
+    asyncio.run(send_at(broker.bootstrap, names.input_topic, late, earlier_ms))
     asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
     wait_drained(broker, names, 180, workers)
-    waited = job.wait_caught_up(clean_ends(broker, names.output_topic), timeout=240)
+    ends = clean_ends(broker, names.output_topic)
+    waited = job.wait_caught_up(ends, timeout=240)
+    merging.wait_caught_up(ends, timeout=240)
 
+    # Appended: each event once, but the late copies twice, and the audit names them.
     status, output = run_audit(job)
-    assert status == 0, output
     unique = len(stream.unique)
-    assert f"events: rows={unique} distinct={unique} duplicates=0 " in output, output
-    minutes = assert_lake_holds_exactly(spark, job, stream.unique)
+    assert status == 1, output
+    assert f"events: rows={unique + 5} distinct={unique} duplicates=5 " in output, output
+    for record in late:
+        assert f"  duplicate: {record.message_id!r} x2" in output, output
+    twice = [r.message_id for r in late]
+    minutes = assert_lake_holds_exactly(spark, job, stream.unique, twice=twice)
+
+    # Merged on messageId: the same topic, each id once whatever its age. (Its counts table
+    # counts every event read from the topic, the late copies too: not compared here.)
+    assert_lake_holds_exactly(spark, merging, stream.unique, counts=False)
     assert job.stop() == 0, job.log_text()[-3000:]
+    assert merging.stop() == 0, merging.log_text()[-3000:]
     print(
-        f"\nevents={len(stream.records)} unique={unique} lake rows={unique} duplicates=0 "
-        f"count rows={minutes} (job caught up {waited:.0f}s after the worker drained)"
+        f"\nevents={len(stream.records) + 5} unique={unique} late copies past the window=5: "
+        f"appended lake rows={unique + 5} (audit: duplicates=5), merged lake rows={unique} "
+        f"duplicates=0, count rows={minutes} (caught up {waited:.0f}s after the worker drained)"
     )
+
+
+def optimize_while_feeding(
+    job: LakeJob, broker: Broker, names: Names, records: list[OutRecord]
+) -> tuple[int, str]:
+    """Run ``python -m spark.upkeep optimize`` (``make lake-optimize``) on the job's lake while
+    ``records`` go to the worker, 100 about every second; the last 300 are sent after it
+    finished, so the job commits batches both during and after the compaction."""
+    env = {k: v for k, v in job.env().items() if not k.startswith("DEDUPE_SPARK_")}
+    optimize = subprocess.Popen(
+        [sys.executable, "-m", "spark.upkeep", "optimize"],
+        env={**env, "DEDUPE_SPARK_DRIVER_MEMORY": "512m"},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    during, after = records[:-300], records[-300:]
+    while optimize.poll() is None and during:
+        asyncio.run(produce(broker.bootstrap, names.input_topic, during[:100]))
+        during = during[100:]
+        time.sleep(1)
+    output, _ = optimize.communicate(timeout=180)
+    asyncio.run(produce(broker.bootstrap, names.input_topic, during + after))
+    return optimize.returncode, output
+
+
+def appends_after(table: Path) -> int:
+    """Commits of the job after the table's (last) OPTIMIZE, from the Delta history."""
+    history = sorted(DeltaTable(str(table)).history(), key=lambda h: int(h["version"]))
+    optimized = max(int(h["version"]) for h in history if h["operation"] == "OPTIMIZE")
+    return sum(1 for h in history if int(h["version"]) > optimized and h["operation"] != "OPTIMIZE")
 
 
 def kill_mid_batch(job: LakeJob, known_orphans: set[str], timeout: float = 60) -> bool:
@@ -159,12 +255,13 @@ def test_a_job_killed_mid_batch_and_restarted_still_writes_each_event_once(
     lake_jobs.append(job)
 
     stream = build_stream(12_000, 0.1, seed=52)
-    half = len(stream.records) // 2
+    half, three_quarters = len(stream.records) // 2, len(stream.records) * 3 // 4
     asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records[:half]))
-    # The rest arrives while the job is being killed and restarted.
+    # The next quarter arrives while the job is being killed and restarted, the last one while
+    # its tables are compacted.
     rest = threading.Thread(
         target=lambda: asyncio.run(
-            produce(broker.bootstrap, names.input_topic, stream.records[half:])
+            produce(broker.bootstrap, names.input_topic, stream.records[half:three_quarters])
         )
     )
 
@@ -181,21 +278,36 @@ def test_a_job_killed_mid_batch_and_restarted_still_writes_each_event_once(
         in_flight += batch_in_flight(job.events_checkpoint)
         orphans = uncommitted_files(job.events_table)
     rest.join()
+    left_behind = len(orphans)
+    before = committed_batches(job.events_checkpoint)
     job.start()
+    job.wait_batches(before + 1, timeout=120)
+    # Compaction while the job runs and commits (the worker is still feeding the clean topic).
+    files_before = table_file_count(job.events_table)
+    status, optimized = optimize_while_feeding(job, broker, names, stream.records[three_quarters:])
+    assert status == 0, optimized
+    assert "lake-optimize: events: " in optimized, optimized
+    assert job.alive(), job.log_text()[-3000:]
     wait_drained(broker, names, 180, workers)
     job.wait_caught_up(clean_ends(broker, names.output_topic), timeout=300)
 
     report = audit_events(spark, str(job.events_table))
     unique = len(stream.unique)
+    without_spark = read_without_spark(job.events_table)
     print(
         f"\nevents={len(stream.records)} unique={unique} kills={kills} "
-        f"(mid-batch {in_flight}, while writing files {mid_write}; "
-        f"uncommitted files left {report.uncommitted_files}) lake rows={report.rows} "
-        f"distinct={report.distinct} duplicates={report.duplicates}"
+        f"(mid-batch {in_flight}, while writing files {mid_write}; files of killed attempts "
+        f"{left_behind}) lake rows={report.rows} distinct={report.distinct} "
+        f"duplicates={report.duplicates}; delta-rs rows={len(without_spark)} "
+        f"distinct={len(set(without_spark))}; optimize while running: events had "
+        f"{files_before} files -> {optimized.split('lake-optimize: events: ')[1].split()[3]} "
+        f"at its commit, {table_file_count(job.events_table)} at the end "
+        f"({appends_after(job.events_table)} appends committed after it)"
     )
+    assert appends_after(job.events_table) >= 1, "the job committed nothing after the optimize"
     assert (report.rows, report.distinct, report.duplicates) == (unique, unique, 0)
     assert in_flight == kills, "every kill must interrupt a planned, uncommitted batch"
-    assert report.uncommitted_files >= 1, "no kill caught a batch with files written"
+    assert left_behind >= 1, "no kill caught a batch with files written"
     assert_lake_holds_exactly(spark, job, stream.unique)
     assert job.stop() == 0
 
@@ -288,7 +400,7 @@ def test_aborted_transactions_never_reach_the_lake_and_markers_never_stall_it(
     assert set(aborted_b.unique) | set(aborted_d.unique) <= written_ids  # really in the log
     assert sum(ends.values()) > len(everything)  # and the log has offsets without a record
 
-    table = spark.read.parquet(str(job.events_table))
+    table = read_table(spark, str(job.events_table))
     ids = [r.messageId for r in table.select("messageId").collect()]
     assert sorted(ids) == sorted({**committed_a.unique, **committed_c.unique})
     report = audit_events(spark, str(job.events_table))

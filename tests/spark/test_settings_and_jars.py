@@ -7,9 +7,18 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from spark.jars import CONNECTOR, MANIFEST, cache_dir, cached_jars, pyspark_jar_names
+from spark.jars import (
+    CONNECTOR,
+    DELTA,
+    MANIFEST,
+    cache_dir,
+    cached_jars,
+    delta_version,
+    log_store_jar_name,
+    pyspark_jar_names,
+)
 from spark.jars import shipped_by_pyspark as shipped
-from spark.settings import SparkSettings, SparkSettingsError, markdown_table
+from spark.settings import APPEND, MERGE, SparkSettings, SparkSettingsError, markdown_table
 
 pytestmark = pytest.mark.spark
 
@@ -27,6 +36,8 @@ def test_defaults_read_the_workers_clean_topic_into_a_local_lake() -> None:
     assert s.counts_path == str(Path("lake").resolve() / "event_counts")
     assert s.events_checkpoint == str(Path("lake").resolve() / "_checkpoints" / "events")
     assert (s.trigger, s.watermark_delay) == ("10000 milliseconds", "600000 milliseconds")
+    assert (s.lake_format, s.lake_write, s.zorder_columns) == ("delta", APPEND, [])
+    assert s.vacuum_retention == 7 * 86400
 
 
 def test_every_setting_comes_from_its_environment_variable(tmp_path: Path) -> None:
@@ -45,8 +56,17 @@ def test_every_setting_comes_from_its_environment_variable(tmp_path: Path) -> No
             "DEDUPE_SPARK_DRIVER_MEMORY": "4g",
             "DEDUPE_SPARK_JARS_DIR": str(tmp_path / "jars"),
             "DEDUPE_SPARK_LOG_LEVEL": "info",
+            "DEDUPE_LAKE_WRITE": "merge",
+            "DEDUPE_LAKE_ZORDER_BY": "userId, event_time",
+            "DEDUPE_LAKE_VACUUM_RETENTION": "36h",
         }
     )
+    assert (s.lake_format, s.lake_write, s.zorder_columns) == (
+        "delta",
+        MERGE,
+        ["userId", "event_time"],
+    )
+    assert s.vacuum_retention == 36 * 3600
     assert s.events_path == "s3a://bucket/lake/events"
     assert s.counts_checkpoint == f"{tmp_path}/cp/event_counts"
     assert (s.trigger, s.watermark_delay) == ("250 milliseconds", "7200000 milliseconds")
@@ -73,6 +93,11 @@ def test_every_setting_comes_from_its_environment_variable(tmp_path: Path) -> No
         ("DEDUPE_SPARK_SHUFFLE_PARTITIONS", "0", "1..10000"),
         ("DEDUPE_SPARK_DRIVER_MEMORY", "lots", "512m"),
         ("DEDUPE_SPARK_LOG_LEVEL", "loud", "error|warn|info|debug"),
+        ("DEDUPE_LAKE_FORMAT", "iceberg", "delta|parquet"),
+        ("DEDUPE_LAKE_WRITE", "upsert", "append|merge"),
+        ("DEDUPE_LAKE_ZORDER_BY", "userId,colour", "'colour' is not a column"),
+        ("DEDUPE_LAKE_ZORDER_BY", "event_date", "partition column"),
+        ("DEDUPE_LAKE_VACUUM_RETENTION", "10m", "must be 1h..10y"),
     ],
 )
 def test_an_invalid_value_is_refused_naming_the_variable(
@@ -81,6 +106,13 @@ def test_an_invalid_value_is_refused_naming_the_variable(
     with pytest.raises(SparkSettingsError) as caught:
         SparkSettings.from_env({env: value})
     assert env in str(caught.value) and message in str(caught.value)
+
+
+def test_merge_needs_delta() -> None:
+    with pytest.raises(
+        SparkSettingsError, match="DEDUPE_LAKE_WRITE=merge needs DEDUPE_LAKE_FORMAT"
+    ):
+        SparkSettings.from_env({"DEDUPE_LAKE_WRITE": "merge", "DEDUPE_LAKE_FORMAT": "parquet"})
 
 
 def test_the_spark_doc_lists_every_spark_setting_as_the_settings_object_documents_it() -> None:
@@ -95,7 +127,7 @@ def test_a_jar_counts_as_shipped_only_for_the_same_artifact() -> None:
     assert shipped("scala", names) is None
 
 
-def test_the_cache_holds_the_connector_of_this_pyspark_and_nothing_pyspark_ships(
+def test_the_cache_holds_the_connector_and_delta_of_this_pyspark_and_nothing_pyspark_ships(
     spark_jars: list[Path],
 ) -> None:
     version = pyspark.__version__
@@ -105,10 +137,15 @@ def test_the_cache_holds_the_connector_of_this_pyspark_and_nothing_pyspark_ships
     assert f"spark-token-provider-kafka-0-10_2.13-{version}.jar" in names
     assert any(n.startswith("kafka-clients-") for n in names)
     assert any(n.startswith("commons-pool2-") for n in names)
+    assert delta_version() == "4.0.0"  # delta-spark 4.0.x is built for Spark 4.0
+    assert f"{DELTA}-{delta_version()}.jar" in names
+    assert f"delta-storage-{delta_version()}.jar" in names
+    assert log_store_jar_name() in names  # compiled from scripts/spark/LinkLogStore.java
     shipped_jars = set(pyspark_jar_names())
     assert not names & shipped_jars
     manifest = (cache_dir(SparkSettings().jars_dir) / MANIFEST).read_text()
     assert "dropped org.scala-lang:scala-library" in manifest  # the closure was filtered
+    assert "dropped org.antlr:antlr4-runtime" in manifest  # Delta's parser runtime: pyspark's
     for line in manifest.splitlines():
         if line.startswith("kept"):
             artifact = line.split()[1].split(":")[1]
