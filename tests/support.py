@@ -7,15 +7,19 @@ SIGKILL, SIGTERM and restart them exactly as an operator or a crash would.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka.structs import TopicPartition
 
@@ -200,3 +204,21 @@ def wait_drained(broker: Broker, names: Names, timeout: float, workers: list[Wor
             logs = "\n".join(w.log_text()[-4000:] for w in workers)
             raise AssertionError(f"not drained after {timeout}s:\n{logs}")
         time.sleep(1.0)
+
+
+def get(worker: Worker, path: str) -> tuple[int, Any]:
+    """``GET path`` on the worker's web server: (status, JSON body, or its text when not JSON);
+    (0, None) while nothing answers (not listening yet, connection reset, timeout)."""
+    url = f"http://127.0.0.1:{worker.web_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=15) as r:
+            body = r.read()
+            status = r.status
+    except urllib.error.HTTPError as err:
+        body, status = err.read(), err.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, None
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body.decode()

@@ -10,7 +10,7 @@ import time
 from app.settings import Settings
 from scripts.streams import Stream, build_stream, produce
 from scripts.verify import FullReport, verify_pipeline
-from tests.faults.conftest import SCALE
+from tests.faults.conftest import SCALE, Reliability
 from tests.support import Broker, Names, Worker, wait_drained
 
 
@@ -94,3 +94,25 @@ def drain_and_verify(
     waited = time.monotonic() - started
     report = asyncio.run(verify_pipeline(settings_of(broker, names, partitions), first_copy=True))
     return report, waited
+
+
+def record(
+    reliability: Reliability,
+    fault: str,
+    events: int,
+    injected: int,
+    report: FullReport,
+    waited: float,
+) -> None:
+    """Add a run's figures to the reliability report, print them, and fail the test unless
+    the run was exactly once."""
+    reliability.record(
+        fault,
+        events=events,
+        injected=injected,
+        duplicates=report.clean.duplicates,
+        missing=report.clean.missing,
+        recover_s=waited,
+    )
+    print(f"\n{fault}: " + " | ".join(report.lines()))
+    assert report.ok, "\n".join(report.lines())

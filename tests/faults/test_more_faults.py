@@ -23,26 +23,11 @@ from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets
 from tables.seen_ids import changelog_topic_name
 from tests.faults.conftest import SCALE, Reliability
-from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream, settings_of
+from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream, settings_of
 from tests.integration.test_input_contract import BAD
 from tests.support import Broker, Names, Worker
 
 pytestmark = pytest.mark.faults
-
-
-def record(
-    reliability: Reliability, fault: str, events: int, injected: int, report, waited: float
-) -> None:  # type: ignore[no-untyped-def]
-    reliability.record(
-        fault,
-        events=events,
-        injected=injected,
-        duplicates=report.clean.duplicates,
-        missing=report.clean.missing,
-        recover_s=waited,
-    )
-    print(f"\n{fault}: " + " | ".join(report.lines()))
-    assert report.ok, "\n".join(report.lines())
 
 
 def started(broker: Broker, names: Names, workers: list[Worker], **kw) -> Worker:  # type: ignore[no-untyped-def]

@@ -24,13 +24,10 @@ the changelog holds, and lookups of ids), then the clean topic: each id exactly 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import shutil
 import signal
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
@@ -38,24 +35,13 @@ import pytest
 from app.rules import partition_for
 from scripts.streams import Stream, build_stream, produce
 from tests.faults.conftest import SCALE, Reliability
-from tests.faults.scenario import drain_and_verify
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.faults.scenario import drain_and_verify, record
+from tests.support import Broker, Names, Worker, get, wait_drained
 
 pytestmark = pytest.mark.faults
 
 #: More than two of the recovery queue's 5 s waits, so Faust's count of empty waits is high.
 IDLE_SECONDS = 12.0
-
-
-def get(worker: Worker, path: str) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{worker.web_port}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=15) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0, None
 
 
 def wait_owning(worker: Worker, partitions: set[int], timeout: float = 240) -> float:
@@ -112,17 +98,7 @@ def send_again_and_verify(
     """Send every event again; the clean topic must hold each id exactly once."""
     asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
     report, waited = drain_and_verify(broker, names, workers, partitions=partitions)
-    events = 2 * len(stream.records)
-    print(f"\nevents={events} faults={injected} " + " | ".join(report.lines()))
-    reliability.record(
-        fault,
-        events=events,
-        injected=injected,
-        duplicates=report.clean.duplicates,
-        missing=report.clean.missing,
-        recover_s=waited,
-    )
-    assert report.ok, "\n".join(report.lines())
+    record(reliability, fault, 2 * len(stream.records), injected, report, waited)
 
 
 def test_f16_changelog_records_in_transit_past_two_recovery_waits(

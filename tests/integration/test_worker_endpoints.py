@@ -6,37 +6,17 @@ without Faust's "Missing sensor state" warnings."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from typing import Any
 
 import pytest
 
 from app.rules import partition_for
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names, Worker, get, wait_drained
 
 pytestmark = pytest.mark.integration
-
-
-def get(worker: Worker, path: str) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{worker.web_port}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=15) as r:
-            body = r.read()
-            status = r.status
-    except urllib.error.HTTPError as err:
-        body, status = err.read(), err.code
-    except urllib.error.URLError:  # not listening yet
-        return 0, None
-    try:
-        return status, json.loads(body)
-    except ValueError:
-        return status, body.decode()
 
 
 def both_ready(a: Worker, b: Worker, partitions: int, timeout: float = 90) -> None:
