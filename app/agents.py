@@ -1,7 +1,6 @@
-"""The dedup loop: ``dedupe_batch`` (exactly-once: batches of one partition's records, handed
-over by ``app.eos.Consumer``) and the ``dedupe_events`` agent (subscribes the source topics;
-only at-least-once processes through it, record by record). Both are thin loops over
-``Deduplicator.handle``.
+"""The dedup loop: ``dedupe_batch``, a thin loop over ``Deduplicator.handle`` for batches of one
+partition's records handed over by ``app.eos.Consumer``; and the ``dedupe_events`` agent, which
+only subscribes the source topics (no record reaches it).
 
 Every decision comes from ``app.rules``; every send and table write happens inside the
 record's task transaction (``app.eos``), so the record's output, dead-letter or repartition
@@ -15,10 +14,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 import faust
-from faust.types import EventT, Message
 
 from app import faults, rules
-from app.alo import AtLeastOnceManager
 from app.eos import BatchHandler, SourceRecord, TaskTransaction, TaskTransactionManager
 from app.settings import Settings
 from tables.seen_ids import SeenIds
@@ -33,11 +30,6 @@ class Outcome:
     DUPLICATE = "duplicates_dropped"
     DEAD_LETTERED = "dead_lettered"
     REKEYED = "rekeyed"
-
-
-def message_ms(message: Message) -> int | None:
-    """The Kafka timestamp of Faust's ``Message`` (seconds) in ms; None when it has none."""
-    return round(message.timestamp * 1000) if message.timestamp >= 0 else None
 
 
 def record_ms(record: SourceRecord) -> int | None:
@@ -58,12 +50,12 @@ class Deduplicator:
     async def handle(
         self,
         txn: TaskTransaction,
-        message: Message | SourceRecord,
+        message: SourceRecord,
         timestamp_ms: int | None,
         key_partition: int | None = None,
     ) -> str:
         """Decide ``message`` and send what it becomes. ``timestamp_ms`` is its Kafka timestamp
-        (None: it has none; see :func:`message_ms`, :func:`record_ms`); ``key_partition`` is
+        (None: it has none; see :func:`record_ms`); ``key_partition`` is
         the partition its key hashes to, when the caller computed it for a whole batch."""
         s = self.settings
         value: bytes | None = message.value
@@ -127,31 +119,22 @@ class Deduplicator:
         counter[outcome] += n
 
 
-def register_agents(
-    app: faust.App,
-    source: faust.TopicT,
-    dedup: Deduplicator,
-) -> faust.types.AgentT:
-    """Declare ``dedupe_events`` on ``app``: one instance, records in offset order per partition."""
+def register_agents(app: faust.App, source: faust.TopicT) -> faust.types.AgentT:
+    """Declare ``dedupe_events`` on ``app``: it subscribes the source topics for Faust's consumer.
+
+    No record reaches it: ``app.eos.Consumer`` hands every source record to ``dedupe_batch``
+    inside its task's transaction. One that did would be outside any transaction, so it stops
+    the worker instead of being processed.
+    """
 
     async def dedupe_events(stream: faust.StreamT[bytes]) -> None:
-        # Looked up when the agent starts: the consumer must not exist before the worker does.
-        transactions: TaskTransactionManager = app.consumer.transactions
-        event: EventT
         async for event in stream.events():
             message = event.message
-            if not isinstance(transactions, AtLeastOnceManager):
-                # Exactly-once: app.eos.Consumer hands every source record to dedupe_batch.
-                raise RuntimeError(
-                    f"record {message.topic}-{message.partition}@{message.offset} reached the "
-                    "dedupe_events agent in exactly-once mode, outside any transaction: "
-                    "the consumer must hand source records to dedupe_batch"
-                )
-            async with transactions.processing(message) as txn:
-                if txn is None:
-                    continue  # not our partition any more: its owner processes it
-                outcome = await dedup.handle(txn, message, message_ms(message))
-            dedup.count(message.partition, outcome)
+            raise RuntimeError(
+                f"record {message.topic}-{message.partition}@{message.offset} reached the "
+                "dedupe_events agent, outside any transaction: the consumer must hand source "
+                "records to dedupe_batch"
+            )
 
     agent: faust.types.AgentT = app.agent(source, name="dedupe_events", concurrency=1)(
         dedupe_events
@@ -160,9 +143,9 @@ def register_agents(
 
 
 def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
-    """``dedupe_batch``: the same work as ``dedupe_events``, for a batch of one partition's
-    records handed over by the exactly-once consumer (``app.eos.Consumer``) without Faust's
-    per-record stream machinery. Counts apply once the batch's records are in the transaction."""
+    """``dedupe_batch``: handles a batch of one partition's records handed over by
+    ``app.eos.Consumer`` (without Faust's per-record stream machinery) in its task's
+    transaction. Counts apply once the batch's records are in the transaction."""
 
     partitions = dedup.settings.partitions
 

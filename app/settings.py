@@ -21,10 +21,6 @@ from envsettings import EnvSettings, SettingsError, parse_duration, setting
 __all__ = ["EnvSettings", "Settings", "SettingsError", "parse_duration", "setting"]
 
 
-#: Values of ``DEDUPE_PROCESSING_GUARANTEE``.
-EXACTLY_ONCE = "exactly_once"
-AT_LEAST_ONCE = "at_least_once"
-
 #: Without ``DEDUPE_BUCKET``, the age-out bucket is the window divided by this, at most
 #: :data:`MAX_DERIVED_BUCKET`: ids then outlive the window by at most 1% (and an hour).
 BUCKET_DIVISOR = 100
@@ -91,15 +87,6 @@ class Settings(EnvSettings):
         "127.0.0.1", "DEDUPE_WEB_HOST", "Address the worker's web server binds to."
     )
     web_port: int = setting(6066, "DEDUPE_WEB_PORT", "Port of the worker's web server.")
-    processing_guarantee: str = setting(
-        EXACTLY_ONCE,
-        "DEDUPE_PROCESSING_GUARANTEE",
-        "'exactly_once': one Kafka transaction per partition covers each record's output, "
-        "changelog record and offset (everything docs/design.md promises). 'at_least_once' (for "
-        "benchmarks and comparisons, see app/alo.py): a plain producer, offsets committed every "
-        "DEDUPE_COMMIT_INTERVAL after the sends are acknowledged; after a crash the records "
-        "since the last commit are processed again and a first copy may be forwarded twice.",
-    )
     commit_interval: float = setting(
         0.1,
         "DEDUPE_COMMIT_INTERVAL",
@@ -312,11 +299,6 @@ class Settings(EnvSettings):
             out.append(f"{env('rocksdb_memtable_budget_bytes')}: must be 1MiB..64GiB")
         if not 1024 * 1024 <= self.rocksdb_block_cache_bytes <= 2**36:
             out.append(f"{env('rocksdb_block_cache_bytes')}: must be 1MiB..64GiB")
-        if self.processing_guarantee not in {EXACTLY_ONCE, AT_LEAST_ONCE}:
-            out.append(
-                f"{env('processing_guarantee')}={self.processing_guarantee!r}: "
-                f"use {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}"
-            )
         if self.time_source not in {"kafka", "event"}:
             out.append(f"{env('time_source')}={self.time_source!r}: use 'kafka' or 'event'")
         if not 0 <= self.max_future_skew <= 365 * 86400:

@@ -27,7 +27,6 @@ DEFAULTS: dict[str, Any] = {
     "data_dir": Path("./data"),
     "web_host": "127.0.0.1",
     "web_port": 6066,
-    "processing_guarantee": "exactly_once",
     "commit_interval": 0.1,
     "commit_timeout": 30.0,
     "transaction_timeout": 15.0,
@@ -105,7 +104,6 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "data_dir": ("/var/lib/dedupe", Path("/var/lib/dedupe")),
     "web_host": ("0.0.0.0", "0.0.0.0"),
     "web_port": ("8080", 8080),
-    "processing_guarantee": ("at_least_once", "at_least_once"),
     "commit_interval": ("250ms", 0.25),
     "commit_timeout": ("2m", 120.0),
     "transaction_timeout": ("45s", 45.0),
@@ -250,12 +248,6 @@ INVALID = [
     ),
     pytest.param({"KAFKA_BOOTSTRAP_SERVERS": " "}, "KAFKA_BOOTSTRAP_SERVERS", id="no-brokers"),
     pytest.param({"DEDUPE_LOG_LEVEL": "loud"}, "DEDUPE_LOG_LEVEL", id="log-level-loud"),
-    pytest.param(
-        {"DEDUPE_PROCESSING_GUARANTEE": "exactly-once"}, "DEDUPE_PROCESSING_GUARANTEE", id="pg-dash"
-    ),
-    pytest.param(
-        {"DEDUPE_PROCESSING_GUARANTEE": "at_most_once"}, "DEDUPE_PROCESSING_GUARANTEE", id="pg-amo"
-    ),
     pytest.param({"DEDUPE_REPLICATION_FACTOR": "0"}, "DEDUPE_REPLICATION_FACTOR", id="rf-0"),
     pytest.param({"DEDUPE_COMMIT_INTERVAL": "0.5ms"}, "DEDUPE_COMMIT_INTERVAL", id="ci-0.5ms"),
     pytest.param({"DEDUPE_COMMIT_INTERVAL": "61s"}, "DEDUPE_COMMIT_INTERVAL", id="ci-61s"),
@@ -494,58 +486,28 @@ def test_settings_are_frozen() -> None:
         settings.partitions = 3  # type: ignore[misc]
 
 
-# --- processing guarantee --------------------------------------------------------------------
+# --- wiring -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["exactly_once", "at_least_once"])
-def test_processing_guarantee_values(value: str) -> None:
-    settings = Settings.from_env({"DEDUPE_PROCESSING_GUARANTEE": f" {value} "})
-    assert settings.processing_guarantee == value
-
-
-def test_processing_guarantee_error_lists_the_accepted_values() -> None:
-    with pytest.raises(SettingsError) as info:
-        Settings.from_env({"DEDUPE_PROCESSING_GUARANTEE": "EXACTLY_ONCE"})
-    message = str(info.value)
-    assert "DEDUPE_PROCESSING_GUARANTEE='EXACTLY_ONCE'" in message
-    assert "'exactly_once'" in message and "'at_least_once'" in message
-
-
-@pytest.mark.parametrize(
-    ("value", "transport", "manager"),
-    [
-        ("exactly_once", "Transport", "TaskTransactionManager"),
-        ("at_least_once", "AtLeastOnceTransport", "AtLeastOnceManager"),
-    ],
-)
-def test_processing_guarantee_selects_the_transport(
-    value: str, transport: str, manager: str, tmp_path: Path
-) -> None:
+def test_the_app_runs_our_transport_and_transaction_manager(tmp_path: Path) -> None:
     from app.factory import create_app
 
-    settings = Settings.from_env(
-        {"DEDUPE_PROCESSING_GUARANTEE": value, "DEDUPE_DATA_DIR": str(tmp_path)}
-    )
-    pipeline = create_app(settings)
-    app = pipeline.app
-    assert app.conf.processing_guarantee.value == value
+    settings = Settings.from_env({"DEDUPE_DATA_DIR": str(tmp_path)})
+    app = create_app(settings).app
+    assert app.conf.processing_guarantee.value == "exactly_once"
     made = app._new_transport()
-    assert type(made).__name__ == transport
-    assert made.TransactionManager.__name__ == manager
-    expected_commit = 1.0 if value == "exactly_once" else settings.commit_interval
-    assert app.conf.broker_commit_interval == expected_commit
+    assert type(made).__name__ == "Transport"
+    assert made.TransactionManager.__name__ == "TaskTransactionManager"
+    # Faust's own commit timer is a no-op under our manager: kept at 1 s or more.
+    assert app.conf.broker_commit_interval == 1.0
 
 
-@pytest.mark.parametrize("value", ["exactly_once", "at_least_once"])
-async def test_the_worker_consumer_waits_at_most_the_fetch_max_wait(
-    value: str, tmp_path: Path
-) -> None:
+async def test_the_worker_consumer_waits_at_most_the_fetch_max_wait(tmp_path: Path) -> None:
     """Faust creates its worker consumer with fetch_max_wait_ms=1500; ours takes the setting."""
     from app.factory import create_app
 
     settings = Settings.from_env(
         {
-            "DEDUPE_PROCESSING_GUARANTEE": value,
             "DEDUPE_DATA_DIR": str(tmp_path),
             "DEDUPE_FETCH_MAX_WAIT": "250ms",
         }
