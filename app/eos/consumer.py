@@ -5,6 +5,8 @@ tests/unit/test_private_names.py).
   ``DEDUPE_FETCH_MAX_WAIT``.
 - :class:`Consumer`: records of the source topics go to the app's batch handler, one call per
   fetched partition batch, instead of Faust's per-record stream.
+- :func:`request_rejoin` and :func:`records_held_back`: what the manager asks of Faust's
+  consumer and app.
 """
 
 from __future__ import annotations
@@ -27,6 +29,29 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+def request_rejoin(app: Any) -> None:
+    """Ask the group coordinator for a rebalance, so failed tasks restart from committed
+    offsets (our eager rebalance revokes every partition and seeks to committed offsets).
+    Stops the worker when that cannot be asked."""
+    try:
+        thread = app.consumer._thread
+        consumer = thread._ensure_consumer()
+        thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+    except Exception as exc:  # pragma: no cover - depends on Faust internals
+        log.critical("cannot request a rejoin (%r): stopping the worker", exc)
+        app._crash(exc)
+
+
+def records_held_back(app: Any) -> bool:
+    """True while records are legitimately held back: a rebalance, recovery, paused flow."""
+    return bool(
+        getattr(app, "rebalancing", False)
+        or getattr(app, "in_recovery", False)
+        or not app.tables.recovery.completed.is_set()
+        or not app.consumer.flow_active
+    )
 
 
 class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]

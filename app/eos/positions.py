@@ -17,6 +17,7 @@ from aiokafka.structs import TopicPartition
 
 from app.eos.broker import BrokerReader
 from app.eos.task import Task, TaskState
+from tables.protocol import SourceOffsetStore
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +91,15 @@ async def raise_positions(task: Task, raised: Mapping[TopicPartition, int]) -> b
             await task.producer.begin_transaction()
             task.in_transaction = True
     return True
+
+
+async def raise_to_stored_offsets(tasks: Iterable[Task], store: SourceOffsetStore) -> bool:
+    """After the recovery (``store`` holds the committed changelog), before records flow: raise
+    each task's start to the source offsets ``store`` holds. True when any task was raised (its
+    open transaction should commit soon)."""
+    any_raised = False
+    for task in list(tasks):
+        raised = positions_to_raise(task, store.source_offsets(task.partition))
+        if raised and await raise_positions(task, raised):
+            any_raised = True
+    return any_raised
