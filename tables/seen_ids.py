@@ -40,8 +40,8 @@ from typing import Protocol
 
 import faust
 
+from tables.rocks import RocksTuning
 from tables.seen_ids_index import SeenIdsStore
-from tables.store import RocksTuning
 from tables.transactional import TransactionalTable, current_partition
 from tables.window import (
     Entry,

@@ -112,7 +112,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     def keep_source_offsets(self, store: SourceOffsetStore, changelog_topic: str) -> None:
         """Every transaction also writes its source offsets to ``changelog_topic`` (key
-        :data:`~tables.store.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
+        :data:`~tables.rocks.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
         :meth:`_rebalance_complete`. One table per worker does this."""
         if self._offsets_kept is not None:
             raise RuntimeError("source offsets are already kept by another table")
