@@ -100,7 +100,7 @@ def test_an_invalid_setting_stops_the_service_with_status_2() -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "PORT=0: must be a TCP port" in result.stderr
+    assert "PORT=0: must be 1..65535" in result.stderr
 
 
 def test_the_settings_reference_lists_every_ingest_setting() -> None:
