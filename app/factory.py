@@ -20,7 +20,8 @@ from app.settings import Settings
 from app.topics import ensure_topics
 from app.web import register_views
 from tables.recovery import TransactionalTableManager, use_broker_reader
-from tables.seen_ids import SeenIds, changelog_topic_name, declare_seen_ids
+from tables.seen_ids import SeenIds
+from tables.seen_ids_table import changelog_topic_name, declare_seen_ids
 from tables.transactional import TransactionalTable
 
 log = logging.getLogger(__name__)

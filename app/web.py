@@ -33,7 +33,7 @@ from app.agents import Deduplicator
 from app.eos import TaskTransactionManager
 from app.lookup import OutputLocator
 from app.rules import partition_for
-from tables.seen_ids import TABLE_NAME
+from tables.seen_ids_table import TABLE_NAME
 
 
 def _lag(app: faust.App, tm: TaskTransactionManager, topic: str, partition: int) -> int | None:
