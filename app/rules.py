@@ -62,7 +62,7 @@ class Invalid:
 def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> Valid | Invalid:
     """Validate one input value and extract its messageId.
 
-    Values are parsed by orjson (about 3x faster than ``json``). Bad input is rare, so a
+    Values are parsed by orjson (faster than ``json``). Bad input is rare, so a
     value orjson refuses, or one it parses into something other than a valid event, is judged
     again by the standard library, whose verdict and detail stand. orjson is the stricter
     parser (it refuses NaN, Infinity, lone surrogates, numbers beyond a double's range and
@@ -158,8 +158,8 @@ _M32 = np.uint32(_M)
 
 def murmur2_many(keys: Sequence[bytes]) -> list[int]:
     """``[murmur2(k) for k in keys]``, computed for keys of one length at a time as arrays
-    (uint32 arithmetic wraps as the Java int's does): about 10x faster for a fetched batch,
-    where the placement of every record is checked."""
+    (uint32 arithmetic wraps as the Java int's does), for a fetched batch, where the placement
+    of every record is checked (docs/benchmarks.md has the figures)."""
     out = [0] * len(keys)
     by_length: dict[int, list[int]] = {}
     for i, key in enumerate(keys):

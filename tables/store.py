@@ -208,7 +208,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
         Written in the same transaction as the output and the group's offsets, so it is as
         authoritative as the group's committed offsets, and it survives where those read back
-        stale (seen after a single broker's kill -9)."""
+        stale (after a single broker's kill -9; fault test F7)."""
         return self.partition_db(partition).source_offsets()
 
     def discard_partition(self, partition: int) -> None:

@@ -70,8 +70,8 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         aiokafka sends one fetch at a time to a broker and leaves out partitions whose fetched
         records are still buffered. Once the input partitions' records are buffered, the next
         fetch asks for the repartition topic alone, which has nothing new: the broker holds it
-        for the whole wait, and the input partitions, drained meanwhile, wait with it. With
-        1.5 s a steady 3,000 records/s reached the worker in bursts with 1.3-1.5 s gaps.
+        for the whole wait, and the input partitions, drained meanwhile, wait with it
+        (docs/design.md, "Fetches wait at most").
         """
         consumer: AIOKafkaConsumer = super()._create_worker_consumer(transport)
         settings: Settings = self.app.dedupe_settings
@@ -88,7 +88,7 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
 
     Faust delivers each record on its own: into a channel queue (two tasks and an
     ``asyncio.wait`` per record), through the stream's iteration, acks and sensors, to the
-    agent. That machinery took most of the worker's CPU in a profile. When the app has a
+    agent: per-record work this worker does not need. When the app has a
     ``batch_handler``, records of the source topics skip it: each partition's records of one
     fetch go to the handler in one call (offset order, one partition per call, partitions one
     after another), taken from the fetcher's result directly (``_deliver``): Faust's
