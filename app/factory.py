@@ -13,15 +13,18 @@ from typing import Any
 import faust
 from yarl import URL
 
-from app.agents import Deduplicator, batch_handler, register_agents
+from app.agents import batch_handler, register_agents
+from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport
 from app.metrics import RebalanceSensor
 from app.settings import Settings
 from app.topics import ensure_topics
 from app.web import register_views
+from tables.producers import ProducerSeqs, declare_producer_seqs
+from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.recovery import TransactionalTableManager, use_broker_reader
 from tables.seen_ids import SeenIds
-from tables.seen_ids_table import changelog_topic_name, declare_seen_ids
+from tables.seen_ids_table import changelog_topic_name, declare_seen_ids, rocks_tuning
 from tables.transactional import TransactionalTable
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,7 @@ class DedupeApp(faust.App):  # type: ignore[misc]
     dedupe_settings: Settings
     #: The state that follows the transactions (registered with them at start-up).
     seen_ids_table: TransactionalTable
+    producer_seqs_table: TransactionalTable
     dedup: Deduplicator
     #: Where the consumer hands source records (see app.eos.Consumer).
     batch_handler: BatchHandler
@@ -70,7 +74,9 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         s = self.dedupe_settings
         if not self.in_transaction:
             raise RuntimeError("the dedup worker must run as a Faust worker with exactly_once")
-        await ensure_topics(s, changelog_topic_name(s))
+        await ensure_topics(
+            s, changelog_topic_name(s), more_changelogs=[producers_changelog_name(s)]
+        )
         # The state that follows the transactions: the table's store (its staged writes are
         # the changelog records, pulled at each commit; it keeps the source offsets too) and
         # the age-out's live figures.
@@ -78,6 +84,10 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         tm.register_store(table.store, table.changelog_name())
         tm.keep_source_offsets(table.store, table.changelog_name())
         tm.register_store(self.dedup.seen_ids)
+        producers = self.producer_seqs_table
+        tm.register_store(producers.store, producers.changelog_name())
+        assert self.dedup.producers is not None
+        tm.register_store(self.dedup.producers)
 
     @property
     def transactions(self) -> TaskTransactionManager:
@@ -136,6 +146,7 @@ def create_app(settings: Settings) -> Pipeline:
         app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
     )
     seen_ids = declare_seen_ids(app, settings)
+    producer_seqs = declare_producer_seqs(app, settings, rocks_tuning(settings))
     source = app.topic(
         settings.input_topic,
         settings.repartition_topic,
@@ -145,8 +156,10 @@ def create_app(settings: Settings) -> Pipeline:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-    dedup = Deduplicator(settings, SeenIds(seen_ids, settings))
-    app.seen_ids_table, app.dedup = seen_ids, dedup
+    dedup = Deduplicator(
+        settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings)
+    )
+    app.seen_ids_table, app.producer_seqs_table, app.dedup = seen_ids, producer_seqs, dedup
     register_agents(app, source)
     app.batch_handler = batch_handler(app, dedup)
     register_views(app, dedup)

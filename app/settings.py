@@ -11,30 +11,14 @@ Faust setting explicitly so those have no effect on the dedup worker.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from app import faults
+from app.settings_checks import cross_checks
 from envsettings import EnvSettings, SettingsError, parse_duration, setting
+from tables.window import derived_bucket
 
 __all__ = ["EnvSettings", "Settings", "SettingsError", "parse_duration", "setting"]
-
-
-#: Without ``DEDUPE_BUCKET``, the age-out bucket is the window divided by this, at most
-#: :data:`MAX_DERIVED_BUCKET`: ids then outlive the window by at most 1% (and an hour).
-BUCKET_DIVISOR = 100
-MAX_DERIVED_BUCKET = 3600.0
-
-
-def derived_bucket(window: float) -> float:
-    """The age-out bucket when ``DEDUPE_BUCKET`` is not set: ``min(1h, window / 100)``.
-
-    An id leaves at most one bucket after it could (the index is walked bucket by bucket), so
-    a bucket this size keeps ids at most 1% (and at most an hour) past the window. Any window
-    from 1s up gives a bucket of at least 10ms; the default 28-day window keeps the 1h bucket.
-    """
-    return min(MAX_DERIVED_BUCKET, window / BUCKET_DIVISOR)
 
 
 @dataclass(frozen=True)
@@ -230,6 +214,60 @@ class Settings(EnvSettings):
         "about 2 bytes per id held keeps every filter and index partition cached.",
         within=(2**20, 2**36),
     )
+    strategy: str = setting(
+        "message_id",
+        "DEDUPE_STRATEGY",
+        "How records are deduplicated when their source has no policy: 'message_id' (the "
+        "event's messageId), 'producer_sequence' (headers dedupe.producer and dedupe.sequence) "
+        "or 'off' (every copy forwarded). A record with producer headers uses "
+        "producer_sequence unless its source's policy says otherwise (docs/strategies.md).",
+        one_of=("message_id", "producer_sequence", "off"),
+    )
+    source_policies: str = setting(
+        "",
+        "DEDUPE_SOURCE_POLICIES",
+        "Strategy per source (header dedupe.source, set by the ingest service from the write "
+        "key), over DEDUPE_STRATEGY: e.g. 'web=message_id,billing=producer_sequence,legacy=off'.",
+    )
+    scope: str = setting(
+        "global",
+        "DEDUPE_SCOPE",
+        "'global': a messageId is one event whatever its source; 'source': the same messageId "
+        "from two sources is two events.",
+        one_of=("global", "source"),
+    )
+    missing_id: str = setting(
+        "dead_letter",
+        "DEDUPE_MISSING_ID",
+        "A JSON object without a messageId: 'dead_letter', or 'fingerprint': deduplicated by a "
+        "128-bit hash of its canonical form (sorted keys, DEDUPE_FINGERPRINT_EXCLUDE removed), "
+        "its output key and header dedupe.fingerprint.",
+        one_of=("dead_letter", "fingerprint"),
+    )
+    fingerprint_exclude: str = setting(
+        "sentAt,receivedAt,_metadata",
+        "DEDUPE_FINGERPRINT_EXCLUDE",
+        "Top-level fields left out of fingerprints and content hashes (they differ between "
+        "retries of one event), comma-separated.",
+    )
+    verify_content: bool = setting(
+        False,
+        "DEDUPE_VERIFY_CONTENT",
+        "Keep an 8-byte content hash per id; a copy inside the window whose content differs "
+        "goes to the dead-letter topic (dedupe.error=messageId-reused) instead of being dropped.",
+    )
+    producer_idle: float = setting(
+        6 * 3600.0,
+        "DEDUPE_PRODUCER_IDLE",
+        "A producer with no record for this long (record time) is forgotten.",
+        within=(1.0, 3650 * 86400.0),
+    )
+    max_producers_per_partition: int = setting(
+        10_000,
+        "DEDUPE_MAX_PRODUCERS_PER_PARTITION",
+        "Producers remembered per partition; past it the least recently active goes first.",
+        within=(1, 10_000_000),
+    )
     session_timeout: float = setting(
         10.0,
         "DEDUPE_SESSION_TIMEOUT",
@@ -255,35 +293,7 @@ class Settings(EnvSettings):
             object.__setattr__(self, "repartition_topic", derived)
         if self.bucket == 0:
             object.__setattr__(self, "bucket", derived_bucket(self.window))
-        self.check(self._problems())
-
-    def _problems(self) -> list[str]:
-        out: list[str] = []
-
-        def env(name: str) -> str:
-            return self.describe(name).env
-
-        if not self.bootstrap_servers.strip():
-            out.append(f"{env('bootstrap_servers')} must name at least one broker")
-        topic_re = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-        topics = ("app_id", "input_topic", "output_topic", "dlq_topic", "repartition_topic")
-        for name in topics:
-            value = getattr(self, name)
-            if not topic_re.match(value):
-                out.append(f"{env(name)}={value!r}: use 1-200 of [A-Za-z0-9._-]")
-        names = {n: getattr(self, n) for n in topics[1:]}
-        if len(set(names.values())) != len(names):
-            listed = ", ".join(f"{env(n)}={v!r}" for n, v in names.items())
-            out.append(f"input, output, dead-letter and repartition topics must differ: {listed}")
-        if 1 <= self.window <= 3650 * 86400 and not 0.001 <= self.bucket <= self.window:
-            out.append(f"{env('bucket')}={self.bucket}s: must be 1ms..DEDUPE_WINDOW")
-        try:
-            faults.parse(self.fault_injection)
-        except ValueError as exc:
-            out.append(f"{env('fault_injection')}: {exc}")
-        if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
-            out.append(f"{env('log_level')}={self.log_level!r}: debug|info|warning|error|critical")
-        return out
+        self.check(cross_checks(self))
 
     @property
     def state_dir(self) -> Path:

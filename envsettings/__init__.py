@@ -3,8 +3,8 @@ on (the worker's ``app.settings``, ``ingest.settings``, ``spark.settings``).
 
 A settings class is a frozen dataclass whose fields are declared with :func:`setting` (default,
 environment variable, meaning, and optionally the range or the values it accepts); ``from_env``
-reads them, converting by the field's type (``int``, ``float`` as a duration such as
-``250ms``/``30s``/``28d``, ``Path``, ``str``). A class calls :meth:`EnvSettings.check` from its
+reads them, converting by the field's type (``int``, ``bool``, ``float`` as a duration such
+as ``250ms``/``30s``/``28d``, ``Path``, ``str``). A class calls :meth:`EnvSettings.check` from its
 ``__post_init__`` with the problems only it can see (values that depend on each other); every
 problem, unparsable values included, is reported at once, one line each.
 """
@@ -27,6 +27,18 @@ class SettingsError(ValueError):
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+_BOOL = {"true": True, "1": True, "yes": True, "on": True}
+_BOOL |= {"false": False, "0": False, "no": False, "off": False}
+
+
+def parse_bool(text: str) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off), any case."""
+    try:
+        return _BOOL[text.strip().lower()]
+    except KeyError:
+        raise ValueError(f"{text!r} is not true or false") from None
 
 
 def parse_duration(text: str) -> float:
@@ -153,6 +165,7 @@ class EnvSettings:
         env = os.environ if environ is None else environ
         converters: dict[str, Callable[[str], Any]] = {
             "int": int,
+            "bool": parse_bool,
             "float": parse_duration,
             "Path": Path,
             "str": str,

@@ -19,11 +19,12 @@ from tables.seen_ids_table import Settings
 from tables.transactional import TransactionalTable, current_partition
 from tables.window import (
     Entry,
+    Verdict,
     bucket_expired,
     bucket_of_index_key,
     effective_window_ms,
     encode_entry,
-    is_duplicate,
+    judge,
     over_cap,
 )
 
@@ -83,19 +84,28 @@ class SeenIds:
     # -- per record ----------------------------------------------------------------------------
 
     def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
-        """True (and the id is remembered) when the record is not a repeat within the window.
-        ``partition`` is :func:`current_partition`, when the caller has it already (it runs
-        for every record)."""
+        """True (and the id is remembered) when the record is not a repeat within the window."""
+        return self.decide(id_bytes, record_ms, partition) is Verdict.FIRST
+
+    def decide(
+        self, id_bytes: bytes, record_ms: int, partition: int | None = None, content: bytes = b""
+    ) -> Verdict:
+        """Judge a copy of ``id_bytes`` (:func:`tables.window.judge`) and remember it: a first
+        sighting is stored (with ``content``, its hash, when given), a repeat counted, a reuse
+        left as it is. ``partition`` is :func:`current_partition`, when the caller has it
+        already (it runs for every record)."""
         if partition is None:
             partition = current_partition()
         table = self.table
         raw = table.lookup(id_bytes, partition)
         held = None if raw is None else Entry.decode(raw)
         live = self._live.get(partition) or self._state(partition)
-        if is_duplicate(held, record_ms, self.window_ms):
+        verdict = judge(held, record_ms, self.window_ms, content)
+        if verdict is Verdict.REPEAT:
             assert held is not None
             table.put(id_bytes, held.repeated().encode(), partition)
-            return False
+        if verdict is not Verdict.FIRST:
+            return verdict
         # Stream time is the newest first sighting held: derived from the state alone, so a
         # worker restarted from the changelog ages out exactly as the live one did.
         if record_ms > live.stream_ms:
@@ -106,12 +116,12 @@ class SeenIds:
         live.next_seq = seq + 1
         if held is None:
             live.held_delta += 1
-        table.put(id_bytes, encode_entry(record_ms, seq), partition)
+        table.put(id_bytes, encode_entry(record_ms, seq, 0, content), partition)
         mark = (record_ms - record_ms % self.bucket_ms, record_ms)
         if live.staged_oldest is None or mark < live.staged_oldest:
             live.staged_oldest = mark
         self._fold_staged(live)
-        return True
+        return Verdict.FIRST
 
     @staticmethod
     def _fold_staged(live: _Live) -> None:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from app import rules
-from app.agents import Deduplicator, Outcome, record_ms
+from app.dedup import Deduplicator, Outcome, record_ms
 from app.settings import Settings
 from tables import window
 
@@ -47,19 +47,23 @@ class FakeTxn:
 
 
 class FakeSeenIds:
-    """``SeenIds``' contract in memory: first sightings within the window, ages out nothing."""
+    """``SeenIds``' contract in memory: window decisions with content hashes, ages out nothing."""
 
     def __init__(self) -> None:
         self.first: dict[bytes, int] = {}
+        self.content: dict[bytes, bytes] = {}
         self.aged_at: list[int] = []
 
-    def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
-        held = self.first.get(id_bytes)
-        entry = None if held is None else window.Entry(held, 0)
-        if window.is_duplicate(entry, record_ms, round(SETTINGS.window * 1000)):
-            return False
-        self.first[id_bytes] = record_ms
-        return True
+    def decide(
+        self, key: bytes, record_ms: int, partition: int | None = None, content: bytes = b""
+    ) -> window.Verdict:
+        held = self.first.get(key)
+        entry = None if held is None else window.Entry(held, 0, 0, self.content.get(key, b""))
+        verdict = window.judge(entry, record_ms, round(SETTINGS.window * 1000), content)
+        if verdict is window.Verdict.FIRST:
+            self.first[key] = record_ms
+            self.content[key] = content
+        return verdict
 
     def age_out(self, record_ms: int, partition: int | None = None) -> int:
         self.aged_at.append(record_ms)
