@@ -50,7 +50,9 @@ class IngestSettings(EnvSettings):
         "",
         "DEDUPE_WRITE_KEYS",
         "Accepted write keys, comma-separated (HTTP Basic user name or the body's 'writeKey'). "
-        "Empty: no authentication, and a warning at start-up.",
+        "'source:key' also names the key's source: its events carry the header dedupe.source "
+        "(the worker's DEDUPE_SOURCE_POLICIES and DEDUPE_SCOPE read it). Empty: no "
+        "authentication, and a warning at start-up.",
     )
     max_event_bytes: int = setting(
         SEGMENT_MAX_EVENT_BYTES,
@@ -128,6 +130,10 @@ class IngestSettings(EnvSettings):
             out.append(f"{env('bootstrap_servers')} must name at least one broker")
         if not _TOPIC.match(self.input_topic):
             out.append(f"{env('input_topic')}={self.input_topic!r}: use 1-200 of [A-Za-z0-9._-]")
+        for source in self.write_key_sources.values():
+            if source is not None and not 1 <= len(source.encode()) <= 255:
+                out.append(f"{env('write_keys')}: a source name must be 1-255 bytes")
+                break
         for key in self.write_key_list:
             if ":" in key or any(c.isspace() for c in key):
                 out.append(
@@ -151,7 +157,19 @@ class IngestSettings(EnvSettings):
     @property
     def write_key_list(self) -> frozenset[str]:
         """The accepted write keys; empty means the service is open."""
-        return frozenset(k.strip() for k in self.write_keys.split(",") if k.strip())
+        return frozenset(self.write_key_sources)
+
+    @property
+    def write_key_sources(self) -> dict[str, str | None]:
+        """Write key -> its source name (None when the entry names none)."""
+        out: dict[str, str | None] = {}
+        for entry in self.write_keys.split(","):
+            source, sep, key = entry.strip().partition(":")
+            if not sep:
+                source, key = "", source
+            if key.strip():
+                out[key.strip()] = source.strip() or None
+        return out
 
 
 def settings_table() -> str:
