@@ -66,3 +66,42 @@ def test_every_strategy_under_kill_9_and_rebalances(
         report,
         waited,
     )
+
+
+@pytest.mark.parametrize("fault", ["sent=kill@1500", "committed=kill@3"])
+def test_producer_sequences_survive_a_kill_at_an_exact_point(
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability, fault: str
+) -> None:
+    """Pulsar lost data when a failed write left a sequence marked as persisted, so its retry
+    looked like a duplicate (apache/pulsar#5218). Here the highest sequence is staged in the
+    task's transaction with the output: killed after the send (not committed) or right after
+    the commit (not yet applied to RocksDB), the restarted worker must forward every sequence
+    once."""
+    mixed = build_mixed_stream(9_000 * SCALE, 0.2, seed=23)
+    stream = dataclasses.replace(
+        mixed,
+        records=[r for r in mixed.records if any(h == "dedupe.producer" for h, _ in r.headers)],
+        unique={k: v for k, v in mixed.unique.items() if k.startswith("producer-")},
+    )
+    worker = Worker(broker, names, extra_env={"DEDUPE_FAULT_INJECTION": fault})
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    feeder = Feeder(broker, names, stream)
+    assert worker.proc is not None
+    code = worker.proc.wait(300)
+    assert code == -signal.SIGKILL, f"the worker did not die at {fault}: exit {code}"
+    worker.extra_env = {}
+    worker.start()
+    assert feeder.join() == len(stream.records)
+    waited = wait_drained(broker, names, timeout=900, workers=workers)
+    report = asyncio.run(verify_pipeline(settings_of(broker, names, 4), first_copy=True))
+    assert report.clean.distinct == len(stream.unique), report.lines()
+    record(
+        reliability,
+        "F19a producer sequences: kill -9 after the send and after the commit",
+        len(stream.records),
+        1,
+        report,
+        waited,
+    )
