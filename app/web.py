@@ -97,6 +97,23 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
     locator = OutputLocator(settings.bootstrap_servers, settings.output_topic)
     metrics.register(lambda: partition_stats(app, dedup))
 
+    async def owner_answer(view: View, request: Request, table: str, key: bytes) -> Response | None:
+        """The owner's answer for ``key`` of ``table`` when another worker owns its partition
+        (Faust's router forwards the request), a 503 while the partition moves, or None: this
+        worker owns it and answers itself."""
+        try:
+            routed: Response = await app.router.route_req(table, key, view.web, request)
+            return routed
+        except SameNode:
+            pass
+        partition = partition_for(key, settings.partitions)
+        if partition not in app.consumer.transactions.tasks:
+            return view.json(
+                {"error": f"partition {partition} is being reassigned; retry shortly"},
+                status=503,
+            )
+        return None
+
     @app.page("/health")
     class Health(View):  # type: ignore[misc]
         async def get(self, request: Request) -> Response:
@@ -131,19 +148,10 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
     class Producers(View):  # type: ignore[misc]
         async def get(self, request: Request, name: str) -> Response:
             key = name.encode("utf-8")
-            try:
-                routed: Response = await app.router.route_req(
-                    PRODUCERS_TABLE, key, self.web, request
-                )
-                return routed
-            except SameNode:
-                pass  # this worker owns the producer's partition
+            answer = await owner_answer(self, request, PRODUCERS_TABLE, key)
+            if answer is not None or dedup.producers is None:
+                return answer or self.json({"error": "no producer state"}, status=503)
             partition = partition_for(key, settings.partitions)
-            if partition not in app.consumer.transactions.tasks or dedup.producers is None:
-                return self.json(
-                    {"error": f"partition {partition} is being reassigned; retry shortly"},
-                    status=503,
-                )
             held = dedup.producers.committed(partition, key)
             if held is None:
                 return self.json({"producer": name, "partition": partition}, status=404)
@@ -162,19 +170,10 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
         async def get(self, request: Request, message_id: str) -> Response:
             id_bytes = message_id.encode("utf-8")
             source = request.query.get("source")
-            try:
-                routed: Response = await app.router.route_req(
-                    TABLE_NAME, id_bytes, self.web, request
-                )
-                return routed
-            except SameNode:
-                pass  # this worker owns the id's partition
+            answer = await owner_answer(self, request, TABLE_NAME, id_bytes)
+            if answer is not None:
+                return answer
             partition = partition_for(id_bytes, settings.partitions)
-            if partition not in app.consumer.transactions.tasks:
-                return self.json(
-                    {"error": f"partition {partition} is being reassigned; retry shortly"},
-                    status=503,
-                )
             state_key = id_bytes
             if source and settings.scope == "source":
                 state_key = scoped_key(id_bytes, source.encode("utf-8"))
