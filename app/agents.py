@@ -68,8 +68,6 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
                     batch, message, record_ms(message), home_of[message.offset], tally
                 )
                 outcomes[outcome] += 1
-        for outcome, n in outcomes.items():
-            dedup.count(messages[0].partition, outcome, n)
-        dedup.count_strategies(messages[0].partition, tally)
+        dedup.count(messages[0].partition, outcomes, tally)
 
     return dedupe_batch

@@ -82,6 +82,7 @@ class Deduplicator:
         self.fingerprints = settings.missing_id == "fingerprint"
         self.exclude = strategy.field_list(settings.fingerprint_exclude)
         self.verify = settings.verify_content
+        self.kafka_time = settings.time_source == "kafka"
 
     def policy(self) -> dict[str, object]:
         """The policy in force, for ``/stats``."""
@@ -105,7 +106,8 @@ class Deduplicator:
         """Decide ``message`` and send what it becomes; returns the outcome. ``timestamp_ms`` is
         its Kafka timestamp (None: it has none; see :func:`record_ms`); ``key_partition`` is the
         partition its key hashes to, when the caller computed it for a whole batch; ``tally``
-        counts (strategy, outcome)."""
+        counts (strategy, outcome) of the records another strategy than the default decided
+        (the rest are the default's: :meth:`count`)."""
         headers: Sequence[tuple[str, bytes]] = message.headers or ()
         meta = strategy.read_meta(headers)
         chosen = (
@@ -115,7 +117,7 @@ class Deduplicator:
             outcome = await self._by_producer(txn, message, meta, timestamp_ms, key_partition)
         else:
             outcome = await self._by_id(txn, message, meta, chosen, timestamp_ms, key_partition)
-        if tally is not None:
+        if tally is not None and chosen is not self.default:
             tally[(chosen.value, outcome)] += 1
         return outcome
 
@@ -165,7 +167,11 @@ class Deduplicator:
                     state_key = strategy.scoped_key(key, meta.source)
                 if self.verify and isinstance(doc, dict):
                     content = strategy.content_hash(doc, self.exclude)
-            ms = self._record_ms(timestamp_ms, doc)
+            ms = (
+                rules.clamp_ms(timestamp_ms or 0)
+                if self.kafka_time
+                else self._record_ms(timestamp_ms, doc)
+            )
             # The tables are co-partitioned with the record: its partition is theirs.
             verdict = self.seen_ids.decide(state_key, ms, message.partition, content)
             self.seen_ids.age_out(ms, message.partition)
@@ -284,14 +290,25 @@ class Deduplicator:
         )
         return Outcome.DEAD_LETTERED
 
-    def count(self, partition: int, outcome: str, n: int = 1) -> None:
+    def count(
+        self,
+        partition: int,
+        outcomes: Counter[str],
+        tally: Counter[tuple[str, str]] | None = None,
+    ) -> None:
+        """Add a batch's ``outcomes``; ``tally`` holds those of records another strategy than
+        the default decided (:meth:`handle`), the rest count for the default."""
         counter = self.counts.get(partition)
         if counter is None:
             counter = self.counts[partition] = Counter()
-        counter[outcome] += n
-
-    def count_strategies(self, partition: int, tally: Counter[tuple[str, str]]) -> None:
-        counter = self.by_strategy.get(partition)
-        if counter is None:
-            counter = self.by_strategy[partition] = Counter()
-        counter.update(tally)
+        counter.update(outcomes)
+        by = self.by_strategy.get(partition)
+        if by is None:
+            by = self.by_strategy[partition] = Counter()
+        default = Counter(outcomes)
+        for (name, outcome), n in (tally or {}).items():
+            by[(name, outcome)] += n
+            default[outcome] -= n
+        for outcome, n in default.items():
+            if n:
+                by[(self.default.value, outcome)] += n

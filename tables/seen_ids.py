@@ -100,7 +100,7 @@ class SeenIds:
         raw = table.lookup(id_bytes, partition)
         held = None if raw is None else Entry.decode(raw)
         live = self._live.get(partition) or self._state(partition)
-        verdict = judge(held, record_ms, self.window_ms, content)
+        verdict = Verdict.FIRST if held is None else judge(held, record_ms, self.window_ms, content)
         if verdict is Verdict.REPEAT:
             assert held is not None
             table.put(id_bytes, held.repeated().encode(), partition)
