@@ -12,9 +12,7 @@
 #       --from-beginning --isolation-level read_committed --timeout-ms 5000
 #   scripts/kafka-local.sh transactions --bootstrap-server 127.0.0.1:9092 list
 #   scripts/kafka-local.sh topics --bootstrap-server 127.0.0.1:9092 --list
-#   scripts/kafka-local.sh tool <MainClass> [args...]   # any Kafka tool class on the cached classpath
-#   (also: console-producer, consumer-groups, get-offsets; `class <tool name>` prints a tool's
-#   main class for this version; `bootstrap` prints 127.0.0.1:$KAFKA_PORT)
+#   (also: consumer-groups, get-offsets; `bootstrap` prints 127.0.0.1:$KAFKA_PORT)
 #   scripts/kafka-local.sh down      # SIGTERM (SIGKILL after 30 s) the broker of this data dir
 #   scripts/kafka-local.sh wipe      # down + delete the data dir
 #
@@ -26,7 +24,7 @@
 # <data dir>/broker.log, and exits non-zero.
 #
 # Environment:
-#   KAFKA_VERSION          Kafka release to use (default below; 4.x or 3.9.x)
+#   KAFKA_VERSION          Kafka 4.x release to use (default below)
 #   KAFKA_PORT             broker (PLAINTEXT) port, default 9092
 #   KAFKA_CONTROLLER_PORT  KRaft controller port, default KAFKA_PORT+1
 #   KAFKA_DATA_DIR         default .cache/kafka-run/$KAFKA_PORT; holds logs/ (the Kafka log dir),
@@ -35,10 +33,10 @@
 #   KAFKA_START_TIMEOUT    seconds `up` waits for readiness, default 90
 #   KAFKA_HEAP_OPTS        broker heap, default "-Xms512m -Xmx512m"
 #   KAFKA_FORMAT_ARGS      arguments for the first `kafka-storage format` of a data dir; default
-#                          on Kafka 4.x "--feature transaction.version=1 --feature
+#                          "--feature transaction.version=1 --feature
 #                          eligible.leader.replicas.version=0" (see the comment at `format`)
 #   PYTHON                 python with aiokafka for the readiness probe and the InitProducerId
-#                          warm-up, default .venv/bin/python (falls back to Java tools if absent)
+#                          warm-up, default .venv/bin/python (`make install` creates it)
 #   JAVA                   java binary, default $JAVA_HOME/bin/java or java
 #
 # Notes: `up` warms transactions up with one InitProducerId for transactional.id
@@ -57,7 +55,6 @@ ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 POM="$SCRIPT_DIR/kafka/pom.xml"
 
 KAFKA_VERSION=${KAFKA_VERSION:-$DEFAULT_KAFKA_VERSION}
-KAFKA_MAJOR=${KAFKA_VERSION%%.*}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 KAFKA_START_TIMEOUT=${KAFKA_START_TIMEOUT:-90}
@@ -91,20 +88,12 @@ fi
 
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 
-if ((KAFKA_MAJOR >= 4)); then
-  BROKER_LOG_CONFIG="$DATA_DIR/log4j2.properties"
-  TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j2.properties"
-  BROKER_LOG_OPT="-Dlog4j2.configurationFile=file:$BROKER_LOG_CONFIG"
-  TOOLS_LOG_OPT="-Dlog4j2.configurationFile=file:$TOOLS_LOG_CONFIG"
-else
-  BROKER_LOG_CONFIG="$DATA_DIR/log4j.properties"
-  TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j.properties"
-  BROKER_LOG_OPT="-Dlog4j.configuration=file:$BROKER_LOG_CONFIG"
-  TOOLS_LOG_OPT="-Dlog4j.configuration=file:$TOOLS_LOG_CONFIG"
-fi
+[[ $KAFKA_VERSION == 4.* ]] || { echo "kafka-local: ERROR: KAFKA_VERSION=$KAFKA_VERSION: only Kafka 4.x is supported" >&2; exit 1; }
+BROKER_LOG_CONFIG="$DATA_DIR/log4j2.properties"
+TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j2.properties"
 # Short-lived tool JVMs: small heap, C1 only (faster start-up on 2 cores).
-TOOL_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true "$TOOLS_LOG_OPT")
-TOPICS_CLASS=""
+TOOL_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true
+  "-Dlog4j2.configurationFile=file:$TOOLS_LOG_CONFIG")
 
 say() { echo "kafka-local: $*" >&2; }
 die() { echo "kafka-local: ERROR: $*" >&2; exit 1; }
@@ -124,14 +113,12 @@ cmd_fetch() {
   fi
   command -v mvn >/dev/null || die "mvn (Maven) is needed to fetch the Kafka jars"
   local tmp="$CACHE_DIR/libs.tmp.$$"
-  local -a extra=()
-  if ((KAFKA_MAJOR < 4)); then extra+=(-Dlegacy.logging); fi # 3.x: kafka-tools brings reload4j
   mkdir -p "$CACHE_DIR"
   rm -rf "$tmp"
   say "resolving Kafka $KAFKA_VERSION (kafka_2.13 + kafka-tools + logging) from Maven Central ..."
   if ! mvn -B -q -f "$POM" "$DEPENDENCY_PLUGIN:copy-dependencies" \
     -DincludeScope=runtime -DoutputDirectory="$tmp" \
-    -Dkafka.version="$KAFKA_VERSION" "${extra[@]}" 2>&1 |
+    -Dkafka.version="$KAFKA_VERSION" 2>&1 |
     sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2; then # drop Maven's colour codes
     rm -rf "$tmp"
     die "Maven could not resolve Kafka $KAFKA_VERSION (does that release exist on Maven Central?)"
@@ -155,38 +142,20 @@ cmd_fetch() {
 
 ensure_fetched() { [[ -f $FETCH_MARKER ]] || cmd_fetch; }
 
-# First class of the candidates that exists in this Kafka version.
-find_class() {
-  ensure_fetched
-  local c
-  for c in "$@"; do
-    if grep -qxF "$c" "$LIBS/.classes"; then
-      echo "$c"
-      return 0
-    fi
-  done
-  die "none of these classes exist in Kafka $KAFKA_VERSION: $*"
-}
-
-storage_tool_class() { find_class kafka.tools.StorageTool org.apache.kafka.tools.StorageTool; }
-console_consumer_class() { find_class org.apache.kafka.tools.consumer.ConsoleConsumer kafka.tools.ConsoleConsumer; }
-console_producer_class() { find_class org.apache.kafka.tools.ConsoleProducer kafka.tools.ConsoleProducer; }
-transactions_class() { find_class org.apache.kafka.tools.TransactionsCommand; }
-topics_class() { find_class org.apache.kafka.tools.TopicCommand kafka.admin.TopicCommand; }
-groups_class() { find_class org.apache.kafka.tools.consumer.group.ConsumerGroupCommand kafka.admin.ConsumerGroupCommand; }
-offsets_class() { find_class org.apache.kafka.tools.GetOffsetShell kafka.tools.GetOffsetShell; }
-
-tool_class() { # short tool name -> main class for this version
+tool_class() { # short tool name -> main class (checked against the index of the fetched jars)
+  local cls
   case "$1" in
-    storage-tool) storage_tool_class ;;
-    console-consumer) console_consumer_class ;;
-    console-producer) console_producer_class ;;
-    transactions) transactions_class ;;
-    topics) topics_class ;;
-    consumer-groups) groups_class ;;
-    get-offsets) offsets_class ;;
+    storage-tool) cls=kafka.tools.StorageTool ;;
+    console-consumer) cls=org.apache.kafka.tools.consumer.ConsoleConsumer ;;
+    transactions) cls=org.apache.kafka.tools.TransactionsCommand ;;
+    topics) cls=org.apache.kafka.tools.TopicCommand ;;
+    consumer-groups) cls=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
+    get-offsets) cls=org.apache.kafka.tools.GetOffsetShell ;;
     *) die "unknown tool name '$1'" ;;
   esac
+  ensure_fetched
+  grep -qxF "$cls" "$LIBS/.classes" || die "$cls does not exist in Kafka $KAFKA_VERSION"
+  echo "$cls"
 }
 
 # --------------------------------------------------------------------------------------------
@@ -212,11 +181,9 @@ write_configs() {
     echo "offsets.topic.replication.factor=1"
     echo "transaction.state.log.replication.factor=1"
     echo "transaction.state.log.min.isr=1"
-    if ((KAFKA_MAJOR >= 4)); then
-      echo "share.coordinator.state.topic.replication.factor=1"
-      echo "share.coordinator.state.topic.min.isr=1"
-      echo "share.coordinator.state.topic.num.partitions=3"
-    fi
+    echo "share.coordinator.state.topic.replication.factor=1"
+    echo "share.coordinator.state.topic.min.isr=1"
+    echo "share.coordinator.state.topic.num.partitions=3"
     echo "# speed-ups for a 2-core machine"
     echo "offsets.topic.num.partitions=3"
     echo "transaction.state.log.num.partitions=3"
@@ -234,8 +201,7 @@ write_configs() {
     echo "broker.heartbeat.interval.ms=500"
   } >"$SERVER_PROPS"
 
-  if ((KAFKA_MAJOR >= 4)); then
-    cat >"$BROKER_LOG_CONFIG" <<'EOF'
+  cat >"$BROKER_LOG_CONFIG" <<'EOF'
 # Broker logging (log4j2); stdout goes to broker.log.
 status = warn
 name = kafka-local-broker
@@ -250,23 +216,11 @@ logger.statechange.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
 EOF
-  else
-    cat >"$BROKER_LOG_CONFIG" <<'EOF'
-# Broker logging (log4j 1 / reload4j); stdout goes to broker.log.
-log4j.rootLogger=INFO, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.state.change.logger=WARN
-log4j.logger.kafka.request.logger=WARN
-EOF
-  fi
 }
 
 # Logging for the command-line tools: warnings to stderr. Lives in the jar cache (per version).
 write_tools_log_config() {
-  if ((KAFKA_MAJOR >= 4)); then
-    [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
+  [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
 # Command-line tools logging (log4j2): warnings to stderr.
 status = warn
 name = kafka-local-tools
@@ -278,16 +232,6 @@ appender.err.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.err.ref = STDERR
 EOF
-  else
-    [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
-# Command-line tools logging (log4j 1 / reload4j): warnings to stderr.
-log4j.rootLogger=WARN, stderr
-log4j.appender.stderr=org.apache.log4j.ConsoleAppender
-log4j.appender.stderr.Target=System.err
-log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
-log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
-EOF
-  fi
 }
 
 # --------------------------------------------------------------------------------------------
@@ -357,8 +301,7 @@ run_tool() { # run a Kafka tool class in the foreground
 
 # One admin round trip (list topics). Quiet; exit status says whether the broker answers.
 admin_probe() {
-  if have_python_aiokafka; then
-    timeout 20 "$PYTHON" - "$BOOTSTRAP" >/dev/null 2>&1 <<'EOF'
+  timeout 20 "$PYTHON" - "$BOOTSTRAP" >/dev/null 2>&1 <<'EOF'
 import asyncio, sys
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -372,17 +315,12 @@ async def main(bootstrap):
 
 asyncio.run(main(sys.argv[1]))
 EOF
-  else
-    timeout 30 "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$TOPICS_CLASS" \
-      --bootstrap-server "$BOOTSTRAP" --list >/dev/null 2>&1
-  fi
 }
 
 # One InitProducerId (creates __transaction_state) and one OffsetFetch (creates
 # __consumer_offsets), so the first real transaction / consumer group does not wait for them.
 warm_up_transactions() {
-  if have_python_aiokafka; then
-    timeout 60 "$PYTHON" - "$BOOTSTRAP" <<'EOF'
+  timeout 60 "$PYTHON" - "$BOOTSTRAP" <<'EOF'
 import asyncio, logging, sys, time
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -409,43 +347,6 @@ async def main(bootstrap):
 
 asyncio.run(main(sys.argv[1]))
 EOF
-  else
-    local src="$DATA_DIR/WarmUp.java"
-    cat >"$src" <<'EOF'
-import java.time.Duration;
-import java.util.Properties;
-import java.util.Set;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
-
-public class WarmUp {
-    public static void main(String[] args) {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", args[0]);
-        p.put("transactional.id", "kafka-local-warmup");
-        p.put("max.block.ms", "60000");
-        try (KafkaProducer<byte[], byte[]> producer =
-                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
-            producer.initTransactions();
-        }
-        Properties c = new Properties();
-        c.put("bootstrap.servers", args[0]);
-        c.put("group.id", "kafka-local-warmup");
-        c.put("enable.auto.commit", "false");
-        try (KafkaConsumer<byte[], byte[]> consumer =
-                 new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
-            // OffsetFetch through the group coordinator creates __consumer_offsets.
-            consumer.committed(Set.of(new TopicPartition("kafka-local-warmup", 0)), Duration.ofSeconds(60));
-        }
-        System.err.println("kafka-local: transactions warmed up (InitProducerId + group coordinator, Java client)");
-    }
-}
-EOF
-    timeout 90 "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$src" "$BOOTSTRAP"
-  fi
 }
 
 # Serialise up/down/wipe on one data dir (concurrent `up`s would race for the ports).
@@ -491,10 +392,7 @@ cmd_up() {
   lock_data_dir
   write_tools_log_config
   command -v "$JAVA" >/dev/null || die "java not found (Kafka needs Java 17+)"
-  if ! have_python_aiokafka; then
-    TOPICS_CLASS=$(topics_class)
-    say "note: $PYTHON with aiokafka not found; probing and warming up with Java tools (slower)"
-  fi
+  have_python_aiokafka || die "$PYTHON with aiokafka not found (run 'make install' or set PYTHON)"
 
   pid=$(running_pid)
   if [[ -z $pid ]]; then
@@ -555,7 +453,7 @@ cmd_up() {
   if [[ ! -f $LOG_DIR/meta.properties ]]; then
     local cluster_id storage_tool
     cluster_id=$(new_cluster_id)
-    storage_tool=$(storage_tool_class)
+    storage_tool=$(tool_class storage-tool)
     # Two features off on Kafka 4.x, both for a single node:
     # - transaction.version=1 (new clusters default to 2, KIP-890): aiokafka 0.14 speaks the
     #   version-1 protocol; on version 2 a kill -9 of the broker left transactions of the
@@ -570,12 +468,7 @@ cmd_up() {
     #   offsets read back older. Without ELR the only replica stays in the ISR and is elected
     #   cleanly, as before 4.0. On a cluster with replication 3 and min.insync.replicas 2, ELR
     #   is what you want; it only hurts a single node.
-    local format_args
-    if ((KAFKA_MAJOR >= 4)); then
-      format_args=${KAFKA_FORMAT_ARGS-"--feature transaction.version=1 --feature eligible.leader.replicas.version=0"}
-    else
-      format_args=${KAFKA_FORMAT_ARGS-}
-    fi
+    local format_args=${KAFKA_FORMAT_ARGS-"--feature transaction.version=1 --feature eligible.leader.replicas.version=0"}
     say "formatting storage in $LOG_DIR (cluster id $cluster_id) $format_args"
     if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
       -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args \
@@ -599,7 +492,7 @@ cmd_up() {
   setsid nohup "$JAVA" $KAFKA_HEAP_OPTS \
     -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
     -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
-    -Dkafka.logs.dir="$DATA_DIR" "$BROKER_LOG_OPT" \
+    -Dkafka.logs.dir="$DATA_DIR" "-Dlog4j2.configurationFile=file:$BROKER_LOG_CONFIG" \
     -cp "$LIBS/*" kafka.Kafka "$SERVER_PROPS" >"$BROKER_LOG" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid" >"$PID_FILE"
@@ -732,22 +625,16 @@ main() {
   [[ $# -gt 0 ]] && shift
   case "$cmd" in
     fetch) cmd_fetch ;;
-    up | start) cmd_up ;;
-    down | stop) cmd_down ;;
+    up) cmd_up ;;
+    down) cmd_down ;;
     status) cmd_status ;;
     pid) cmd_pid ;;
     wipe) cmd_wipe ;;
     bootstrap) echo "$BOOTSTRAP" ;;
-    tool)
-      [[ $# -ge 1 ]] || die "usage: $0 tool <MainClass> [args...]"
-      run_tool "$@" ;;
-    console-consumer | console-producer | transactions | topics | consumer-groups | get-offsets)
+    console-consumer | transactions | topics | consumer-groups | get-offsets)
       local cls
       cls=$(tool_class "$cmd")
       run_tool "$cls" "$@" ;;
-    class)
-      [[ $# -ge 1 ]] || die "usage: $0 class storage-tool|console-consumer|console-producer|transactions|topics|consumer-groups|get-offsets"
-      tool_class "$1" ;;
     help | -h | --help) usage ;;
     *)
       usage >&2
