@@ -118,6 +118,7 @@ class AtLeastOnceManager(TaskTransactionManager):
                 s = self.settings
                 producer = AIOKafkaProducer(
                     bootstrap_servers=s.bootstrap_servers,
+                    **s.kafka_client_kwargs(),
                     client_id=f"{s.app_id}-at-least-once-producer",
                     enable_idempotence=True,
                     acks="all",

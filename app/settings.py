@@ -17,6 +17,7 @@ from pathlib import Path
 
 from app import faults
 from envsettings import EnvSettings, SettingsError, parse_duration, setting
+from envsettings.kafka_security import KafkaSecuritySettings
 
 __all__ = ["EnvSettings", "Settings", "SettingsError", "parse_duration", "setting"]
 
@@ -42,7 +43,7 @@ def derived_bucket(window: float) -> float:
 
 
 @dataclass(frozen=True)
-class Settings(EnvSettings):
+class Settings(KafkaSecuritySettings):
     """Every setting of the dedup worker. Build with :meth:`from_env`; validated on creation."""
 
     bootstrap_servers: str = setting(
@@ -243,7 +244,7 @@ class Settings(EnvSettings):
             raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
 
     def _problems(self) -> list[str]:
-        out: list[str] = []
+        out = self.kafka_security_problems()
 
         def env(name: str) -> str:
             return self.describe(name).env

@@ -141,7 +141,9 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
     missing topics, and raise :class:`TopicMismatch` if an existing one disagrees."""
     specs = topic_specs(settings, changelog)
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=timeout_ms
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=timeout_ms,
+        **settings.kafka_client_kwargs(),
     )
     try:
         await admin.start()

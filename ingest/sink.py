@@ -69,6 +69,7 @@ class KafkaSink:
         await self._wait_for_topic(deadline)
         producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
+            **s.kafka_client_kwargs(),
             client_id="dedupe-ingest",
             acks="all",
             enable_idempotence=True,
@@ -96,7 +97,9 @@ class KafkaSink:
         the topic on a broker with auto-creation on) until the input topic is listed."""
         s = self.settings
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=s.bootstrap_servers, client_id="dedupe-ingest-admin"
+            bootstrap_servers=s.bootstrap_servers,
+            client_id="dedupe-ingest-admin",
+            **s.kafka_client_kwargs(),
         )
         try:
             await admin.start()

@@ -55,7 +55,10 @@ async def run(settings: Settings, events: int, repeats: float, timeout: float) -
     ]
     bad = bad_records(run_id)
     records = tagged + bad
-    await produce(settings.bootstrap_servers, settings.input_topic, records, progress=True)
+    client = settings.kafka_client_kwargs()
+    await produce(
+        settings.bootstrap_servers, settings.input_topic, records, progress=True, client=client
+    )
     print(
         f"sent {len(records):,} records: {len(stream.unique):,} unique events, "
         f"{stream.duplicates:,} repeats, {len(bad)} bad records"
@@ -63,9 +66,9 @@ async def run(settings: Settings, events: int, repeats: float, timeout: float) -
     ids = {m.encode() for m in stream.unique}
     started = time.monotonic()
     while True:
-        out = await read_topic(settings.bootstrap_servers, settings.output_topic)
+        out = await read_topic(settings.bootstrap_servers, settings.output_topic, client=client)
         forwarded = [r for r in out if r.key in ids]
-        dlq = await read_topic(settings.bootstrap_servers, settings.dlq_topic)
+        dlq = await read_topic(settings.bootstrap_servers, settings.dlq_topic, client=client)
         dead = [r for r in dlq if (RUN_HEADER, run_id) in r.headers]
         done = len(forwarded) >= len(ids) and len(dead) >= len(bad)
         if done or time.monotonic() - started > timeout:

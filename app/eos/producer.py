@@ -108,6 +108,7 @@ class TransactionalProducers:
         s = self.settings
         return AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
+            **s.kafka_client_kwargs(),
             client_id=f"{self.transactional_id(partition)}-producer",
             transactional_id=self.transactional_id(partition),
             transaction_timeout_ms=int(s.transaction_timeout * 1000),
