@@ -17,7 +17,7 @@ TEST_KAFKA_PORT ?= 19092
 BENCH_KAFKA_PORT ?= 39092
 
 .DEFAULT_GOAL := help
-.PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
+.PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest web clean \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake \
         servers-install servers-up servers-down test-idempotency bench-idempotency
@@ -43,6 +43,9 @@ kafka-up: $(STAMP) kafka-jars ## Start a local single-node KRaft broker on 127.0
 
 kafka-down: ## Stop the local broker on $KAFKA_PORT (9092)
 	$(KAFKA) down
+
+kafka-acls: $(STAMP) kafka-jars ## Print each component's Kafka ACLs; with KAFKA_SECURITY=sasl_ssl also add them to the local broker
+	$(PY) -m scripts.kafka_acls $(if $(filter sasl_ssl,$(KAFKA_SECURITY)),--apply)
 
 run: $(STAMP) kafka-jars ## Set up everything and run a worker in the foreground
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(KAFKA) up; fi

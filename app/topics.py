@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from app import access
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,7 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
             "is the broker running? (make kafka-up starts a local one)"
         ) from exc
     try:
+        await access.check_group(admin, settings)
         await _check_app_id_owner(admin, settings, changelog)
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
@@ -173,6 +175,7 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
                 )
             for s in missing:
                 log.info("created %s topic %r (%d partitions)", s.role, s.name, settings.partitions)
+        await access.check_visible(admin, settings, [s.name for s in specs])
         counts = await _partition_counts(admin, [s.name for s in specs], {s.name for s in missing})
         problems = [
             f"{s.role} topic {s.name!r} has {counts.get(s.name, 0)} partitions, "
@@ -185,5 +188,8 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
                 "refusing to start: every topic must have the same partition count so that all "
                 "copies of an id meet the same state:\n  " + "\n  ".join(problems)
             )
+        read = [settings.input_topic, settings.repartition_topic, changelog]
+        write = [settings.output_topic, settings.dlq_topic, settings.repartition_topic, changelog]
+        await access.check_read_write(settings, read, write)
     finally:
         await admin.close()

@@ -13,6 +13,13 @@
 #   scripts/kafka-local.sh transactions --bootstrap-server 127.0.0.1:9092 list
 #   scripts/kafka-local.sh topics --bootstrap-server 127.0.0.1:9092 --list
 #   (also: consumer-groups, get-offsets; `bootstrap` prints 127.0.0.1:$KAFKA_PORT)
+#
+# Secured (KAFKA_SECURITY=sasl_ssl, see scripts/kafka/secure.sh and docs/security.md):
+#   KAFKA_SECURITY=sasl_ssl KAFKA_PORT=9192 scripts/kafka-local.sh up   # TLS + SCRAM + ACLs
+#   ... client-env dedupe-worker   # the settings of a client of user dedupe-worker (KEY=VALUE)
+#   ... client-config              # path of the super user's configs (tools' --command-config)
+#   ... acls --list                # kafka-acls, as the super user (make kafka-acls adds them)
+#   ... add-acls <file>            # many ACLs in one call (scripts/kafka/AddAcls.java)
 #   scripts/kafka-local.sh down      # SIGTERM (SIGKILL after 30 s) the broker of this data dir
 #   scripts/kafka-local.sh wipe      # down + delete the data dir
 #
@@ -25,7 +32,8 @@
 #
 # Environment:
 #   KAFKA_VERSION          Kafka 4.x release to use (default below)
-#   KAFKA_PORT             broker (PLAINTEXT) port, default 9092
+#   KAFKA_PORT             broker port, default 9092 (PLAINTEXT, or SASL_SSL when secured)
+#   KAFKA_SECURITY         plaintext (default) or sasl_ssl; fixed for a data dir when formatted
 #   KAFKA_CONTROLLER_PORT  KRaft controller port, default KAFKA_PORT+1
 #   KAFKA_DATA_DIR         default .cache/kafka-run/$KAFKA_PORT; holds logs/ (the Kafka log dir),
 #                          server.properties, log4j config, broker.log, broker.pid
@@ -77,6 +85,9 @@ LOG_DIR="$DATA_DIR/logs"
 SERVER_PROPS="$DATA_DIR/server.properties"
 BROKER_LOG="$DATA_DIR/broker.log"
 PID_FILE="$DATA_DIR/broker.pid"
+KAFKA_SECURITY=${KAFKA_SECURITY:-plaintext}
+# shellcheck source=kafka/secure.sh
+source "$SCRIPT_DIR/kafka/secure.sh"
 
 if [[ -n ${JAVA:-} ]]; then
   :
@@ -99,6 +110,8 @@ say() { echo "kafka-local: $*" >&2; }
 die() { echo "kafka-local: ERROR: $*" >&2; exit 1; }
 
 valid_port() { [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0 && $1 < 65536)); }
+[[ $KAFKA_SECURITY == plaintext || $KAFKA_SECURITY == sasl_ssl ]] ||
+  die "KAFKA_SECURITY='$KAFKA_SECURITY': use plaintext or sasl_ssl"
 valid_port "$KAFKA_PORT" || die "KAFKA_PORT='$KAFKA_PORT' is not a port number"
 valid_port "$KAFKA_CONTROLLER_PORT" || die "KAFKA_CONTROLLER_PORT='$KAFKA_CONTROLLER_PORT' is not a port number"
 [[ $KAFKA_PORT != "$KAFKA_CONTROLLER_PORT" ]] || die "KAFKA_PORT and KAFKA_CONTROLLER_PORT must differ"
@@ -148,6 +161,7 @@ tool_class() { # short tool name -> main class (checked against the index of the
     storage-tool) cls=kafka.tools.StorageTool ;;
     console-consumer) cls=org.apache.kafka.tools.consumer.ConsoleConsumer ;;
     transactions) cls=org.apache.kafka.tools.TransactionsCommand ;;
+    acls) cls=org.apache.kafka.tools.AclCommand ;;
     topics) cls=org.apache.kafka.tools.TopicCommand ;;
     consumer-groups) cls=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
     get-offsets) cls=org.apache.kafka.tools.GetOffsetShell ;;
@@ -168,11 +182,15 @@ write_configs() {
     echo "process.roles=broker,controller"
     echo "node.id=1"
     echo "controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT"
-    echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
-    echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT"
-    echo "controller.listener.names=CONTROLLER"
-    echo "inter.broker.listener.name=PLAINTEXT"
-    echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
+      secure_server_props
+    else
+      echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
+      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT"
+      echo "controller.listener.names=CONTROLLER"
+      echo "inter.broker.listener.name=PLAINTEXT"
+      echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    fi
     echo "log.dirs=$LOG_DIR"
     echo "auto.create.topics.enable=false"
     echo "num.partitions=8"
@@ -200,6 +218,7 @@ write_configs() {
     echo "broker.session.timeout.ms=4000"
     echo "broker.heartbeat.interval.ms=500"
   } >"$SERVER_PROPS"
+  chmod 600 "$SERVER_PROPS" # secured: holds the keystore and the broker's SCRAM password
 
   cat >"$BROKER_LOG_CONFIG" <<'EOF'
 # Broker logging (log4j2); stdout goes to broker.log.
@@ -287,6 +306,28 @@ port_owner() {
   fi
 }
 
+# The client settings (docs/settings.md) of the probe and warm-up: the super user when secured.
+client_env() {
+  if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
+    secure_client_env admin
+  else
+    echo "KAFKA_SECURITY_PROTOCOL=PLAINTEXT"
+    echo "KAFKA_SASL_USERNAME="
+    echo "KAFKA_SASL_PASSWORD_FILE="
+    echo "KAFKA_SSL_CAFILE="
+  fi
+  echo "KAFKA_SASL_PASSWORD="
+  echo "KAFKA_SSL_CERTFILE="
+  echo "KAFKA_SSL_KEYFILE="
+}
+
+# `client_python <timeout s> args...`: $PYTHON with the probe's client settings.
+client_python() {
+  local -a vars
+  mapfile -t vars < <(client_env)
+  timeout "$1" env "${vars[@]}" "$PYTHON" "${@:2}"
+}
+
 have_python_aiokafka() {
   command -v "$PYTHON" >/dev/null 2>&1 && "$PYTHON" -c 'import aiokafka' >/dev/null 2>&1
 }
@@ -301,12 +342,14 @@ run_tool() { # run a Kafka tool class in the foreground
 
 # One admin round trip (list topics). Quiet; exit status says whether the broker answers.
 admin_probe() {
-  timeout 20 "$PYTHON" - "$BOOTSTRAP" >/dev/null 2>&1 <<'EOF'
+  client_python 20 - "$BOOTSTRAP" >/dev/null 2>&1 <<'EOF'
 import asyncio, sys
 from aiokafka.admin import AIOKafkaAdminClient
+from envsettings.kafka_security import KafkaSecuritySettings
 
 async def main(bootstrap):
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    security = KafkaSecuritySettings.from_env().kafka_client_kwargs()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, **security)
     await admin.start()
     try:
         await admin.list_topics()
@@ -320,23 +363,25 @@ EOF
 # One InitProducerId (creates __transaction_state) and one OffsetFetch (creates
 # __consumer_offsets), so the first real transaction / consumer group does not wait for them.
 warm_up_transactions() {
-  timeout 60 "$PYTHON" - "$BOOTSTRAP" <<'EOF'
+  client_python 60 - "$BOOTSTRAP" <<'EOF'
 import asyncio, logging, sys, time
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from envsettings.kafka_security import KafkaSecuritySettings
 
 # aiokafka logs retried "coordinator not available" errors while the internal topics are created.
 logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 async def main(bootstrap):
     t0 = time.monotonic()
+    security = KafkaSecuritySettings.from_env().kafka_client_kwargs()
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="kafka-local-warmup",
-                         request_timeout_ms=30000)
+                         request_timeout_ms=30000, **security)
     await p.start()  # waits for FindCoordinator + InitProducerId
     await p.stop()
     t1 = time.monotonic()
     # An OffsetFetch through the group coordinator creates __consumer_offsets (commits nothing).
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="kafka-local-warmup",
-                         enable_auto_commit=False, request_timeout_ms=30000)
+                         enable_auto_commit=False, request_timeout_ms=30000, **security)
     await c.start()
     try:
         await c.committed(TopicPartition("kafka-local-warmup", 0))
@@ -442,6 +487,13 @@ cmd_up() {
   done
 
   mkdir -p "$DATA_DIR"
+  if [[ -f $LOG_DIR/meta.properties ]]; then
+    local formatted_as
+    formatted_as=$(cat "$DATA_DIR/security" 2>/dev/null || echo plaintext)
+    [[ $formatted_as == "$KAFKA_SECURITY" ]] ||
+      die "$DATA_DIR was formatted with KAFKA_SECURITY=$formatted_as: run 'wipe' first or use another KAFKA_PORT / KAFKA_DATA_DIR"
+  fi
+  [[ $KAFKA_SECURITY == sasl_ssl ]] && secure_init
   if [[ -f $LOG_DIR/meta.properties && -f $DATA_DIR/kafka.version ]]; then
     local formatted_by
     formatted_by=$(<"$DATA_DIR/kafka.version")
@@ -469,14 +521,17 @@ cmd_up() {
     #   cleanly, as before 4.0. On a cluster with replication 3 and min.insync.replicas 2, ELR
     #   is what you want; it only hurts a single node.
     local format_args=${KAFKA_FORMAT_ARGS-"--feature transaction.version=1 --feature eligible.leader.replicas.version=0"}
+    local -a scram_args=()
+    [[ $KAFKA_SECURITY == sasl_ssl ]] && mapfile -t scram_args < <(secure_format_args)
     say "formatting storage in $LOG_DIR (cluster id $cluster_id) $format_args"
     if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
-      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args \
+      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args "${scram_args[@]}" \
       >"$DATA_DIR/format.log" 2>&1; then
       cat "$DATA_DIR/format.log" >&2
       die "formatting storage failed"
     fi
     echo "$KAFKA_VERSION" >"$DATA_DIR/kafka.version"
+    echo "$KAFKA_SECURITY" >"$DATA_DIR/security"
   elif grep -q "eligible.leader.replicas.version', featureLevel=1" "$DATA_DIR/format.log" 2>/dev/null; then
     say "WARNING: $DATA_DIR was formatted with eligible leader replicas on: after a kill -9 this" \
       "single broker comes back through an unclean leader election (see 'format' in this script);" \
@@ -631,6 +686,17 @@ main() {
     pid) cmd_pid ;;
     wipe) cmd_wipe ;;
     bootstrap) echo "$BOOTSTRAP" ;;
+    client-env | client-config | acls | add-acls)
+      [[ $KAFKA_SECURITY == sasl_ssl && -s $ADMIN_PROPS ]] ||
+        die "'$cmd' needs a secured broker: KAFKA_SECURITY=sasl_ssl ... up"
+      case "$cmd" in
+        client-env) secure_client_env "${1:-}" ;;
+        client-config) echo "$ADMIN_PROPS" ;;
+        acls) run_tool "$(tool_class acls)" --bootstrap-server "$BOOTSTRAP" --command-config "$ADMIN_PROPS" "$@" ;;
+        add-acls)
+          [[ -f ${1:-} ]] || die "usage: $0 add-acls <file of principal, OPERATION, RESOURCE_TYPE, name, PATTERN_TYPE lines>"
+          run_tool "$SCRIPT_DIR/kafka/AddAcls.java" "$BOOTSTRAP" "$ADMIN_PROPS" "$1" ;;
+      esac ;;
     console-consumer | transactions | topics | consumer-groups | get-offsets)
       local cls
       cls=$(tool_class "$cmd")
