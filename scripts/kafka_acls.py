@@ -16,7 +16,8 @@ per line, e.g.
 
 Each principal gets only what its component does (docs/security.md explains each line):
 
-- the worker reads its input, repartition, changelog and Faust's leader topic, writes the
+- the worker reads its input, repartition, changelog and Faust's leader topic (and the output
+  topic, where ``GET /messages/{id}`` finds an id's forwarded copy), writes the
   output, dead-letter, repartition and changelog topics inside transactions whose ids start with
   ``<app id>-<input topic>-``, uses its group ``<app id>``, and creates its own topics (or,
   with ``--no-create``, an operator creates them first and the worker gets no Create);
@@ -106,11 +107,13 @@ def worker_topics(settings: Settings) -> list[str]:
 
 def worker_acls(settings: Settings, user: str, *, create: bool = True) -> list[Acl]:
     changelog = changelog_topic_name(settings)
+    # The output topic too: GET /messages/{id} reads the id's forwarded copy (app/lookup.py).
     read = (
         settings.input_topic,
         settings.repartition_topic,
         changelog,
         leader_topic_name(settings),
+        settings.output_topic,
     )
     write = (settings.output_topic, settings.dlq_topic, settings.repartition_topic, changelog)
     acls = [
