@@ -31,9 +31,7 @@ from aiokafka.structs import TopicPartition
 
 from app.eos.producer import probe_transactional_writes
 from app.settings import Settings
-
-#: Kafka's error code for a topic the principal may not describe (metadata).
-TOPIC_AUTHORIZATION_FAILED = 29
+from envsettings.kafka_security import TOPIC_AUTHORIZATION_FAILED
 
 
 class AccessDenied(RuntimeError):

@@ -34,6 +34,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from app import access
 from app.settings import Settings
+from envsettings.kafka_security import connection_problem
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +150,10 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
     try:
         await admin.start()
     except KafkaError as exc:
+        why = await connection_problem(settings, settings.bootstrap_servers)
         raise TopicMismatch(
-            f"cannot reach Kafka at {settings.bootstrap_servers} ({exc!r}); "
-            "is the broker running? (make kafka-up starts a local one)"
+            f"cannot reach Kafka at {settings.bootstrap_servers}: {why} ({exc!r}; "
+            "make kafka-up starts a local broker)"
         ) from exc
     try:
         await access.check_group(admin, settings)
