@@ -20,7 +20,8 @@ Each principal gets only what its component does (docs/security.md explains each
   topic, where ``GET /messages/{id}`` finds an id's forwarded copy), writes the
   output, dead-letter, repartition and changelog topics inside transactions whose ids start with
   ``<app id>-<input topic>-``, uses its group ``<app id>``, and creates its own topics (or,
-  with ``--no-create``, an operator creates them first and the worker gets no Create);
+  with ``--no-create``, an operator creates them first and the worker keeps Create only on
+  Faust's leader topic, which Faust declares at every start);
 - the ingest service writes the input topic (its idempotent producer needs Write on a topic
   since Kafka 3.0, KIP-679; no IdempotentWrite on the cluster);
 - the Spark job reads the clean topic, and its consumer groups by their ``spark-kafka-``
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.settings import Settings
+from app.topics import topic_specs
 from tables.seen_ids import changelog_topic_name
 
 KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
@@ -128,8 +130,10 @@ def worker_acls(settings: Settings, user: str, *, create: bool = True) -> list[A
             prefixed=True,
         ),
     ]
-    if create:
-        acls.append(Acl(user, ("Create",), "topic", tuple(worker_topics(settings))))
+    # Faust declares its leader topic at every start, and the broker refuses even the create of
+    # an existing topic to a principal without Create on it: that one Create stays.
+    created = worker_topics(settings) if create else [leader_topic_name(settings)]
+    acls.append(Acl(user, ("Create",), "topic", tuple(created)))
     return acls
 
 
@@ -158,6 +162,23 @@ def all_acls(
         + ingest_acls(settings, ingest)
         + spark_acls(settings, spark)
     )
+
+
+def topic_commands(settings: Settings) -> list[str]:
+    """kafka-topics.sh commands that create the worker's topics as it would (app/topics.py)."""
+    base = "kafka-topics.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties"
+    out = []
+    for spec in topic_specs(settings, changelog_topic_name(settings)):
+        configs = "".join(f" --config {k}={v}" for k, v in spec.config.items())
+        out.append(
+            f"{base} --create --topic {spec.name} --partitions {settings.partitions} "
+            f"--replication-factor {settings.replication_factor}{configs}"
+        )
+    out.append(
+        f"{base} --create --topic {leader_topic_name(settings)} --partitions 1 "
+        f"--replication-factor {settings.replication_factor}"
+    )
+    return out
 
 
 def apply(acls: list[Acl], env: Mapping[str, str] | None = None) -> None:
@@ -202,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             "kafka-acls.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties "
             + shlex.join(acl.args())
         )
+    if args.no_create:  # what the operator creates instead of the worker
+        for command in topic_commands(settings):
+            print(command)
     if args.apply:
         apply(acls)
         print(f"added {len(acls)} ACL rules", file=sys.stderr)

@@ -9,8 +9,13 @@ import random
 import signal
 import time
 
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from app.topics import topic_specs
+from scripts.kafka_acls import leader_topic_name
 from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
+from tables.seen_ids import changelog_topic_name
 from tests.faults.scenario import Feeder
 from tests.security.conftest import SecureBroker, worker_as
 from tests.support import Names, Worker, drained, get, wait_drained
@@ -84,3 +89,45 @@ def test_kill_9_over_sasl_ssl_is_exactly_once(
     assert busy >= 2, "the kills must hit a worker that still had work"
     assert report.ok, "\n".join(report.lines())
     assert (report.clean.duplicates, report.clean.missing) == (0, 0)
+
+
+async def create_topics_as_admin(secure: SecureBroker, names: Names) -> None:
+    """What an operator does before a worker without Create starts: every topic of
+    app/topics.py with its configs, and Faust's one-partition leader topic."""
+    admin_settings = secure.admin(names)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=secure.broker.bootstrap, **admin_settings.kafka_client_kwargs()
+    )
+    await admin.start()
+    try:
+        specs = topic_specs(admin_settings, changelog_topic_name(admin_settings))
+        await admin.create_topics(
+            [NewTopic(s.name, 4, 1, topic_configs=s.config) for s in specs]
+            + [NewTopic(leader_topic_name(admin_settings), 1, 1)]
+        )
+    finally:
+        await admin.close()
+
+
+def test_worker_without_create_runs_on_topics_an_operator_created(
+    secure: SecureBroker, names: Names, workers: list[Worker]
+) -> None:
+    secure.grant(names, create=False)
+    asyncio.run(create_topics_as_admin(secure, names))
+    worker = worker_as(secure, names, "dedupe-worker")
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    stream = build_stream(500, 0.1, seed=27)
+    produce_as_ingest = produce(
+        secure.broker.bootstrap,
+        names.input_topic,
+        stream.records,
+        client=secure.client("dedupe-ingest"),
+    )
+    assert asyncio.run(produce_as_ingest) == len(stream.records)
+    admin = secure.admin(names)
+    wait_drained(secure.broker, names, 120, workers, admin.kafka_client_kwargs())
+    report = asyncio.run(verify_pipeline(admin, first_copy=True))
+    assert report.ok, "\n".join(report.lines())
+    assert "created" not in worker.log_text()
