@@ -5,16 +5,21 @@ and never quotes the password."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from scripts import kafka_acls
-from tests.ingest.support import IngestProcess
+from tests.ingest.support import WRITE_KEY, IngestProcess, json_headers
 from tests.security.conftest import SecureBroker, worker_as
+from tests.security.test_ingest import create_input
 from tests.support import Names, Worker
 
 #: A refusal must come at start-up, not after a timeout.
@@ -172,3 +177,32 @@ def test_ingest_with_the_spark_jobs_credentials_is_refused(
         f"Kafka denies User:dedupe-spark access to topic {names.input_topic!r}: the ingest "
         "service needs Write (and Describe) on it"
     ) in log
+
+
+def test_ingest_that_may_describe_but_not_write_answers_503_naming_the_denial(
+    secure: SecureBroker, names: Names, ingest_log: Path
+) -> None:
+    """Not caught at start-up (Kafka cannot check Write without a write): the worker's user
+    may describe the input topic, not write it. Each request fails at once with the reason."""
+    secure.grant(names)
+    asyncio.run(create_input(secure, names))
+    service = IngestProcess(
+        secure.broker, names.input_topic, ingest_log, extra_env=secure.env_of("dedupe-worker")
+    )
+    service.start()
+    try:
+        service.wait_ready()
+        req = urllib.request.Request(
+            service.url + "/v1/track",
+            data=json.dumps({"userId": "u1", "event": "Signed Up", "messageId": "m-1"}).encode(),
+            headers=json_headers(WRITE_KEY),
+            method="POST",
+        )
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(req, timeout=30)
+        body = json.loads(answer.value.read())
+    finally:
+        service.stop()
+    print(f"\ningest as dedupe-worker: {answer.value.code} {body['error']}")
+    assert answer.value.code == 503 and body["code"] == "kafka_unavailable"
+    assert f"TopicAuthorizationFailedError: {names.input_topic}" in body["error"]

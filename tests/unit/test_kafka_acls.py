@@ -69,6 +69,7 @@ def test_ingest_and_spark_get_one_topic_each_and_nobody_the_cluster() -> None:
     )
     assert granted(spark, "Read", "topic") == {"events-clean"}
     assert granted(spark, "Write", "topic") == set()
+    assert [a.resource for a in spark] == ["topic"]  # no group: offsets live in its checkpoint
     assert not [a for a in acls if a.resource == "cluster" or "All" in a.operations]
 
 
