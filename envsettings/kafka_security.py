@@ -128,7 +128,12 @@ class KafkaSecuritySettings(EnvSettings):
             if self.sasl_password and self.sasl_password_file:
                 out.append(f"set {env('sasl_password')} or {env('sasl_password_file')}, not both")
             elif self.sasl_password_file:
-                out.extend(_file_problems(env("sasl_password_file"), self.sasl_password_file))
+                file_problems = _file_problems(env("sasl_password_file"), self.sasl_password_file)
+                if not file_problems and not self.kafka_password:
+                    file_problems = [
+                        f"{env('sasl_password_file')}={self.sasl_password_file!r}: empty"
+                    ]
+                out.extend(file_problems)
             elif not self.sasl_password:
                 out.append(
                     f"{env('sasl_password')} or {env('sasl_password_file')} is needed with "

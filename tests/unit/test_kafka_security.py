@@ -85,6 +85,14 @@ def test_the_password_can_come_from_a_file(ca_file: Path, tmp_path: Path) -> Non
     assert s.kafka_client_kwargs()["sasl_plain_password"] == SECRET
 
 
+def test_an_empty_password_file_is_refused(ca_file: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "password"
+    empty.write_text("\n")
+    env = sasl_env(ca_file, KAFKA_SASL_PASSWORD="", KAFKA_SASL_PASSWORD_FILE=str(empty))
+    with pytest.raises(SettingsError, match=f"KAFKA_SASL_PASSWORD_FILE='{empty}': empty"):
+        Settings.from_env(env)
+
+
 def test_the_password_is_never_in_repr_or_messages(ca_file: Path) -> None:
     s = Settings.from_env(sasl_env(ca_file))
     assert SECRET not in repr(s) and SECRET not in str(s)
