@@ -13,35 +13,36 @@ from typing import Any
 import faust
 from yarl import URL
 
-from app.agents import Deduplicator, batch_handler, register_agents
-from app.alo import AtLeastOnceTransport
+from app.agents import batch_handler, register_agents
+from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport
 from app.metrics import RebalanceSensor
-from app.settings import EXACTLY_ONCE, Settings
+from app.settings import Settings
 from app.topics import ensure_topics
 from app.web import register_views
+from tables.producers import ProducerSeqs, declare_producer_seqs
+from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.recovery import TransactionalTableManager, use_broker_reader
-from tables.seen_ids import SeenIds, changelog_topic_name, declare_seen_ids
+from tables.seen_ids import SeenIds
+from tables.seen_ids_table import changelog_topic_name, declare_seen_ids, rocks_tuning
 from tables.transactional import TransactionalTable
 
 log = logging.getLogger(__name__)
 
 
 class DedupeApp(faust.App):  # type: ignore[misc]
-    """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`
-    (or, with ``DEDUPE_PROCESSING_GUARANTEE=at_least_once``, by :mod:`app.alo`)."""
+    """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`."""
 
     dedupe_settings: Settings
     #: The state that follows the transactions (registered with them at start-up).
     seen_ids_table: TransactionalTable
+    producer_seqs_table: TransactionalTable
     dedup: Deduplicator
-    #: Under exactly-once, where the consumer hands source records (see app.eos.Consumer).
-    batch_handler: BatchHandler | None = None
+    #: Where the consumer hands source records (see app.eos.Consumer).
+    batch_handler: BatchHandler
 
     def _new_transport(self) -> Any:
-        if self.dedupe_settings.processing_guarantee == EXACTLY_ONCE:
-            return Transport(self.conf.broker_consumer, self)
-        return AtLeastOnceTransport(self.conf.broker_consumer, self)
+        return Transport(self.conf.broker_consumer, self)
 
     async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
         """Faust waits here for the agents to finish their current records, on a rebalance and
@@ -71,11 +72,11 @@ class DedupeApp(faust.App):  # type: ignore[misc]
     async def on_first_start(self) -> None:
         await super().on_first_start()
         s = self.dedupe_settings
-        if self.in_transaction != (s.processing_guarantee == EXACTLY_ONCE):
-            raise RuntimeError(
-                f"the dedup worker must run as a Faust worker with {s.processing_guarantee}"
-            )
-        await ensure_topics(s, changelog_topic_name(s))
+        if not self.in_transaction:
+            raise RuntimeError("the dedup worker must run as a Faust worker with exactly_once")
+        await ensure_topics(
+            s, changelog_topic_name(s), more_changelogs=[producers_changelog_name(s)]
+        )
         # The state that follows the transactions: the table's store (its staged writes are
         # the changelog records, pulled at each commit; it keeps the source offsets too) and
         # the age-out's live figures.
@@ -83,6 +84,10 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         tm.register_store(table.store, table.changelog_name())
         tm.keep_source_offsets(table.store, table.changelog_name())
         tm.register_store(self.dedup.seen_ids)
+        producers = self.producer_seqs_table
+        tm.register_store(producers.store, producers.changelog_name())
+        assert self.dedup.producers is not None
+        tm.register_store(self.dedup.producers)
 
     @property
     def transactions(self) -> TaskTransactionManager:
@@ -102,7 +107,6 @@ class Pipeline:
 
 def create_app(settings: Settings) -> Pipeline:
     """Build the dedup worker for ``settings``."""
-    exactly_once = settings.processing_guarantee == EXACTLY_ONCE
     brokers = [URL(f"kafka://{b.strip()}") for b in settings.bootstrap_servers.split(",")]
     app = DedupeApp(
         settings.app_id,
@@ -111,16 +115,14 @@ def create_app(settings: Settings) -> Pipeline:
         store="rocksdb://",
         datadir=str(settings.data_dir),
         autodiscover=False,
-        processing_guarantee=settings.processing_guarantee,
+        # Faust then starts our transaction manager (app/eos/), which does the commits.
+        processing_guarantee="exactly_once",
         consumer_auto_offset_reset="earliest",
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         table_standby_replicas=settings.standby_replicas,
         # Faust's own commit timer is a no-op under our transaction manager; keep it quiet.
-        # At least once it is what commits offsets (app/alo.py).
-        broker_commit_interval=(
-            max(settings.commit_interval, 1.0) if exactly_once else settings.commit_interval
-        ),
+        broker_commit_interval=max(settings.commit_interval, 1.0),
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=max(settings.session_timeout / 5, 0.5),
         producer_max_request_size=settings.dlq_max_message_bytes,
@@ -145,6 +147,7 @@ def create_app(settings: Settings) -> Pipeline:
         app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
     )
     seen_ids = declare_seen_ids(app, settings)
+    producer_seqs = declare_producer_seqs(app, settings, rocks_tuning(settings))
     source = app.topic(
         settings.input_topic,
         settings.repartition_topic,
@@ -154,10 +157,11 @@ def create_app(settings: Settings) -> Pipeline:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-    dedup = Deduplicator(settings, SeenIds(seen_ids, settings))
-    app.seen_ids_table, app.dedup = seen_ids, dedup
-    register_agents(app, source, dedup)
-    if exactly_once:
-        app.batch_handler = batch_handler(app, dedup)
+    dedup = Deduplicator(
+        settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings)
+    )
+    app.seen_ids_table, app.producer_seqs_table, app.dedup = seen_ids, producer_seqs, dedup
+    register_agents(app, source)
+    app.batch_handler = batch_handler(app, dedup)
     register_views(app, dedup)
     return Pipeline(app, settings, seen_ids, dedup)

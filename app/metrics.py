@@ -2,7 +2,10 @@
 
 Per partition this worker owns (label ``partition``):
 
-- ``dedupe_records_total{outcome=forwarded|duplicates_dropped|dead_lettered|rekeyed}``
+- ``dedupe_records_total{outcome=...}``: forwarded, duplicates_dropped, dead_lettered, rekeyed,
+  messageId_reused
+- ``dedupe_strategy_records_total{strategy=message_id|producer_sequence|off, outcome=...}``
+- ``dedupe_producers_held``
 - ``dedupe_ids_held``, ``dedupe_effective_window_seconds``, ``dedupe_consumer_lag``
 - ``dedupe_aged_out_total{reason=expired|evicted}``
 - ``dedupe_commits_total``, ``dedupe_last_commit_timestamp_seconds``
@@ -61,6 +64,10 @@ class RebalanceSensor(faust.Sensor):  # type: ignore[misc]
         REBALANCE_SECONDS.observe(monotonic() - state["time_start"])
 
 
+#: The outcomes of ``app.dedup.Outcome``, as ``/stats`` names them.
+OUTCOMES = ("forwarded", "duplicates_dropped", "dead_lettered", "rekeyed", "messageId_reused")
+
+
 class PartitionCollector(Collector):
     """Builds the per-partition families from ``stats()`` (the same figures as ``/stats``)."""
 
@@ -73,6 +80,14 @@ class PartitionCollector(Collector):
         )
         aged = CounterMetricFamily(
             "dedupe_aged_out", "Ids removed by age-out", labels=["partition", "reason"]
+        )
+        by_strategy = CounterMetricFamily(
+            "dedupe_strategy_records",
+            "Records handled by this process, per dedup strategy",
+            labels=["partition", "strategy", "outcome"],
+        )
+        producers = GaugeMetricFamily(
+            "dedupe_producers_held", "Producers remembered", labels=["partition"]
         )
         commits = CounterMetricFamily(
             "dedupe_commits", "Transactions committed", labels=["partition"]
@@ -88,8 +103,12 @@ class PartitionCollector(Collector):
             "dedupe_last_commit_timestamp_seconds", "Time of the last commit", labels=["partition"]
         )
         for p, s in self.stats()["partitions"].items():
-            for outcome in ("forwarded", "duplicates_dropped", "dead_lettered", "rekeyed"):
+            for outcome in OUTCOMES:
                 records.add_metric([p, outcome], s[outcome])
+            for strategy, outcomes in s["by_strategy"].items():
+                for outcome, n in outcomes.items():
+                    by_strategy.add_metric([p, strategy, outcome], n)
+            producers.add_metric([p], s["producers_held"])
             aged.add_metric([p, "expired"], s["expired"])
             aged.add_metric([p, "evicted"], s["evicted"])
             commits.add_metric([p], s["commits"])
@@ -100,7 +119,7 @@ class PartitionCollector(Collector):
                 lag.add_metric([p], s["consumer_lag"])
             if s["last_commit_at"] is not None:
                 last.add_metric([p], s["last_commit_at"])
-        yield from (records, aged, commits, held, window, lag, last)
+        yield from (records, by_strategy, aged, commits, held, producers, window, lag, last)
 
 
 def register(stats: Callable[[], dict[str, Any]]) -> None:

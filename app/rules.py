@@ -20,7 +20,7 @@ import enum
 import json
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
@@ -39,6 +39,12 @@ class BadInput(enum.StrEnum):
     MESSAGE_ID_NOT_STRING = "message_id_not_string"
     EMPTY_MESSAGE_ID = "empty_message_id"
     MESSAGE_ID_TOO_LONG = "message_id_too_long"
+    #: Producer-sequence headers missing one half, or not a name and 1-19 digits.
+    BAD_PRODUCER_SEQUENCE = "bad_producer_sequence"
+    #: The ``dedupe.source`` header is empty, too long or not UTF-8 (with DEDUPE_SCOPE=source).
+    BAD_SOURCE = "bad_source"
+    #: DEDUPE_VERIFY_CONTENT: a copy inside the window whose content differs from the first's.
+    MESSAGE_ID_REUSED = "messageId-reused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,8 @@ class Valid:
     message_id: str
     id_bytes: bytes
     event_timestamp: object = None
+    #: The parsed event (a dict), for fingerprints and content hashes; not part of the verdict.
+    doc: object = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +70,7 @@ class Invalid:
 def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> Valid | Invalid:
     """Validate one input value and extract its messageId.
 
-    Values are parsed by orjson (about 3x faster than ``json``). Bad input is rare, so a
+    Values are parsed by orjson (faster than ``json``). Bad input is rare, so a
     value orjson refuses, or one it parses into something other than a valid event, is judged
     again by the standard library, whose verdict and detail stand. orjson is the stricter
     parser (it refuses NaN, Infinity, lone surrogates, numbers beyond a double's range and
@@ -118,7 +126,7 @@ def _valid(doc: object, max_id_bytes: int) -> Valid | Invalid:
             BadInput.MESSAGE_ID_TOO_LONG,
             f"messageId is {len(id_bytes)} bytes, limit {max_id_bytes}",
         )
-    return Valid(message_id, id_bytes, doc.get("timestamp"))
+    return Valid(message_id, id_bytes, doc.get("timestamp"), doc)
 
 
 _M = 0x5BD1E995
@@ -158,8 +166,8 @@ _M32 = np.uint32(_M)
 
 def murmur2_many(keys: Sequence[bytes]) -> list[int]:
     """``[murmur2(k) for k in keys]``, computed for keys of one length at a time as arrays
-    (uint32 arithmetic wraps as the Java int's does): about 10x faster for a fetched batch,
-    where the placement of every record is checked."""
+    (uint32 arithmetic wraps as the Java int's does), for a fetched batch, where the placement
+    of every record is checked (docs/benchmarks.md has the figures)."""
     out = [0] * len(keys)
     by_length: dict[int, list[int]] = {}
     for i, key in enumerate(keys):
@@ -208,6 +216,34 @@ def partition_for(id_bytes: bytes, partitions: int) -> int:
     return (murmur2(id_bytes) & 0x7FFFFFFF) % partitions
 
 
+def parse_object(value: bytes) -> dict[str, object] | None:
+    """The value as a JSON object (orjson, then the standard library), or None."""
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        try:
+            doc = json.loads(value.decode("utf-8"))
+        except (ValueError, RecursionError):
+            return None
+    return doc if isinstance(doc, dict) else None
+
+
+def misplaced(
+    key: bytes | None,
+    partition: int,
+    routing_key: bytes,
+    partitions: int,
+    key_partition: int | None = None,
+) -> bool:
+    """True when the record is not keyed by ``routing_key`` or not in the partition Kafka's
+    default partitioner gives it: it must be re-keyed before it is decided. ``key_partition``
+    is ``partition_for(key, partitions)`` when the caller has it already."""
+    if key != routing_key:
+        return True
+    home = partition_for(routing_key, partitions) if key_partition is None else key_partition
+    return partition != home
+
+
 def needs_rekey(
     key: bytes | None,
     partition: int,
@@ -222,10 +258,7 @@ def needs_rekey(
     is ``partition_for(key, partitions)`` when the caller has it already (:func:`partitions_for`
     over a batch).
     """
-    if key != event.id_bytes:
-        return True
-    home = partition_for(event.id_bytes, partitions) if key_partition is None else key_partition
-    return partition != home
+    return misplaced(key, partition, event.id_bytes, partitions, key_partition)
 
 
 def clamp_ms(timestamp_ms: int) -> int:

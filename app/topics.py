@@ -6,6 +6,7 @@ topic              key / value                                 written by
 input              messageId / Segment-style JSON event        producers, the ingest API
 repartition        messageId / the original value and headers  this worker (re-keyed records)
 seen_ids changelog messageId / first-seen ms (compacted)       this worker, in the transaction
+producer_seqs ch.  producer / highest sequence (compacted)     this worker, in the transaction
 output (clean)     messageId / the first copy, unchanged       this worker, in the transaction
 dead-letter        original key / original value + reason      this worker, in the transaction
 =================  ==========================================  ==================================
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -54,13 +56,16 @@ class TopicSpec:
     config: dict[str, str]
 
 
-def topic_specs(settings: Settings, changelog: str) -> list[TopicSpec]:
+def topic_specs(
+    settings: Settings, changelog: str, more_changelogs: Sequence[str] = ()
+) -> list[TopicSpec]:
     """Every topic the worker reads or writes, with the configs it creates them with."""
     dlq_bytes = str(settings.dlq_max_message_bytes)
     return [
         TopicSpec(settings.input_topic, "input", {}),
         TopicSpec(settings.repartition_topic, "repartition", {"max.message.bytes": dlq_bytes}),
         TopicSpec(changelog, "changelog", {"cleanup.policy": "compact"}),
+        *(TopicSpec(c, "changelog", {"cleanup.policy": "compact"}) for c in more_changelogs),
         TopicSpec(settings.output_topic, "output", {}),
         TopicSpec(settings.dlq_topic, "dead-letter", {"max.message.bytes": dlq_bytes}),
     ]
@@ -138,10 +143,17 @@ async def _partition_counts(
         await asyncio.sleep(0.2)
 
 
-async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int = 30_000) -> None:
+async def ensure_topics(
+    settings: Settings,
+    changelog: str,
+    *,
+    more_changelogs: Sequence[str] = (),
+    timeout_ms: int = 30_000,
+) -> None:
     """Check that the app id's group is this pipeline's (:class:`AppIdInUse` if not), create
-    missing topics, and raise :class:`TopicMismatch` if an existing one disagrees."""
-    specs = topic_specs(settings, changelog)
+    missing topics, and raise :class:`TopicMismatch` if an existing one disagrees.
+    ``changelog`` is the seen ids' changelog, ``more_changelogs`` those of the other tables."""
+    specs = topic_specs(settings, changelog, more_changelogs)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.bootstrap_servers,
         request_timeout_ms=timeout_ms,
@@ -190,8 +202,9 @@ async def ensure_topics(settings: Settings, changelog: str, *, timeout_ms: int =
                 "refusing to start: every topic must have the same partition count so that all "
                 "copies of an id meet the same state:\n  " + "\n  ".join(problems)
             )
-        read = [settings.input_topic, settings.repartition_topic, changelog]
-        write = [settings.output_topic, settings.dlq_topic, settings.repartition_topic, changelog]
+        changelogs = [changelog, *more_changelogs]
+        read = [settings.input_topic, settings.repartition_topic, *changelogs]
+        write = [settings.output_topic, settings.dlq_topic, settings.repartition_topic, *changelogs]
         await access.check_read_write(settings, read, write)
     finally:
         await admin.close()

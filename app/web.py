@@ -7,9 +7,13 @@
   forwarded copy go (clean topic partition and offset), how many repeats were dropped; 404 when
   unknown. Any worker answers: a request for an id of a partition another worker owns is
   forwarded to that worker (Faust's router).
-- ``GET /stats``: per partition this worker owns: ids held, effective window, oldest and newest
-  first sighting, ids expired and evicted, records forwarded / dropped / dead-lettered /
-  re-keyed by this process, record batches handled, consumer lag, commits and the last commit.
+  With ``?source=<name>`` (``DEDUPE_SCOPE=source``) the id as that source sent it.
+- ``GET /producers/{name}``: a producer's highest forwarded sequence and last record time
+  (producer-sequence strategy); 404 when unknown. Any worker answers, as above.
+- ``GET /stats``: the dedup policy in force and, per partition this worker owns: ids held,
+  effective window, oldest and newest first sighting, ids expired and evicted, producers held,
+  records forwarded / dropped / dead-lettered / re-keyed / reusing an id by this process (also
+  per strategy), record batches handled, consumer lag, commits and the last commit.
 - ``GET /metrics``: the same figures for Prometheus, plus commit latency (``app/metrics.py``).
 
 Faust's own pages that expose table contents are turned off in ``app/factory.py``. Try it with
@@ -29,11 +33,13 @@ from faust.exceptions import SameNode
 from faust.web import Request, Response, View
 
 from app import metrics
-from app.agents import Deduplicator
+from app.dedup import Deduplicator
 from app.eos import TaskTransactionManager
 from app.lookup import OutputLocator
 from app.rules import partition_for
-from tables.seen_ids import TABLE_NAME
+from app.strategy import scoped_key
+from tables.producers import TABLE_NAME as PRODUCERS_TABLE
+from tables.seen_ids_table import TABLE_NAME
 
 
 def _lag(app: faust.App, tm: TaskTransactionManager, topic: str, partition: int) -> int | None:
@@ -62,10 +68,9 @@ def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
         partitions[str(p)] = {
             "state": task.state.value,
             **seen.status(p),
-            "forwarded": counts.get("forwarded", 0),
-            "duplicates_dropped": counts.get("duplicates_dropped", 0),
-            "dead_lettered": counts.get("dead_lettered", 0),
-            "rekeyed": counts.get("rekeyed", 0),
+            **(dedup.producers.status(p) if dedup.producers is not None else {}),
+            **{outcome: counts.get(outcome, 0) for outcome in metrics.OUTCOMES},
+            "by_strategy": _by_strategy(dedup, p),
             "consumer_lag": _lag(app, tm, tm.settings.input_topic, p),
             "repartition_lag": _lag(app, tm, tm.settings.repartition_topic, p),
             "batches": task.batches,
@@ -73,7 +78,14 @@ def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
             "last_commit_at": task.last_commit_at,
             "last_commit_seconds": task.last_commit_seconds,
         }
-    return {"partitions": partitions}
+    return {"policy": dedup.policy(), "partitions": partitions}
+
+
+def _by_strategy(dedup: Deduplicator, partition: int) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (strategy, outcome), n in sorted(dedup.by_strategy.get(partition, {}).items()):
+        out.setdefault(strategy, {})[outcome] = n
+    return out
 
 
 def _iso(ms: int) -> str:
@@ -117,10 +129,41 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
         async def get(self, request: Request) -> Response:
             return self.bytes(metrics.exposition(), content_type="text/plain; version=0.0.4")
 
+    @app.page("/producers/{name}")
+    class Producers(View):  # type: ignore[misc]
+        async def get(self, request: Request, name: str) -> Response:
+            key = name.encode("utf-8")
+            try:
+                routed: Response = await app.router.route_req(
+                    PRODUCERS_TABLE, key, self.web, request
+                )
+                return routed
+            except SameNode:
+                pass  # this worker owns the producer's partition
+            partition = partition_for(key, settings.partitions)
+            if partition not in app.consumer.transactions.tasks or dedup.producers is None:
+                return self.json(
+                    {"error": f"partition {partition} is being reassigned; retry shortly"},
+                    status=503,
+                )
+            held = dedup.producers.committed(partition, key)
+            if held is None:
+                return self.json({"producer": name, "partition": partition}, status=404)
+            return self.json(
+                {
+                    "producer": name,
+                    "last_sequence": held.last_sequence,
+                    "last_active_ms": held.active_ms,
+                    "last_active": _iso(held.active_ms),
+                    "partition": partition,
+                }
+            )
+
     @app.page("/messages/{message_id}")
     class Messages(View):  # type: ignore[misc]
         async def get(self, request: Request, message_id: str) -> Response:
             id_bytes = message_id.encode("utf-8")
+            source = request.query.get("source")
             try:
                 routed: Response = await app.router.route_req(
                     TABLE_NAME, id_bytes, self.web, request
@@ -134,7 +177,10 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
                     {"error": f"partition {partition} is being reassigned; retry shortly"},
                     status=503,
                 )
-            entry = dedup.seen_ids.committed_entry(partition, id_bytes)
+            state_key = id_bytes
+            if source and settings.scope == "source":
+                state_key = scoped_key(id_bytes, source.encode("utf-8"))
+            entry = dedup.seen_ids.committed_entry(partition, state_key)
             if entry is None:
                 return self.json(
                     {"messageId": message_id, "held": False, "partition": partition}, status=404

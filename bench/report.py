@@ -11,20 +11,20 @@ from bench.measure import ratio
 #: Worker processes of contender (f): one per core of the 2-core machines we bench on, as
 #: Spark's ``local[2]``.
 GROUP_WORKERS = 2
-#: Contender keys, module and label, in the order they run.
+#: Contender keys, module and label, in the order they run. (c), the worker in an
+#: at-least-once mode, was removed with that mode; the other letters keep their meaning.
 CONTENDERS: dict[str, tuple[str, str]] = {
     "a": ("copy_eos", "(a) copy, EOS, no dedup"),
     "b": ("worker_eos", "(b) dedupe worker, exactly-once"),
-    "c": ("worker_alo", "(c) dedupe worker, at-least-once"),
     "d": ("quix_dedup", "(d) Quix Streams, exactly-once"),
     "e": ("spark_dedup", "(e) Spark dropDuplicatesWithinWatermark"),
     "f": ("worker_group", f"(f) dedupe worker, exactly-once, {GROUP_WORKERS} processes"),
 }
 #: Contenders that are meant to de-duplicate (everything but the copy).
-DEDUPLICATING = frozenset("bcdef")
+DEDUPLICATING = frozenset("bdef")
 #: Contenders that run our worker (``python -m app worker``, settings from the environment);
 #: (f) runs two of them in one consumer group (``bench.contenders.worker_group``).
-WORKERS = frozenset("bcf")
+WORKERS = frozenset("bf")
 
 
 @dataclass

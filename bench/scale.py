@@ -205,6 +205,7 @@ def run(
     from bench.measure import disk_bytes
     from tables import rocks as store_module
     from tables import seen_ids as seen_module
+    from tables import seen_ids_table as seen_table
     from tables.seen_ids import SeenIds
     from tables.seen_ids_index import SeenIdsStore
     from tables.window import Entry
@@ -213,7 +214,7 @@ def run(
     directory = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))
     print(f"data dir {directory}", flush=True)
     settings = Settings.from_env(environ or {})
-    tuning = seen_module.rocks_tuning(settings)
+    tuning = seen_table.rocks_tuning(settings)
     current = [0]
     rows: list[tuple[str, str]] = []
     try:

@@ -9,7 +9,6 @@ Contenders, one at a time, each a subprocess (so its process tree can be measure
 
 - (a) ``bench.contenders.copy_eos``: transactional consume -> produce copy, no dedup (the limit);
 - (b) our worker, ``python -m app worker`` (exactly-once, the default);
-- (c) our worker with ``DEDUPE_PROCESSING_GUARANTEE=at_least_once``;
 - (d) ``bench.contenders.quix_dedup`` (Quix Streams), (e) ``bench.contenders.spark_dedup``
   (Spark ``dropDuplicatesWithinWatermark``, on ``local[2]``: two cores);
 - (f) our exactly-once worker as two processes in one consumer group
@@ -274,7 +273,6 @@ def environment(
             DEDUPE_PARTITIONS=str(partitions),
             DEDUPE_DATA_DIR=str(state),
             DEDUPE_WEB_PORT=str(free_port()),
-            DEDUPE_PROCESSING_GUARANTEE="at_least_once" if key == "c" else "exactly_once",
         )
     return env
 
@@ -695,7 +693,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="records per profile (BENCH_EVENTS; default 2,000,000)",
     )
     p.add_argument(
-        "--contenders", default=",".join(CONTENDERS), help="which of a,b,c,d,e,f (default all)"
+        "--contenders", default=",".join(CONTENDERS), help="which of a,b,d,e,f (default all)"
     )
     p.add_argument("--profiles", default=",".join(PROFILES), help="dup0.6,dup20 (default both)")
     p.add_argument("--partitions", type=int, default=4)

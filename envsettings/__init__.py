@@ -2,9 +2,11 @@
 on (the worker's ``app.settings``, ``ingest.settings``, ``spark.settings``).
 
 A settings class is a frozen dataclass whose fields are declared with :func:`setting` (default,
-environment variable, meaning); ``from_env`` reads them, converting by the field's type (``int``,
-``float`` as a duration such as ``250ms``/``30s``/``28d``, ``Path``, ``str``), and each class
-checks its values at start-up, reporting every problem at once.
+environment variable, meaning, and optionally the range or the values it accepts); ``from_env``
+reads them, converting by the field's type (``int``, ``bool``, ``float`` as a duration such
+as ``250ms``/``30s``/``28d``, ``Path``, ``str``). A class calls :meth:`EnvSettings.check` from its
+``__post_init__`` with the problems only it can see (values that depend on each other); every
+problem, unparsable values included, is reported at once, one line each.
 """
 
 from __future__ import annotations
@@ -27,6 +29,18 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
+_BOOL = {"true": True, "1": True, "yes": True, "on": True}
+_BOOL |= {"false": False, "0": False, "no": False, "off": False}
+
+
+def parse_bool(text: str) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off), any case."""
+    try:
+        return _BOOL[text.strip().lower()]
+    except KeyError:
+        raise ValueError(f"{text!r} is not true or false") from None
+
+
 def parse_duration(text: str) -> float:
     """Parse ``"250ms"``, ``"30s"``, ``"15m"``, ``"24h"``, ``"28d"`` or plain seconds."""
     match = _DURATION.match(text)
@@ -35,17 +49,78 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+def _size(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def _duration(seconds: float) -> str:
+    if seconds == 0:
+        return "0s"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
 @dataclass(frozen=True)
 class Setting:
-    """Documentation of one field: its environment variable and meaning (shown in the README)."""
+    """One field: its environment variable, meaning (shown in docs/settings.md) and the values
+    it accepts: ``within`` (lowest, highest) for numbers, ``one_of`` for words (exactly)."""
 
     env: str
     help: str
+    within: tuple[float, float] | None = None
+    one_of: tuple[str, ...] | None = None
+
+    def problem(self, name: str, value: Any) -> str | None:
+        """What is wrong with ``value`` for this field, or None."""
+        if self.within is not None:
+            low, high = self.within
+            if not low <= value <= high:
+                if isinstance(value, float):
+                    shown, lo, hi = _duration(value), _duration(low), _duration(high)
+                elif name.endswith("bytes"):
+                    shown, lo, hi = str(value), _size(int(low)), _size(int(high))
+                else:
+                    shown, lo, hi = str(value), f"{low:g}", f"{high:g}"
+                return f"{self.env}={shown}: must be {lo}..{hi}"
+        if self.one_of is not None and value not in self.one_of:
+            return f"{self.env}={value!r}: use one of {', '.join(self.one_of)}"
+        return None
+
+    def accepts(self, name: str, kind: str) -> str:
+        """The accepted values in words, for the settings tables ('' when any)."""
+        if self.within is not None:
+            low, high = self.within
+            if kind == "float":
+                return f"{_duration(low)}..{_duration(high)}"
+            if name.endswith("bytes"):
+                return f"{_size(int(low))}..{_size(int(high))}"
+            return f"{low:g}..{high:g}"
+        if self.one_of is not None:
+            return ", ".join(self.one_of)
+        return ""
 
 
-def setting(default: T, env: str, help: str) -> T:
-    """A settings field: its default, environment variable and documentation."""
-    return field(default=default, metadata={"setting": Setting(env, help)})
+def setting(
+    default: T,
+    env: str,
+    help: str,
+    *,
+    within: tuple[float, float] | None = None,
+    one_of: tuple[str, ...] | None = None,
+) -> T:
+    """A settings field: its default, environment variable, documentation and accepted values."""
+    return field(default=default, metadata={"setting": Setting(env, help, within, one_of)})
+
+
+def _problems(exc: ValueError) -> list[str]:
+    """The problems an error of :meth:`EnvSettings.check` lists (or its message)."""
+    listed: list[str] | None = getattr(exc, "problems", None)
+    return listed if listed is not None else [str(exc)]
 
 
 class EnvSettings:
@@ -69,17 +144,34 @@ class EnvSettings:
         """(field, default, doc) for every field, in declaration order (used by the README)."""
         return [(f.name, str(f.default), f.metadata["setting"]) for f in fields(cast(Any, cls))]
 
+    def check(self, problems: list[str]) -> None:
+        """Raise :attr:`error` listing ``problems`` and every value outside its field's range
+        or choices, one per line; nothing when there are none."""
+        out = [
+            problem
+            for f in fields(cast(Any, self))
+            if (problem := f.metadata["setting"].problem(f.name, getattr(self, f.name)))
+        ]
+        out += problems
+        if out:
+            error = self.error("invalid settings:\n  " + "\n  ".join(out))
+            error.problems = out  # type: ignore[attr-defined]
+            raise error
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
-        """Read every field from its environment variable; unset variables keep their defaults."""
+        """Read every field from its environment variable; unset variables keep their defaults.
+        Raises :attr:`error` naming every unparsable variable and every invalid value."""
         env = os.environ if environ is None else environ
         converters: dict[str, Callable[[str], Any]] = {
             "int": int,
+            "bool": parse_bool,
             "float": parse_duration,
             "Path": Path,
             "str": str,
         }
         values: dict[str, Any] = {}
+        unparsable: list[str] = []
         for f in fields(cast(Any, cls)):
             doc: Setting = f.metadata["setting"]
             raw = env.get(doc.env)
@@ -89,5 +181,15 @@ class EnvSettings:
             try:
                 values[f.name] = converters[kind](raw.strip())
             except ValueError as exc:
-                raise cls.error(f"{doc.env}={raw!r}: {exc}") from None
-        return cls(**values)
+                unparsable.append(f"{doc.env}={raw!r}: {exc}")
+        try:
+            made = cls(**values)
+        except ValueError as exc:
+            if not unparsable:
+                raise
+            unparsable += _problems(exc)
+        if unparsable:
+            error = cls.error("invalid settings:\n  " + "\n  ".join(unparsable))
+            error.problems = unparsable  # type: ignore[attr-defined]
+            raise error from None
+        return made

@@ -183,7 +183,10 @@ async def ingest(request: web.Request) -> web.Response:
     write_key = header_key if header_key is not None else body_write_key(doc)
     authorize(write_key, accepted)
     received_at = received_at_text(datetime.now(UTC))
-    records = prepare(kind_of_path(request.match_info["kind"]), doc, write_key, received_at, limits)
+    source = None if write_key is None else settings.write_key_sources.get(write_key)
+    records = prepare(
+        kind_of_path(request.match_info["kind"]), doc, write_key, received_at, limits, source
+    )
     try:
         await request.app[SINK].send_all(records, settings.ack_timeout)
     except (KafkaError, TimeoutError) as exc:

@@ -93,11 +93,13 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """One event ready to produce: key = messageId UTF-8 bytes, value = compact JSON."""
+    """One event ready to produce: key = messageId UTF-8 bytes, value = compact JSON, and the
+    source name of its write key (the ``dedupe.source`` header; None: no header)."""
 
     message_id: str
     key: bytes
     value: bytes
+    source: bytes | None = None
 
 
 # --- the request ------------------------------------------------------------------------------
@@ -354,6 +356,7 @@ def prepare(
     write_key: str | None,
     received_at: str,
     limits: Limits,
+    source: str | None = None,
 ) -> list[Prepared]:
     """Every event of the request, validated, with its messageId and receivedAt, serialized.
 
@@ -387,7 +390,8 @@ def prepare(
                 f"{where} is {len(value)} bytes as JSON; the limit is {limits.max_event_bytes} "
                 "bytes per event (Segment's 32 KB)",
             )
-        out.append(Prepared(message_id, message_id.encode("utf-8"), value))
+        source_bytes = None if source is None else source.encode("utf-8")
+        out.append(Prepared(message_id, message_id.encode("utf-8"), value, source_bytes))
     return out
 
 

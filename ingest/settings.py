@@ -38,7 +38,7 @@ class IngestSettings(KafkaSecuritySettings):
         "DEDUPE_INGEST_HOST",
         "Address the ingest service binds to (0.0.0.0 for every interface).",
     )
-    port: int = setting(8080, "PORT", "TCP port the ingest service listens on.")
+    port: int = setting(8080, "PORT", "TCP port the ingest service listens on.", within=(1, 65535))
     bootstrap_servers: str = setting(
         "localhost:9092", "KAFKA_BOOTSTRAP_SERVERS", "Kafka brokers, comma-separated host:port."
     )
@@ -51,19 +51,23 @@ class IngestSettings(KafkaSecuritySettings):
         "",
         "DEDUPE_WRITE_KEYS",
         "Accepted write keys, comma-separated (HTTP Basic user name or the body's 'writeKey'). "
-        "Empty: no authentication, and a warning at start-up.",
+        "'source:key' also names the key's source: its events carry the header dedupe.source "
+        "(the worker's DEDUPE_SOURCE_POLICIES and DEDUPE_SCOPE read it). Empty: no "
+        "authentication, and a warning at start-up.",
     )
     max_event_bytes: int = setting(
         SEGMENT_MAX_EVENT_BYTES,
         "DEDUPE_MAX_EVENT_BYTES",
         "Largest event, serialized as produced to Kafka (Segment's 32 KB); a larger one fails "
         "its request with 400. Shared with the worker.",
+        within=(64, 16 * 2**20),
     )
     max_message_id_bytes: int = setting(
         256,
         "DEDUPE_MAX_MESSAGE_ID_BYTES",
         "Longest accepted messageId, in UTF-8 bytes; a longer one fails its request with 400. "
         "Shared with the worker.",
+        within=(1, 4096),
     )
     max_batch_bytes: int = setting(
         SEGMENT_MAX_BATCH_BYTES,
@@ -74,6 +78,7 @@ class IngestSettings(KafkaSecuritySettings):
         SEGMENT_MAX_BATCH_EVENTS,
         "DEDUPE_INGEST_MAX_BATCH_EVENTS",
         "Most events in one /v1/batch request (Segment's 2500); more is 400.",
+        within=(1, 100_000),
     )
     ack_timeout: float = setting(
         10.0,
@@ -81,23 +86,27 @@ class IngestSettings(KafkaSecuritySettings):
         "How long a request waits for Kafka to acknowledge all its events before it answers "
         "503 (the client retries; copies are dropped downstream). Keep it below the clients' "
         "HTTP timeout (15s in Segment's SDKs).",
+        within=(0.1, 300.0),
     )
     startup_timeout: float = setting(
         60.0,
         "DEDUPE_INGEST_STARTUP_TIMEOUT",
         "How long start-up waits for Kafka and the input topic (the first worker creates it) "
         "before the service exits with an error.",
+        within=(1.0, 3600.0),
     )
     ready_timeout: float = setting(
         1.0,
         "DEDUPE_INGEST_READY_TIMEOUT",
         "How long GET /ready waits for Kafka to answer a metadata request for the input topic "
         "before it answers 503 (not ready). Keep it below the load balancer's check timeout.",
+        within=(0.1, 60.0),
     )
     linger: float = setting(
         0.005,
         "DEDUPE_INGEST_LINGER",
         "Producer linger: how long the producer waits to fill a Kafka batch (duration).",
+        within=(0.0, 1.0),
     )
     log_level: str = setting("info", "DEDUPE_LOG_LEVEL", "Log level of the ingest service.")
     crash_after_acks: int = setting(
@@ -108,9 +117,7 @@ class IngestSettings(KafkaSecuritySettings):
     )
 
     def __post_init__(self) -> None:
-        problems = self._problems()
-        if problems:
-            raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
+        self.check(self._problems())
 
     def _problems(self) -> list[str]:
         out = self.kafka_security_problems()
@@ -120,12 +127,14 @@ class IngestSettings(KafkaSecuritySettings):
 
         if not self.host.strip():
             out.append(f"{env('host')} must name an address to bind to (e.g. 127.0.0.1)")
-        if not 0 < self.port < 65536:
-            out.append(f"{env('port')}={self.port}: must be a TCP port (1..65535)")
         if not any(part.strip() for part in self.bootstrap_servers.split(",")):
             out.append(f"{env('bootstrap_servers')} must name at least one broker")
         if not _TOPIC.match(self.input_topic):
             out.append(f"{env('input_topic')}={self.input_topic!r}: use 1-200 of [A-Za-z0-9._-]")
+        for source in self.write_key_sources.values():
+            if source is not None and not 1 <= len(source.encode()) <= 255:
+                out.append(f"{env('write_keys')}: a source name must be 1-255 bytes")
+                break
         for key in self.write_key_list:
             if ":" in key or any(c.isspace() for c in key):
                 out.append(
@@ -133,27 +142,11 @@ class IngestSettings(KafkaSecuritySettings):
                     "(it is sent as the HTTP Basic user name)"
                 )
                 break
-        if not 64 <= self.max_event_bytes <= 16 * 1024 * 1024:
-            out.append(f"{env('max_event_bytes')}={self.max_event_bytes}: must be 64..16MiB")
-        if not 1 <= self.max_message_id_bytes <= 4096:
-            out.append(
-                f"{env('max_message_id_bytes')}={self.max_message_id_bytes}: must be 1..4096"
-            )
         if not self.max_event_bytes <= self.max_batch_bytes <= 64 * 1024 * 1024:
             out.append(
                 f"{env('max_batch_bytes')}={self.max_batch_bytes}: must be "
                 f"{env('max_event_bytes')} ({self.max_event_bytes})..64MiB"
             )
-        if not 1 <= self.max_batch_events <= 100_000:
-            out.append(f"{env('max_batch_events')}={self.max_batch_events}: must be 1..100000")
-        if not 0.1 <= self.ack_timeout <= 300:
-            out.append(f"{env('ack_timeout')}={self.ack_timeout}s: must be 100ms..300s")
-        if not 1 <= self.startup_timeout <= 3600:
-            out.append(f"{env('startup_timeout')}={self.startup_timeout}s: must be 1s..3600s")
-        if not 0.1 <= self.ready_timeout <= 60:
-            out.append(f"{env('ready_timeout')}={self.ready_timeout}s: must be 100ms..60s")
-        if not 0 <= self.linger <= 1:
-            out.append(f"{env('linger')}={self.linger}s: must be 0..1s")
         if self.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
             out.append(f"{env('log_level')}={self.log_level!r}: debug|info|warning|error|critical")
         if self.crash_after_acks < 0:
@@ -165,7 +158,19 @@ class IngestSettings(KafkaSecuritySettings):
     @property
     def write_key_list(self) -> frozenset[str]:
         """The accepted write keys; empty means the service is open."""
-        return frozenset(k.strip() for k in self.write_keys.split(",") if k.strip())
+        return frozenset(self.write_key_sources)
+
+    @property
+    def write_key_sources(self) -> dict[str, str | None]:
+        """Write key -> its source name (None when the entry names none)."""
+        out: dict[str, str | None] = {}
+        for entry in self.write_keys.split(","):
+            source, sep, key = entry.strip().partition(":")
+            if not sep:
+                source, key = "", source
+            if key.strip():
+                out[key.strip()] = source.strip() or None
+        return out
 
 
 def settings_table() -> str:

@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 
 #: Kafka headers of every produced record.
 HEADERS = [("content-type", b"application/json")]
+#: The header naming the record's source (its write key's source name), read by the worker's
+#: per-source policies (app/strategy.py).
+SOURCE_HEADER = "dedupe.source"
+
+
+def headers_of(record: Prepared) -> list[tuple[str, bytes]]:
+    if record.source is None:
+        return HEADERS
+    return [*HEADERS, (SOURCE_HEADER, record.source)]
 
 
 class EventSink(Protocol):
@@ -188,7 +197,7 @@ class KafkaSink:
             async with asyncio.timeout_at(deadline):  # send() waits when its buffer is full
                 for record in records:
                     fut = await producer.send(
-                        self.topic, record.value, key=record.key, headers=HEADERS
+                        self.topic, record.value, key=record.key, headers=headers_of(record)
                     )
                     fut.add_done_callback(_retrieve)
                     futures.append(fut)

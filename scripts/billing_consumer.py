@@ -1,4 +1,5 @@
-"""An idempotent consumer of the clean topic: one charge per messageId (the README's example).
+"""An idempotent consumer of the clean topic: one charge per messageId (the example of
+docs/idempotent-consumer.md).
 
 How to run (with the pipeline of ``make run`` and the servers of ``make servers-up``)::
 
@@ -21,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-# --8<-- example (the README shows the lines from here to the end marker)
+# --8<-- example (docs/idempotent-consumer.md shows the lines from here to the end marker)
 from idempotent_consumer import PostgresStore
 from idempotent_consumer.kafka import IdempotentConsumer
 

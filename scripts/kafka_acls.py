@@ -42,7 +42,8 @@ from pathlib import Path
 
 from app.settings import Settings
 from app.topics import topic_specs
-from tables.seen_ids import changelog_topic_name
+from tables.producers import changelog_topic_name as producers_changelog_name
+from tables.seen_ids_table import changelog_topic_name
 
 KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
 
@@ -92,12 +93,17 @@ def leader_topic_name(settings: Settings) -> str:
     return f"{settings.app_id}-__assignor-__leader"
 
 
+def changelogs(settings: Settings) -> list[str]:
+    """The changelog topics of the worker's tables (seen ids, producer sequences)."""
+    return [changelog_topic_name(settings), producers_changelog_name(settings)]
+
+
 def worker_topics(settings: Settings) -> list[str]:
     """Every topic the worker creates when missing (app/topics.py, and Faust's leader topic)."""
     return [
         settings.input_topic,
         settings.repartition_topic,
-        changelog_topic_name(settings),
+        *changelogs(settings),
         settings.output_topic,
         settings.dlq_topic,
         leader_topic_name(settings),
@@ -105,16 +111,16 @@ def worker_topics(settings: Settings) -> list[str]:
 
 
 def worker_acls(settings: Settings, user: str, *, create: bool = True) -> list[Acl]:
-    changelog = changelog_topic_name(settings)
+    tables = tuple(changelogs(settings))
     # The output topic too: GET /messages/{id} reads the id's forwarded copy (app/lookup.py).
     read = (
         settings.input_topic,
         settings.repartition_topic,
-        changelog,
+        *tables,
         leader_topic_name(settings),
         settings.output_topic,
     )
-    write = (settings.output_topic, settings.dlq_topic, settings.repartition_topic, changelog)
+    write = (settings.output_topic, settings.dlq_topic, settings.repartition_topic, *tables)
     acls = [
         Acl(user, ("Read", "Describe"), "topic", read),
         Acl(user, ("Write", "Describe"), "topic", write),
@@ -164,7 +170,8 @@ def topic_commands(settings: Settings) -> list[str]:
     """kafka-topics.sh commands that create the worker's topics as it would (app/topics.py)."""
     base = "kafka-topics.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties"
     out = []
-    for spec in topic_specs(settings, changelog_topic_name(settings)):
+    seen_ids, *more = changelogs(settings)
+    for spec in topic_specs(settings, seen_ids, more):
         configs = "".join(f" --config {k}={v}" for k, v in spec.config.items())
         out.append(
             f"{base} --create --topic {spec.name} --partitions {settings.partitions} "

@@ -113,6 +113,65 @@ def build_stream(
     return Stream(records, values)
 
 
+def build_mixed_stream(
+    unique: int, duplicate_fraction: float, *, seed: int = 7, producers: int = 6
+) -> Stream:
+    """Events for every strategy, in send order, with ``duplicate_fraction`` repeats of each kind:
+
+    - about a third with a messageId (as :func:`build_stream`: immediate, late and null-keyed
+      copies);
+    - about a third without one (deduplicated by fingerprint with DEDUPE_MISSING_ID=fingerprint),
+      unkeyed, so every copy is re-keyed by its fingerprint; copies are byte-identical;
+    - about a third from ``producers`` server-side producers (headers ``dedupe.producer`` and
+      ``dedupe.sequence``), each writing its sequence in order, keyed by its name; a retry
+      follows its original.
+
+    ``unique`` maps each event's identity (the messageId, ``fp:<n>`` or ``<producer>:<seq>``)
+    to its bytes."""
+    rng = random.Random(seed)
+    ids = build_stream(unique // 3, duplicate_fraction, seed=seed)
+    records = list(ids.records)
+    values = dict(ids.unique)
+    base_ms = 1_790_000_000_000
+    json_header = ("content-type", b"application/json")
+    fingerprinted: list[OutRecord] = []
+    for i in range(unique // 3):
+        _, value = make_event(rng, i, base_ms)
+        doc = json.loads(value)
+        del doc["messageId"]
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        rec = OutRecord(f"fp:{i}", None, body, (json_header,))
+        values[rec.message_id] = body
+        fingerprinted += [rec, rec] if rng.random() < duplicate_fraction else [rec]
+    sequenced: list[OutRecord] = []
+    names = [f"producer-{p}" for p in range(producers)]
+    next_seq = dict.fromkeys(names, 0)
+    for i in range(unique - 2 * (unique // 3)):
+        name = names[rng.randrange(producers)]
+        seq = next_seq[name]
+        next_seq[name] = seq + rng.choice((1, 1, 1, 2))  # gaps are allowed
+        _, value = make_event(rng, i, base_ms)
+        headers = (
+            json_header,
+            ("dedupe.producer", name.encode()),
+            ("dedupe.sequence", str(seq).encode()),
+        )
+        rec = OutRecord(f"{name}:{seq}", name.encode(), value, headers)
+        values[rec.message_id] = value
+        sequenced += [rec, rec] if rng.random() < duplicate_fraction else [rec]
+    # Interleave the three kinds, keeping each one's own order.
+    lanes = [records, fingerprinted, sequenced]
+    merged: list[OutRecord] = []
+    positions = [0, 0, 0]
+    while any(positions[k] < len(lanes[k]) for k in range(3)):
+        open_lanes = [k for k in range(3) if positions[k] < len(lanes[k])]
+        weights = [len(lanes[k]) - positions[k] for k in open_lanes]
+        k = rng.choices(open_lanes, weights)[0]
+        merged.append(lanes[k][positions[k]])
+        positions[k] += 1
+    return Stream(merged, values)
+
+
 async def produce(
     bootstrap: str,
     topic: str,

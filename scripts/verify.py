@@ -12,11 +12,16 @@ You should see one line such as::
 and with ``--full`` one line per check, ending in ``exactly-once: OK``. The exit status is 1
 when any check fails (any id twice, and with ``--full`` any failed check).
 
-``--full`` derives what the clean and dead-letter topics must hold from the input topic itself,
-with the worker's own validation rules (an independent oracle for a run whose repeats all fall
-inside the window and under the size cap), and checks:
+A record of the clean topic is one event by its decision key (``identity_of``): its key (the
+messageId or fingerprint), within its source with ``DEDUPE_SCOPE=source``, and for producer
+sequences the producer and sequence (their headers).
 
-- each expected id exactly once in the clean topic, nothing unexpected, the value bytes of a
+``--full`` derives what the clean and dead-letter topics must hold from the input topic itself,
+with the worker's own validation rules and strategies (an independent oracle for a run whose
+repeats all fall inside the window and under the size cap, and whose producers write their
+sequences in order; the ``off`` policy and content verification are not modelled), and checks:
+
+- each expected event exactly once in the clean topic, nothing unexpected, the value bytes of a
   copy of that id (every copy carries the same bytes in our streams; ``--first-copy`` requires
   the bytes of the first copy in input order);
 - the dead-letter topic holds each bad input record exactly once (by source partition/offset);
@@ -32,15 +37,16 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from app import rules
+from app import rules, strategy
 from app.settings import Settings
+from app.strategy import Strategy
 from scripts.topic_reader import Record, committed_offsets, end_offsets, read_topic
 
 KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
@@ -77,16 +83,19 @@ def check(
     records: list[Record],
     expected: Mapping[bytes, bytes] | None = None,
     expected_headers: Mapping[bytes, tuple[tuple[str, bytes], ...]] | None = None,
+    identity: Callable[[Record], bytes | None] | None = None,
 ) -> Report:
-    """Compare the records of a clean topic with the expected ``key -> value bytes``."""
-    counts = Counter(r.key for r in records if r.key is not None)
+    """Compare the records of a clean topic with the expected ``identity -> value bytes``;
+    ``identity`` is the record's key unless given (:func:`identity_of`)."""
+    key_of = identity or (lambda r: r.key)
+    counts = Counter(k for k in map(key_of, records) if k is not None)
     dup_ids = [k for k, n in counts.items() if n > 1]
     report = Report(
         topic,
         total=len(records),
         distinct=len(counts),
         duplicates=sum(n - 1 for n in counts.values() if n > 1)
-        + sum(r.key is None for r in records),
+        + sum(key_of(r) is None for r in records),
         duplicate_ids=dup_ids[:20],
     )
     if expected is not None:
@@ -94,12 +103,12 @@ def check(
         missing = [k for k in expected if k not in seen]
         unexpected = [k for k in seen if k not in expected]
         changed = [
-            r.key
-            for r in records
-            if r.key in expected
+            k
+            for r, k in zip(records, map(key_of, records), strict=True)
+            if k in expected
             and (
-                r.value != expected[r.key]
-                or (expected_headers is not None and r.headers != expected_headers[r.key])
+                r.value != expected[k]
+                or (expected_headers is not None and r.headers != expected_headers[k])
             )
         ]
         report.missing, report.unexpected, report.changed = (
@@ -117,9 +126,30 @@ async def verify_topic(
     bootstrap: str,
     topic: str,
     expected: Mapping[bytes, bytes] | None = None,
+    identity: Callable[[Record], bytes | None] | None = None,
     client: Mapping[str, Any] | None = None,
 ) -> Report:
-    return check(topic, await read_topic(bootstrap, topic, client=client), expected)
+    records = await read_topic(bootstrap, topic, client=client)
+    return check(topic, records, expected, identity=identity)
+
+
+def identity_of(record: Record, settings: Settings) -> bytes | None:
+    """The event a clean-topic record is, by the worker's decision key (see the docstring)."""
+    meta = strategy.read_meta(record.headers)
+    policies = strategy.parse_policies(settings.source_policies)
+    chosen = strategy.choose(meta, policies, Strategy(settings.strategy))
+    if chosen is Strategy.PRODUCER_SEQUENCE:
+        parsed = strategy.producer_sequence(meta)
+        if not isinstance(parsed, str):
+            return producer_identity(parsed)
+    fingerprinted = strategy.FINGERPRINT_HEADER in dict(record.headers)
+    if record.key is not None and settings.scope == "source" and meta.source and not fingerprinted:
+        return strategy.scoped_key(record.key, meta.source)
+    return record.key
+
+
+def producer_identity(parsed: strategy.ProducerSequence) -> bytes:
+    return b"\x00ps\x00" + parsed.producer + b"\x00" + str(parsed.sequence).encode()
 
 
 # --- the full check ------------------------------------------------------------------------
@@ -138,17 +168,48 @@ def expected_from_input(records: list[Record], settings: Settings) -> Expected:
     forwarded, every bad record dead-lettered (repeats assumed inside the window and cap)."""
     values: dict[bytes, bytes] = {}
     bad: set[tuple[int, int]] = set()
+    policies = strategy.parse_policies(settings.source_policies)
+    exclude = strategy.field_list(settings.fingerprint_exclude)
     for r in records:
+        meta = strategy.read_meta(r.headers)
+        chosen = strategy.choose(meta, policies, Strategy(settings.strategy))
         checked = rules.inspect(
             r.value,
             max_event_bytes=settings.max_event_bytes,
             max_id_bytes=settings.max_message_id_bytes,
         )
-        if isinstance(checked, rules.Invalid):
+        key: bytes | None = None
+        if chosen is Strategy.PRODUCER_SEQUENCE:
+            parsed = strategy.producer_sequence(meta)
+            id_only = isinstance(checked, rules.Valid) or checked.reason in _ID_ONLY
+            if not isinstance(parsed, str) and id_only:
+                key = producer_identity(parsed)
+        elif isinstance(checked, rules.Valid):
+            key = checked.id_bytes
+            if settings.scope == "source" and meta.source:
+                key = strategy.scoped_key(key, meta.source)
+        elif (
+            checked.reason is rules.BadInput.NO_MESSAGE_ID and settings.missing_id == "fingerprint"
+        ):
+            doc = rules.parse_object(r.value or b"")
+            assert doc is not None
+            key = strategy.fingerprint(doc, exclude).encode()
+        if key is None:
             bad.add((r.partition, r.offset))
         else:
-            values.setdefault(checked.id_bytes, r.value or b"")
+            values.setdefault(key, r.value or b"")
     return Expected(values, bad)
+
+
+#: Bad-input reasons about the messageId alone, which producer-sequence records may have.
+_ID_ONLY = frozenset(
+    {
+        rules.BadInput.NO_MESSAGE_ID,
+        rules.BadInput.MESSAGE_ID_NOT_STRING,
+        rules.BadInput.EMPTY_MESSAGE_ID,
+        rules.BadInput.MESSAGE_ID_TOO_LONG,
+    }
+)
 
 
 @dataclass
@@ -239,19 +300,20 @@ async def verify_pipeline(
     inputs = await read_topic(bootstrap, settings.input_topic, client=client)
     expected = expected_from_input(inputs, settings)
     clean_records = await read_topic(bootstrap, settings.output_topic, client=client)
+    identity: Callable[[Record], bytes | None] = lambda r: identity_of(r, settings)  # noqa: E731
     if first_copy:
-        clean = check(settings.output_topic, clean_records, expected.values)
+        clean = check(settings.output_topic, clean_records, expected.values, identity=identity)
     else:
-        clean = check(settings.output_topic, clean_records, None)
-        ids = {r.key for r in clean_records}
+        clean = check(settings.output_topic, clean_records, None, identity=identity)
+        ids = {identity(r) for r in clean_records}
         missing = [k for k in expected.values if k not in ids]
         unexpected = [k for k in ids if k not in expected.values]
         by_id = {r.key: r.value for r in inputs if r.key is not None}
         changed = [
-            r.key
-            for r in clean_records
-            if r.key in expected.values
-            and r.value != expected.values[r.key]
+            k
+            for r, k in zip(clean_records, map(identity, clean_records), strict=True)
+            if k in expected.values
+            and r.value != expected.values[k]
             and r.value != by_id.get(r.key)
         ]
         clean.missing, clean.unexpected, clean.changed = len(missing), len(unexpected), len(changed)
@@ -300,8 +362,14 @@ def main(argv: list[str] | None = None) -> int:
         full = asyncio.run(verify_pipeline(settings, first_copy=args.first_copy))
         print("\n".join(full.lines()))
         return 0 if full.ok else 1
-    client = settings.kafka_client_kwargs()
-    report = asyncio.run(verify_topic(args.bootstrap, args.topic, client=client))
+    report = asyncio.run(
+        verify_topic(
+            args.bootstrap,
+            args.topic,
+            identity=lambda r: identity_of(r, settings),
+            client=settings.kafka_client_kwargs(),
+        )
+    )
     print(report.line())
     for example in report.examples:
         print("  " + example)

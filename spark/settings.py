@@ -156,9 +156,7 @@ class SparkSettings(KafkaSecuritySettings):
     )
 
     def __post_init__(self) -> None:
-        problems = self._problems()
-        if problems:
-            raise SparkSettingsError("invalid settings:\n  " + "\n  ".join(problems))
+        self.check(self._problems())
 
     def _problems(self) -> list[str]:
         out = self.kafka_security_problems()

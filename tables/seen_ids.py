@@ -1,28 +1,5 @@
-"""``seen_ids``: the ids this worker has forwarded, with time-window and size-cap age-out.
-
-The table (replicated through its changelog, inside each partition's transaction):
-
-- Key: the ``messageId`` as UTF-8 bytes (at most ``DEDUPE_MAX_MESSAGE_ID_BYTES``).
-- Value: :class:`tables.window.Entry`: the first-seen time (ms, the record time of the forwarded
-  copy), the id's insertion sequence number in its partition and the repeats dropped; 20 bytes.
-- Partitioning: co-partitioned with the input and repartition topics (same partition count, key
-  = messageId, Kafka's murmur2 partitioner), so every copy of an id meets the same state.
-- Changelog: ``<app id>-seen_ids-changelog``, compacted; an id that ages out is deleted with a
-  tombstone in the same transaction, so a worker that rebuilds from the changelog holds exactly
-  the ids the live one held. Compaction then bounds the changelog to the ids held.
-
-Retention (how long an id is remembered):
-
-- **Time window** ``DEDUPE_WINDOW`` (28 days): a copy is a repeat when its id was first seen less
-  than W before the copy's own record time (``tables.window.is_duplicate``). Decisions use record
-  times only, never the wall clock, so a replay decides as the first run did.
-- **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest time
-  bucket, then insertion order), so a traffic spike shortens the window instead of exhausting
-  the disk. The effective window (record time minus the oldest held id's first sighting) is kept
-  per partition and a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
-- Trade-off: ids are kept ``DEDUPE_ALLOWED_LATENESS`` past the window, so a late record (behind
-  the partition's newest first sighting by at most that much) is still judged correctly; later
-  ones may find their id already gone and be forwarded again.
+"""``SeenIds``: the dedup decision and the age-out over the ``seen_ids`` table (declared, with
+its retention, in ``tables/seen_ids_table.py``).
 
 How age-out stays cheap: each partition's database keeps a local secondary index (its own column
 family, derived from the table's writes in the same atomic batch, never replicated) keyed by
@@ -36,59 +13,22 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
-
-import faust
 
 from tables.seen_ids_index import SeenIdsStore
-from tables.store import RocksTuning
+from tables.seen_ids_table import Settings
 from tables.transactional import TransactionalTable, current_partition
 from tables.window import (
     Entry,
+    Verdict,
     bucket_expired,
     bucket_of_index_key,
     effective_window_ms,
     encode_entry,
-    is_duplicate,
+    judge,
     over_cap,
 )
 
 log = logging.getLogger(__name__)
-
-TABLE_NAME = "seen_ids"
-
-
-class Settings(Protocol):
-    """The settings ``seen_ids`` reads, handed in by the app (``app.settings.Settings`` has
-    them all, documented there)."""
-
-    @property
-    def app_id(self) -> str: ...
-    @property
-    def partitions(self) -> int: ...
-    @property
-    def window(self) -> float: ...
-    @property
-    def bucket(self) -> float: ...
-    @property
-    def allowed_lateness(self) -> float: ...
-    @property
-    def min_window(self) -> float: ...
-    @property
-    def max_ids_per_partition(self) -> int: ...
-    @property
-    def eviction_batch(self) -> int: ...
-    @property
-    def rocksdb_write_buffer_bytes(self) -> int: ...
-    @property
-    def rocksdb_memtable_budget_bytes(self) -> int: ...
-    @property
-    def rocksdb_block_cache_bytes(self) -> int: ...
-
-
-def changelog_topic_name(settings: Settings) -> str:
-    """Faust's name for the table's changelog topic."""
-    return f"{settings.app_id}-{TABLE_NAME}-changelog"
 
 
 @dataclass
@@ -144,19 +84,28 @@ class SeenIds:
     # -- per record ----------------------------------------------------------------------------
 
     def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
-        """True (and the id is remembered) when the record is not a repeat within the window.
-        ``partition`` is :func:`current_partition`, when the caller has it already (it runs
-        for every record)."""
+        """True (and the id is remembered) when the record is not a repeat within the window."""
+        return self.decide(id_bytes, record_ms, partition) is Verdict.FIRST
+
+    def decide(
+        self, id_bytes: bytes, record_ms: int, partition: int | None = None, content: bytes = b""
+    ) -> Verdict:
+        """Judge a copy of ``id_bytes`` (:func:`tables.window.judge`) and remember it: a first
+        sighting is stored (with ``content``, its hash, when given), a repeat counted, a reuse
+        left as it is. ``partition`` is :func:`current_partition`, when the caller has it
+        already (it runs for every record)."""
         if partition is None:
             partition = current_partition()
         table = self.table
         raw = table.lookup(id_bytes, partition)
         held = None if raw is None else Entry.decode(raw)
         live = self._live.get(partition) or self._state(partition)
-        if is_duplicate(held, record_ms, self.window_ms):
+        verdict = judge(held, record_ms, self.window_ms, content)
+        if verdict is Verdict.REPEAT:
             assert held is not None
             table.put(id_bytes, held.repeated().encode(), partition)
-            return False
+        if verdict is not Verdict.FIRST:
+            return verdict
         # Stream time is the newest first sighting held: derived from the state alone, so a
         # worker restarted from the changelog ages out exactly as the live one did.
         if record_ms > live.stream_ms:
@@ -167,12 +116,12 @@ class SeenIds:
         live.next_seq = seq + 1
         if held is None:
             live.held_delta += 1
-        table.put(id_bytes, encode_entry(record_ms, seq), partition)
+        table.put(id_bytes, encode_entry(record_ms, seq, 0, content), partition)
         mark = (record_ms - record_ms % self.bucket_ms, record_ms)
         if live.staged_oldest is None or mark < live.staged_oldest:
             live.staged_oldest = mark
         self._fold_staged(live)
-        return True
+        return Verdict.FIRST
 
     @staticmethod
     def _fold_staged(live: _Live) -> None:
@@ -295,28 +244,3 @@ class SeenIds:
 
     def discard_partition(self, partition: int) -> None:
         self._live.pop(partition, None)
-
-
-def rocks_tuning(settings: Settings) -> RocksTuning:
-    """The store's RocksDB memory knobs from the ``DEDUPE_ROCKSDB_*`` settings."""
-    return RocksTuning(
-        write_buffer_bytes=settings.rocksdb_write_buffer_bytes,
-        memtable_budget_bytes=settings.rocksdb_memtable_budget_bytes,
-        block_cache_bytes=settings.rocksdb_block_cache_bytes,
-    )
-
-
-def declare_seen_ids(app: faust.App, settings: Settings) -> TransactionalTable:
-    """Declare the table on ``app`` (one per app)."""
-    bucket_ms = round(settings.bucket * 1000)
-    tuning = rocks_tuning(settings)
-    table = TransactionalTable(
-        app,
-        name=TABLE_NAME,
-        partitions=settings.partitions,
-        beacon=app.tables.beacon,
-        store_factory=lambda *a, **kw: SeenIdsStore(*a, bucket_ms=bucket_ms, tuning=tuning, **kw),
-        help="messageId -> first-seen time and insertion sequence of its one forwarded copy",
-    )
-    app.tables.add(table)
-    return table

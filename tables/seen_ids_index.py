@@ -97,9 +97,9 @@ class SeenIdsStore(TransactionalStore):
         """Apply id writes and keep the index and summary in step (old entry out, new in;
         a repeat, which changes only the entry's repeat count, leaves both as they are).
 
-        It runs for every id a transaction wrote, at its commit (a fifth of the worker's
-        time in a profile), so the index key is cut from the encoded entry
-        (:func:`index_key_of`) instead of decoding it, and the summary is kept in locals.
+        It runs for every id a transaction wrote, at its commit, so the index key is cut from
+        the encoded entry (:func:`index_key_of`) instead of decoding it, and the summary is
+        kept in locals.
         """
         summary = self.summary(partition)
         held, next_seq, newest_ms, hint = (

@@ -15,15 +15,13 @@ one multi-get, :meth:`TransactionalStore.prefetch`) are kept until the partition
 discard, so the commit's derived-data upkeep does not read them again.
 
 The RocksDB side (one database per partition, options that keep memory bounded) is in
-``tables/rocks.py``.
+``tables/rocks.py`` and ``tables/partitions.py``; the staged writes and read cache in
+``tables/staging.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import shutil
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,29 +30,14 @@ from faust.stores.base import SerializedStore
 from faust.types import TP, EventT
 from rocksdict import Rdict, WriteBatch
 
+from tables.partitions import PartitionSet
 from tables.rocks import (
-    META_CF,
-    OFFSET_KEY,
     SOURCE_OFFSETS_KEY,
     PartitionDB,
     RocksTuning,
-    decode_source_offsets,
-    encode_source_offsets,
-    multi_get,
     options_for,
 )
-
-__all__ = [
-    "META_CF",
-    "OFFSET_KEY",
-    "SOURCE_OFFSETS_KEY",
-    "PartitionDB",
-    "RocksTuning",
-    "TransactionalStore",
-    "decode_source_offsets",
-    "encode_source_offsets",
-    "multi_get",
-]
+from tables.staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -81,66 +64,41 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     ) -> None:
         super().__init__(url, app, table, **kwargs)
         self._partition_of = partition_of
-        self._dbs: dict[int, PartitionDB] = {}
-        self._staged: dict[int, dict[bytes, bytes | None]] = {}
-        #: Committed values read during each partition's open transaction (:meth:`prefetch`,
-        #: :meth:`_get`): nothing else writes a partition's database while its transaction is
-        #: open, so they stay true until the next write (:meth:`write_partition`) or discard.
-        self._read: dict[int, dict[bytes, bytes | None]] = {}
+        self._staging = Staging()
+        # The staging's dicts, bound here for the per-record lookup (:meth:`get_in`).
+        self._staged = self._staging.staged
+        self._read = self._staging.read
         self._store_stopped = False
         self.tuning = tuning = tuning or RocksTuning()
-        self._options, self._family_options, self._cache = options_for(tuning)
+        options, family_options, self._cache = options_for(tuning)
         self.directory = Path(app.conf.tabledir)
+        self._partitions = PartitionSet(
+            self.directory, self.table_name, options, family_options, self.extra_cfs
+        )
 
     # -- partitions ----------------------------------------------------------------------------
 
     def partition_path(self, partition: int) -> Path:
-        return self.directory / f"{self.table_name}-{partition}.db"
+        return self._partitions.path(partition)
 
     def partition_db(self, partition: int) -> PartitionDB:
-        """The database of ``partition``, opened on first use."""
-        pdb = self._dbs.get(partition)
-        if pdb is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.partition_path(partition)
-            try:
-                pdb = PartitionDB(path, self._options, self._family_options, self.extra_cfs)
-            except Exception as exc:
-                if "lock" in str(exc).lower():
-                    raise  # another process uses this data dir: never touch its files
-                # Damaged files (deleted, truncated, corrupt): the changelog holds everything
-                # this database held, so set it aside and let recovery rebuild it.
-                aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
-                log.error(
-                    "partition %d: %s is damaged (%s); moved to %s, rebuilding it "
-                    "from the changelog",
-                    partition,
-                    path,
-                    exc,
-                    aside.name,
-                )
-                path.rename(aside)
-                pdb = PartitionDB(path, self._options, self._family_options, self.extra_cfs)
-            self._dbs[partition] = pdb
-        return pdb
+        """The database of ``partition``, opened on first use (``tables/partitions.py``)."""
+        return self._partitions.get(partition)
 
     def db(self, partition: int) -> Rdict:
         """The ids of ``partition`` (committed state)."""
-        return self.partition_db(partition).db
+        return self._partitions.get(partition).db
 
     def close_partition(self, partition: int) -> None:
-        self._staged.pop(partition, None)
-        self._read.pop(partition, None)
-        db = self._dbs.pop(partition, None)
-        if db is not None:
-            db.close()
+        self._staging.discard(partition)
+        self._partitions.close(partition)
 
     async def on_rebalance(
         self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP], generation_id: int = 0
     ) -> None:
         """Close the databases of partitions this worker no longer holds (active or standby)."""
         keep = {tp.partition for tp in assigned}
-        for partition in list(self._dbs):
+        for partition in self._partitions.held():
             if partition not in keep:
                 self.close_partition(partition)
 
@@ -152,27 +110,24 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     async def on_stop(self) -> None:
         self._store_stopped = True
-        for partition, staged in self._staged.items():
-            if staged:
+        for partition, count in self._staging.unfinished():
+            if count:
                 # The transaction manager commits before Faust stops the tables, so this is a
                 # transaction that did not finish. If it commits after all, recovery replays it:
                 # commit_partition never records an offset without its writes.
                 log.warning(
                     "partition %d: closing with %d staged writes of an unfinished transaction",
                     partition,
-                    len(staged),
+                    count,
                 )
-        for partition in list(self._dbs):
+        for partition in self._partitions.held():
             self.close_partition(partition)
 
     def reset_state(self) -> None:
         """Remove every local database (state is rebuilt from the changelog)."""
-        for partition in list(self._dbs):
-            self.close_partition(partition)
-        pattern = re.compile(rf"{re.escape(self.table_name)}-\d+\.db")
-        for path in self.directory.iterdir() if self.directory.exists() else ():
-            if pattern.fullmatch(path.name):
-                shutil.rmtree(path, ignore_errors=True)
+        for partition in self._partitions.held():
+            self._staging.discard(partition)
+        self._partitions.remove_all()
 
     async def backup_partition(
         self, tp: TP | int, flush: bool = True, purge: bool = False, keep: int = 1
@@ -193,9 +148,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         the store records that it holds the changelog *through the marker*: Faust's recovery
         then finds nothing left to read, instead of waiting 5 s for a record that never comes.
         """
-        staged = self._staged.pop(partition, None)
+        staged = self._staging.take(partition)
         if not staged and changelog_offset is None:
-            self._read.pop(partition, None)
             return
         if self._store_stopped or (staged is None and changelog_offset is not None):
             # The writes are gone (the store stopped, or the partition was closed meanwhile):
@@ -207,7 +161,6 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
                 partition,
                 "stopped" if self._store_stopped else "partition closed",
             )
-            self._read.pop(partition, None)
             return
         through = None if changelog_offset is None else changelog_offset + 1
         self.write_partition(partition, list((staged or {}).items()), through)
@@ -244,50 +197,36 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def changelog_records(self, partition: int) -> list[tuple[bytes, bytes | None]]:
         """The open transaction's writes to ``partition``, one per key: its changelog records
         (the source-offsets record is sent by the transaction layer itself)."""
-        staged = self._staged.get(partition)
-        if not staged:
-            return []
-        return [(k, v) for k, v in staged.items() if k != SOURCE_OFFSETS_KEY]
+        return self._staging.changelog_records(partition)
 
     def stage_source_offsets(self, partition: int, value: bytes) -> None:
         """Stage the transaction's source-offsets record (applied with its other writes)."""
-        self._staged.setdefault(partition, {})[SOURCE_OFFSETS_KEY] = value
+        self._staging.stage(partition, SOURCE_OFFSETS_KEY, value)
 
     def source_offsets(self, partition: int) -> dict[str, int]:
         """Topic -> next offset, as of the last transaction this database holds.
 
         Written in the same transaction as the output and the group's offsets, so it is as
         authoritative as the group's committed offsets, and it survives where those read back
-        stale (seen after a single broker's kill -9)."""
+        stale (after a single broker's kill -9; fault test F7)."""
         return self.partition_db(partition).source_offsets()
 
     def discard_partition(self, partition: int) -> None:
         """The transaction of ``partition`` did not commit: forget its staged writes."""
-        self._staged.pop(partition, None)
-        self._read.pop(partition, None)
+        self._staging.discard(partition)
 
     def prefetch(self, partition: int, keys: list[bytes]) -> None:
         """Read the committed values of ``keys`` with one multi-get, for the lookups of a batch
-        about to be processed (:meth:`_get`) and for the index upkeep at its commit
+        about to be processed (:meth:`get_in`) and for the index upkeep at its commit
         (:meth:`committed_values`): one RocksDB call instead of one per record, twice."""
-        read = self._read.setdefault(partition, {})
-        staged = self._staged.get(partition, {})
-        todo = [k for k in keys if k not in read and k not in staged]
-        if todo:
-            read.update(zip(todo, multi_get(self.db(partition), todo), strict=True))
+        self._staging.prefetch(partition, keys, lambda: self.db(partition))
 
     def committed_values(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
-        """The committed value of each of ``keys`` (None: absent), from what the open
-        transaction read already, the rest with one multi-get."""
-        read = self._read.get(partition, {})
-        missing = [k for k in keys if k not in read]
-        if not missing:
-            return [read[k] for k in keys]
-        fetched = dict(zip(missing, multi_get(self.db(partition), missing), strict=True))
-        return [read[k] if k in read else fetched[k] for k in keys]
+        """The committed value of each of ``keys`` (None: absent), one multi-get at most."""
+        return self._staging.committed_values(partition, keys, lambda: self.db(partition))
 
     def staged_count(self, partition: int) -> int:
-        return len(self._staged.get(partition, ()))
+        return self._staging.count(partition)
 
     # -- recovery (committed changelog records only: the consumer reads read_committed) ---------
 
@@ -339,7 +278,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self.stage(self._partition_of(), key, None)
 
     def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Stage a write (None: delete) in ``partition``'s open transaction."""
+        """Stage a write (None: delete) in ``partition``'s open transaction (per record: the
+        staging's dict, without a call)."""
         staged = self._staged.get(partition)
         if staged is None:
             staged = self._staged[partition] = {}
@@ -349,7 +289,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         return self._get(key) is not None
 
     def _committed_items(self) -> Iterator[tuple[bytes, bytes]]:
-        for pdb in list(self._dbs.values()):
+        for pdb in self._partitions.opened():
             yield from pdb.db.items()
 
     def _iterkeys(self) -> Iterator[bytes]:
@@ -362,7 +302,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         return self._committed_items()
 
     def _size(self) -> int:
-        return sum(self.approximate_keys(p) for p in self._dbs)
+        return sum(self.approximate_keys(p) for p in self._partitions.held())
 
     def approximate_keys(self, partition: int) -> int:
         """RocksDB's estimate of the keys held by ``partition`` (committed state)."""

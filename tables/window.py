@@ -2,10 +2,11 @@
 table-driven tests (``tests/unit/test_rules.py``).
 
 A held id maps to an Entry: its first-seen time (ms, the record time of the copy that was
-forwarded), its insertion sequence number in its partition, and how many repeats of it were
+forwarded), its insertion sequence number in its partition, how many repeats of it were
 dropped since (for the status endpoint; repeats are rare, ~0.6% of traffic, so counting them
-costs one changelog record per repeat). A record is a repeat when its
-id is held and was first seen less than the window W before the record's time:
+costs one changelog record per repeat) and, with ``DEDUPE_VERIFY_CONTENT``, a short hash of the
+forwarded copy's content. A record is a repeat when its id is held and was first seen less than
+the window W before the record's time:
 
     duplicate  <=>  held and record_ms - first_seen_ms < W
 
@@ -13,11 +14,13 @@ so a copy at first_seen + W - 1 ms is dropped and one at first_seen + W is forwa
 is outside the window) and becomes the new first sighting. A repeat never moves first_seen.
 The decision depends only on record times and held entries, never on the wall clock or on when
 age-out ran, so a replay decides exactly as the first run did. (Copies with a time before the
-first sighting, out-of-order, count as repeats.)
+first sighting, out-of-order, count as repeats.) A copy whose content hash differs from the held
+one is neither: it reuses the id (:func:`judge`).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 
@@ -28,9 +31,11 @@ class Entry:
     first_seen_ms: int
     seq: int
     repeats: int = 0
+    #: Hash of the forwarded copy's content (``DEDUPE_VERIFY_CONTENT``); b"": not kept.
+    content: bytes = b""
 
     def encode(self) -> bytes:
-        return encode_entry(self.first_seen_ms, self.seq, self.repeats)
+        return encode_entry(self.first_seen_ms, self.seq, self.repeats, self.content)
 
     @classmethod
     def decode(cls, value: bytes) -> Entry:
@@ -38,26 +43,47 @@ class Entry:
             int.from_bytes(value[:8], "big"),
             int.from_bytes(value[8:16], "big"),
             int.from_bytes(value[16:20], "big"),  # b"" (16-byte entries) -> 0
+            value[20:],
         )
 
     def repeated(self) -> Entry:
         """The same entry with one more repeat dropped (first sighting unchanged)."""
-        return Entry(self.first_seen_ms, self.seq, self.repeats + 1)
+        return Entry(self.first_seen_ms, self.seq, self.repeats + 1, self.content)
 
 
-def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0) -> bytes:
-    """``Entry(first_seen_ms, seq, repeats).encode()`` without the object (a first sighting
-    encodes one per forwarded record)."""
+def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0, content: bytes = b"") -> bytes:
+    """``Entry(first_seen_ms, seq, repeats, content).encode()`` without the object (a first
+    sighting encodes one per forwarded record): 20 bytes, plus the content hash when kept."""
     return (
         first_seen_ms.to_bytes(8, "big")
         + seq.to_bytes(8, "big")
         + min(repeats, 0xFFFFFFFF).to_bytes(4, "big")
+        + content
     )
 
 
 def is_duplicate(held: Entry | None, record_ms: int, window_ms: int) -> bool:
     """A repeat: the id is held and was first seen less than ``window_ms`` before the record."""
     return held is not None and record_ms - held.first_seen_ms < window_ms
+
+
+class Verdict(enum.Enum):
+    FIRST = "first"
+    REPEAT = "repeat"
+    #: Inside the window, but the content differs from the forwarded copy's: a client reused
+    #: the id for another event. Neither dropped nor forwarded (dead-lettered).
+    REUSED = "reused"
+
+
+def judge(held: Entry | None, record_ms: int, window_ms: int, content: bytes = b"") -> Verdict:
+    """What a copy is: a first sighting, a repeat, or (both hashes kept and different) another
+    event reusing the id. An entry kept without a hash cannot tell: a repeat."""
+    if not is_duplicate(held, record_ms, window_ms):
+        return Verdict.FIRST
+    assert held is not None
+    if content and held.content and content != held.content:
+        return Verdict.REUSED
+    return Verdict.REPEAT
 
 
 def bucket_start(timestamp_ms: int, bucket_ms: int) -> int:
@@ -98,3 +124,19 @@ def over_cap(held: int, cap: int) -> bool:
 def effective_window_ms(record_ms: int, oldest_first_seen_ms: int | None) -> int | None:
     """How far back the partition still remembers ids, seen from ``record_ms``."""
     return None if oldest_first_seen_ms is None else max(record_ms - oldest_first_seen_ms, 0)
+
+
+#: Without ``DEDUPE_BUCKET``, the age-out bucket is the window divided by this, at most
+#: :data:`MAX_DERIVED_BUCKET`: ids then outlive the window by at most 1% (and an hour).
+BUCKET_DIVISOR = 100
+MAX_DERIVED_BUCKET = 3600.0
+
+
+def derived_bucket(window: float) -> float:
+    """The age-out bucket when ``DEDUPE_BUCKET`` is not set: ``min(1h, window / 100)``.
+
+    An id leaves at most one bucket after it could (the index is walked bucket by bucket), so
+    a bucket this size keeps ids at most 1% (and at most an hour) past the window. Any window
+    from 1s up gives a bucket of at least 10ms; the default 28-day window keeps the 1h bucket.
+    """
+    return min(MAX_DERIVED_BUCKET, window / BUCKET_DIVISOR)

@@ -21,16 +21,18 @@ topics, with one transactional producer (``producer.py``,
   body finished with it, and the commit adds the offsets with ``send_offsets_to_transaction``.
 
 All three go to the broker in the task's one transaction, committed in numbered steps by
-``commit.py`` every ``DEDUPE_COMMIT_INTERVAL``; the manager (``manager.py``) acts on the
-outcome: committed -> the stores apply the staged writes with the changelog offset
-(``tables.store.TransactionalStore.commit_partition``); aborted or failed -> they drop them
-and the partition is re-read; fenced -> the task stops. So RocksDB never holds a write that did
-not commit, and a recovery replays only committed changelog records (read_committed).
+``commit.py`` every ``DEDUPE_COMMIT_INTERVAL`` (the manager's loop, ``manager.py``), and
+``lifecycle.py`` acts on the outcome: committed -> the stores apply the staged writes with the
+changelog offset (``tables.store.TransactionalStore.commit_partition``); aborted or failed ->
+they drop them and the partition is re-read; fenced -> the task stops. So RocksDB never holds a
+write that did not commit, and a recovery replays only committed changelog records
+(read_committed).
 
 The rest: ``broker.py`` asks the broker (committed offsets, open transactions, the first
 committed record in a range); ``guards.py`` makes sure no record is skipped (the gap check, the
 stall watchdog); ``consumer.py`` patches Faust's consumer (records of the source topics reach
-the agent one fetched batch at a time). Calls run one way: manager -> commit, guards, batch ->
+the agent one fetched batch at a time); ``positions.py`` says where a task starts reading after
+a rebalance. Calls run one way: manager -> lifecycle, commit, guards, positions, batch ->
 producer, broker -> task -> collector. Nothing imports the manager but its transport.
 """
 

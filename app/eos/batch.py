@@ -67,8 +67,7 @@ class BatchOwner(Protocol):
 
 class TaskTransaction:
     """What the dedup loop may do while processing a task's records: send, inside the task's
-    transaction (exactly-once; :class:`TaskBatch`) or through the plain producer
-    (at-least-once, ``app.alo``)."""
+    transaction (the scope of a batch is :class:`TaskBatch`)."""
 
     __slots__ = ("_builders", "_collector", "_task")
 

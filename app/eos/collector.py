@@ -1,8 +1,8 @@
 """The records of a task's open transaction: one batch being built per target partition, the
 batches handed to the producer with their delivery futures, and the first send error.
 
-``producer.send`` costs a future, a metadata check and an accumulator round per record (in a
-profile, half of the agent's time); a batch built here costs one append per record and one
+``producer.send`` costs a future, a metadata check and an accumulator round per record; a
+batch built here costs one append per record and one
 ``send_batch`` per partition per commit. Nothing reaches the producer before its batch is sent,
 so a transaction that aborts never sent its open batches at all.
 """

@@ -38,7 +38,7 @@ from app.eos.collector import retrieve_exception_later
 from app.eos.producer import TransactionalProducers, abandon, is_fenced, send_lingering
 from app.eos.task import Task
 from tables.protocol import ChangelogSource, SourceOffsetStore
-from tables.store import SOURCE_OFFSETS_KEY, encode_source_offsets
+from tables.rocks import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 log = logging.getLogger(__name__)
 

@@ -5,6 +5,8 @@ tests/unit/test_private_names.py).
   ``DEDUPE_FETCH_MAX_WAIT``.
 - :class:`Consumer`: records of the source topics go to the app's batch handler, one call per
   fetched partition batch, instead of Faust's per-record stream.
+- :func:`request_rejoin` and :func:`records_held_back`: what the manager asks of Faust's
+  consumer and app.
 """
 
 from __future__ import annotations
@@ -29,6 +31,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def request_rejoin(app: Any) -> None:
+    """Ask the group coordinator for a rebalance, so failed tasks restart from committed
+    offsets (our eager rebalance revokes every partition and seeks to committed offsets).
+    Stops the worker when that cannot be asked."""
+    try:
+        thread = app.consumer._thread
+        consumer = thread._ensure_consumer()
+        thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+    except Exception as exc:  # pragma: no cover - depends on Faust internals
+        log.critical("cannot request a rejoin (%r): stopping the worker", exc)
+        app._crash(exc)
+
+
+def records_held_back(app: Any) -> bool:
+    """True while records are legitimately held back: a rebalance, recovery, paused flow."""
+    return bool(
+        getattr(app, "rebalancing", False)
+        or getattr(app, "in_recovery", False)
+        or not app.tables.recovery.completed.is_set()
+        or not app.consumer.flow_active
+    )
+
+
 class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
     """Faust's consumer thread, with highwaters that exist before the first fetch.
 
@@ -45,8 +70,8 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         aiokafka sends one fetch at a time to a broker and leaves out partitions whose fetched
         records are still buffered. Once the input partitions' records are buffered, the next
         fetch asks for the repartition topic alone, which has nothing new: the broker holds it
-        for the whole wait, and the input partitions, drained meanwhile, wait with it. With
-        1.5 s a steady 3,000 records/s reached the worker in bursts with 1.3-1.5 s gaps.
+        for the whole wait, and the input partitions, drained meanwhile, wait with it
+        (docs/design.md, "Fetches wait at most").
         """
         consumer: AIOKafkaConsumer = super()._create_worker_consumer(transport)
         settings: Settings = self.app.dedupe_settings
@@ -63,7 +88,7 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
 
     Faust delivers each record on its own: into a channel queue (two tasks and an
     ``asyncio.wait`` per record), through the stream's iteration, acks and sensors, to the
-    agent. That machinery took most of the worker's CPU in a profile. When the app has a
+    agent: per-record work this worker does not need. When the app has a
     ``batch_handler``, records of the source topics skip it: each partition's records of one
     fetch go to the handler in one call (offset order, one partition per call, partitions one
     after another), taken from the fetcher's result directly (``_deliver``): Faust's

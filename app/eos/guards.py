@@ -10,9 +10,9 @@ would lose the skipped record.
   above it leaves a gap, and :func:`gap_checked` asks the broker (read_committed) whether the
   gap holds records: commit markers and aborted records are fine, a real record means the
   partition is re-read from its committed offset.
-- When no later record comes to reveal the gap, the partition stalls for good (seen after
-  graceful broker restarts). :class:`StallWatchdog` seeks such a partition back, and if that
-  does not help within the same time, rejoins the group.
+- When no later record comes to reveal the gap, the partition stalls for good (a broker
+  restart can leave it so; fault tests F6 and F14). :class:`StallWatchdog` seeks such a
+  partition back, and if that does not help within the same time, rejoins the group.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""What Faust calls: the transaction manager that replaces Faust's, with its rebalance hooks,
-task life and background loops. It wires the pieces of ``app.eos`` together and acts on what
-they report (a commit's :class:`~app.eos.commit.Outcome`, a failed transaction, a stall);
-nothing imports it but the transport below."""
+"""What Faust calls: the transaction manager that replaces Faust's, with its rebalance hooks and
+background loops (commits, the stall watchdog). It wires the pieces of ``app.eos`` together;
+what a commit's outcome or a failed transaction means for a task is ``lifecycle.py``'s.
+Nothing imports it but the transport below."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from mode import Service
 from app import faults
 from app.eos.batch import BatchScope, SourceRecord
 from app.eos.broker import BrokerReader
-from app.eos.commit import CommitResult, Committer, Outcome
-from app.eos.consumer import Consumer
+from app.eos.commit import Committer
+from app.eos.consumer import Consumer, records_held_back, request_rejoin
 from app.eos.guards import StallWatchdog, gap_checked
-from app.eos.positions import assign_start_positions, positions_to_raise, raise_positions
-from app.eos.producer import TransactionalProducers, is_fenced
+from app.eos.lifecycle import TaskLife
+from app.eos.positions import assign_start_positions, raise_to_stored_offsets
+from app.eos.producer import TransactionalProducers
 from app.eos.task import Task, TaskState
-from app.metrics import COMMIT_SECONDS
-from tables.protocol import ChangelogSource, SourceOffsetStore, StagedState
+from tables.protocol import SourceOffsetStore, StagedState
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -50,9 +50,6 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.tasks: dict[int, Task] = {}
-        #: State that follows the transactions, with its changelog topic (None: local only).
-        self.stores: list[tuple[StagedState, str | None]] = []
         self._wakeup = asyncio.Event()
         self.rejoins_requested = 0
         #: Fault injection ``skip-fetched``: records below these offsets are not delivered.
@@ -68,8 +65,20 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self.committer = Committer(
             self.producers, self.broker, self.group_id, s.commit_timeout, self.faults
         )
+        self.life = TaskLife(
+            self.producers,
+            self.committer,
+            self.faults,
+            self._request_rejoin,
+            lambda: bool(self.should_stop),
+        )
+        self.tasks: dict[int, Task] = self.life.tasks
         self.watchdog = StallWatchdog(
-            s.stall_timeout, self.broker, self._consumer_busy, self._seek_back, self._request_rejoin
+            s.stall_timeout,
+            self.broker,
+            lambda: records_held_back(self.app),
+            self._seek_back,
+            self._request_rejoin,
         )
 
     # -- configuration -------------------------------------------------------------------------
@@ -98,19 +107,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         return self.producers.transactional_id(partition)
 
     def register_store(self, store: StagedState, changelog_topic: str | None = None) -> None:
-        """State whose staged changes follow this manager's transactions: applied when a
-        transaction commits, dropped otherwise. With ``changelog_topic``, ``store`` is a
-        :class:`~tables.protocol.ChangelogSource`: its staged writes are pulled at each commit
-        and sent to that topic's partition of the task."""
-        self.stores.append((store, changelog_topic))
-        if changelog_topic is not None:
-            source: ChangelogSource = store  # type: ignore[assignment]
-            self.committer.changelogs.append((source, changelog_topic))
+        """State that follows the transactions (:meth:`TaskLife.register_store`)."""
+        self.life.register_store(store, changelog_topic)
 
     def keep_source_offsets(self, store: SourceOffsetStore, changelog_topic: str) -> None:
         """Every transaction also writes its source offsets to ``changelog_topic`` (key
-        :data:`~tables.store.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
-        :meth:`_on_recovered`. One table per worker does this."""
+        :data:`~tables.rocks.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
+        :meth:`_rebalance_complete`. One table per worker does this."""
         if self._offsets_kept is not None:
             raise RuntimeError("source offsets are already kept by another table")
         self._offsets_kept = (store, changelog_topic)
@@ -125,7 +128,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         return BatchScope(self, messages, generation_id)
 
     async def gap_checked(self, task: Task, message: SourceRecord) -> bool:
-        return await gap_checked(self.broker, self._fail, task, message)
+        return await gap_checked(self.broker, self.life.fail, task, message)
 
     async def first_committed_record(self, tp: TP, start: int, end: int) -> int | None:
         return await self.broker.first_committed_record(tp, start, end)
@@ -140,11 +143,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     def transaction_error(self, task: Task, exc: BaseException, where: str) -> bool:
         """Stop ``task`` after a failed transaction; True when it may still abort (not fenced)."""
-        if is_fenced(task.producer, exc):
-            self._fenced(task, exc)
-            return False
-        self._fail(task, f"transaction failed {where}: {exc!r}")
-        return True
+        return self.life.transaction_error(task, exc, where)
 
     async def _skip_fetched(self, tp: TopicPartition) -> None:
         """Fault injection (``processed=skip-fetched@n``): move the consumer of ``tp`` to its
@@ -160,7 +159,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     # -- Faust's side: rebalances and the commit calls we take over ----------------------------
 
     async def _rebalance_complete(self, sender: Any, **kwargs: Any) -> None:
-        await self._on_recovered()
+        """After the recovery, before records flow: start each task at the source offsets
+        its store holds when those are past the group's (``positions.py``)."""
+        kept = self._offsets_kept
+        if kept is not None and await raise_to_stored_offsets(self.tasks.values(), kept[0]):
+            self.commit_soon()
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         """Faust calls this after the agents finished their current records: commit them."""
@@ -169,7 +172,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         for p in partitions:
             task = self.tasks.get(p)
             if task is not None and task.state is not TaskState.RUNNING:
-                await self._drop_task(task)
+                await self.life.drop(task)
 
     async def on_rebalance(
         self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP]
@@ -183,13 +186,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         if self.faults is not None:
             self.faults.reach("rebalance")
         for p in sorted(set(self.tasks) - wanted):
-            await self._drop_task(self.tasks[p])
+            await self.life.drop(self.tasks[p])
         self.first_offsets.clear()
         to_start = [p for p in sorted(wanted) if p not in self.tasks]
         if to_start:
             log.info("starting transactional producers for partitions %s", to_start)
             started = time.monotonic()
-            await asyncio.gather(*(self._start_task(p) for p in to_start))
+            await asyncio.gather(*(self.life.start(p) for p in to_start))
             log.info(
                 "transactional producers ready for %d partitions in %.2fs",
                 len(to_start),
@@ -226,61 +229,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     async def flush(self) -> None:
         """Nothing to flush outside of tasks: task sends are awaited at commit."""
 
-    # -- task life -----------------------------------------------------------------------------
-
-    async def _start_task(self, partition: int) -> None:
-        producer = await self.producers.start(partition)
-        if self.should_stop:
-            # Stopped while the producer started: on_stop has dropped the tasks already.
-            await self.producers.close(producer)
-            return
-        self.tasks[partition] = Task(partition, self.transactional_id(partition), producer)
-
-    async def _drop_task(self, task: Task) -> None:
-        """Forget a task: drop its staged writes, close its producer without committing."""
-        self.tasks.pop(task.partition, None)
-        self._discard_staged(task)
-        task.reset_transaction()
-        if task.producer is not None:
-            await self.producers.close(task.producer)
-            task.producer = None
-
-    def _discard_staged(self, task: Task) -> None:
-        for store, _ in self.stores:
-            store.discard_partition(task.partition)
-
-    def _fail(self, task: Task, why: str) -> None:
-        """The open transaction of ``task`` must not commit: drop it and re-read ``p``."""
-        if task.state is TaskState.RUNNING:
-            log.error("partition %d: %s; aborting and re-reading it", task.partition, why)
-            task.state = TaskState.FAILED
-        self._discard_staged(task)
-        self._request_rejoin()
-
-    def _fenced(self, task: Task, exc: BaseException | None) -> None:
-        log.error(
-            "partition %d: transactional id %s was fenced (%r): another worker owns it; "
-            "stopping work on it and rejoining the group",
-            task.partition,
-            task.transactional_id,
-            exc,
-        )
-        task.state = TaskState.FENCED
-        self._discard_staged(task)
-        task.reset_transaction()
-        self._request_rejoin()
+    # -- rejoins ------------------------------------------------------------------------------
 
     def _request_rejoin(self) -> None:
-        """Ask the group coordinator for a rebalance, so failed tasks restart from committed
-        offsets (our eager rebalance revokes every partition and seeks to committed offsets)."""
         self.rejoins_requested += 1
-        try:
-            thread = self.app.consumer._thread
-            consumer = thread._ensure_consumer()
-            thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
-        except Exception as exc:  # pragma: no cover - depends on Faust internals
-            log.critical("cannot request a rejoin (%r): stopping the worker", exc)
-            self.app._crash(exc)
+        request_rejoin(self.app)
 
     # -- the loops -----------------------------------------------------------------------------
 
@@ -303,21 +256,10 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         quiet_since = time.monotonic()
         while not self.should_stop:
             await self.sleep(min(limit / 4, 5.0))
-            if self._consumer_busy():
+            if records_held_back(self.app):
                 quiet_since = time.monotonic()
                 continue
             await self.watchdog.check(self.tasks.values(), quiet_since)
-
-    def _consumer_busy(self) -> bool:
-        """True while records are legitimately held back: a rebalance, recovery, paused flow."""
-        app = self.app
-        consumer = app.consumer
-        return bool(
-            getattr(app, "rebalancing", False)
-            or getattr(app, "in_recovery", False)
-            or not app.tables.recovery.completed.is_set()
-            or not consumer.flow_active
-        )
 
     async def _seek_back(self, tp: TopicPartition, position: int) -> None:
         self.skipping.pop(tp, None)
@@ -338,7 +280,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         tasks = list(self.tasks.values())
         await self._commit_tasks([t for t in tasks if t.state is TaskState.RUNNING])
         for task in tasks:
-            await self._drop_task(task)
+            await self.life.drop(task)
         await self.broker.close()
 
     async def _commit_tasks(self, tasks: Iterable[Task]) -> None:
@@ -356,48 +298,9 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 # and commit nothing more on this task; the store keeps its older changelog
                 # offset, so recovery replays the transaction if it did commit.
                 task.state = TaskState.FAILED
-                self._discard_staged(task)
+                self.life.discard_staged(task)
                 raise
-            self._act(task, result, started)
-
-    def _act(self, task: Task, result: CommitResult, started: float) -> None:
-        """What a commit's outcome means for the task and the stores."""
-        outcome = result.outcome
-        if outcome is Outcome.COMMITTED:
-            self._applied(task, result.changelog_offsets, started)
-        elif outcome is Outcome.ABORTED:
-            self._discard_staged(task)
-            task.reset_transaction()
-        elif outcome is Outcome.FENCED:
-            self._fenced(task, result.error)
-        elif outcome is Outcome.FAILED:
-            self._fail(task, result.why)
-            task.reset_transaction()
-
-    def _applied(self, task: Task, changelog_offsets: Mapping[str, int], started: float) -> None:
-        if self.faults is not None:
-            self.faults.reach("committed")
-        for store, topic in self.stores:
-            store.commit_partition(task.partition, changelog_offsets.get(topic or ""))
-        task.commits += 1
-        task.committed_records += task.records
-        task.last_commit_at = time.time()
-        task.last_commit_seconds = time.monotonic() - started
-        COMMIT_SECONDS.observe(task.last_commit_seconds)
-        task.reset_transaction()
-
-    # -- where tasks start after a recovery ----------------------------------------------------
-
-    async def _on_recovered(self) -> None:
-        """After the recovery (the stores hold the committed changelog), before records flow:
-        raise each task's start to the source offsets its store holds (``positions.py``)."""
-        kept = self._offsets_kept
-        if kept is None:
-            return
-        for task in list(self.tasks.values()):
-            raised = positions_to_raise(task, kept[0].source_offsets(task.partition))
-            if raised and await raise_positions(task, raised):
-                self.commit_soon()
+            self.life.act(task, result, started)
 
 
 class Transport(AIOKafkaTransport):  # type: ignore[misc]

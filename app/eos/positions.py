@@ -3,8 +3,8 @@ the source offsets its store holds when the broker read back a stale committed o
 
 Both commit in the same transaction (the offsets with ``send_offsets_to_transaction``, the
 store's copy as a changelog record), so they only differ when the broker returns a stale
-committed offset (seen after a single broker's kill -9); re-reading from there would forward
-ids a second time.
+committed offset (a single broker killed with kill -9 can; fault test F7); re-reading from
+there would forward ids a second time.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from aiokafka.structs import TopicPartition
 
 from app.eos.broker import BrokerReader
 from app.eos.task import Task, TaskState
+from tables.protocol import SourceOffsetStore
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ async def assign_start_positions(
         # Every transaction of task p writes changelog partition p (at least its source-offsets
         # record), and only task p's producer writes there. Its producer was just initialised,
         # which fences older ones, so an open transaction there is an older one the broker has
-        # not finished (seen after a single broker's kill -9: its output became visible later).
+        # not finished (a single broker's kill -9 leaves one; its output may still commit).
         # Reading committed offsets, or recovering the changelog, before it settles would
         # re-read records whose output then commits.
         await broker.wait_until_settled([TopicPartition(changelog_topic, p) for p in partitions])
@@ -90,3 +91,15 @@ async def raise_positions(task: Task, raised: Mapping[TopicPartition, int]) -> b
             await task.producer.begin_transaction()
             task.in_transaction = True
     return True
+
+
+async def raise_to_stored_offsets(tasks: Iterable[Task], store: SourceOffsetStore) -> bool:
+    """After the recovery (``store`` holds the committed changelog), before records flow: raise
+    each task's start to the source offsets ``store`` holds. True when any task was raised (its
+    open transaction should commit soon)."""
+    any_raised = False
+    for task in list(tasks):
+        raised = positions_to_raise(task, store.source_offsets(task.partition))
+        if raised and await raise_positions(task, raised):
+            any_raised = True
+    return any_raised

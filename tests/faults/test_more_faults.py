@@ -21,7 +21,7 @@ from aiokafka.structs import OffsetAndMetadata
 from app.topics import ensure_topics
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets
-from tables.seen_ids import changelog_topic_name
+from tables.seen_ids_table import changelog_topic_name
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream, settings_of
 from tests.integration.test_input_contract import BAD

@@ -10,7 +10,7 @@ from app.settings import Settings
 from app.topics import ensure_topics
 from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
-from tables.seen_ids import changelog_topic_name
+from tables.seen_ids_table import changelog_topic_name
 from tests.faults.broken_workers import forward_every_copy, offsets_before_send
 from tests.support import Broker, Names, Worker, wait_drained
 

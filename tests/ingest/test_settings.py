@@ -73,7 +73,9 @@ def test_from_env_reads_every_variable() -> None:
         ({"DEDUPE_INGEST_HOST": " "}, "DEDUPE_INGEST_HOST"),
         ({"KAFKA_BOOTSTRAP_SERVERS": ","}, "KAFKA_BOOTSTRAP_SERVERS"),
         ({"DEDUPE_INPUT_TOPIC": "bad topic"}, "DEDUPE_INPUT_TOPIC"),
-        ({"DEDUPE_WRITE_KEYS": "a:b"}, "DEDUPE_WRITE_KEYS"),
+        ({"DEDUPE_WRITE_KEYS": "web:a:b"}, "DEDUPE_WRITE_KEYS"),
+        ({"DEDUPE_WRITE_KEYS": "web:a b"}, "DEDUPE_WRITE_KEYS"),
+        ({"DEDUPE_WRITE_KEYS": "x" * 256 + ":k"}, "DEDUPE_WRITE_KEYS"),
         ({"DEDUPE_MAX_EVENT_BYTES": "10"}, "DEDUPE_MAX_EVENT_BYTES"),
         ({"DEDUPE_INGEST_MAX_BATCH_BYTES": "1000"}, "DEDUPE_INGEST_MAX_BATCH_BYTES"),
         ({"DEDUPE_INGEST_MAX_BATCH_EVENTS": "0"}, "DEDUPE_INGEST_MAX_BATCH_EVENTS"),
@@ -103,10 +105,16 @@ def test_an_invalid_setting_stops_the_service_with_status_2() -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "PORT=0: must be a TCP port" in result.stderr
+    assert "PORT=0: must be 1..65535" in result.stderr
 
 
 def test_the_settings_reference_lists_every_ingest_setting() -> None:
     assert "## HTTP ingest (Segment-compatible)" in (Path(ROOT) / "README.md").read_text()
     reference = (Path(ROOT) / "docs" / "settings.md").read_text()
     assert settings_table() in reference, "run: python -m ingest.settings"
+
+
+def test_write_keys_may_name_their_source() -> None:
+    settings = IngestSettings.from_env({"DEDUPE_WRITE_KEYS": "web:wk1, k2 ,billing:YWJj==,"})
+    assert settings.write_key_sources == {"wk1": "web", "k2": None, "YWJj==": "billing"}
+    assert settings.write_key_list == frozenset({"wk1", "k2", "YWJj=="})

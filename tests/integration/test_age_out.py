@@ -18,8 +18,8 @@ from aiokafka import AIOKafkaProducer
 from rocksdict import AccessType, Options, Rdict
 
 from scripts.topic_reader import read_topic
+from tables.rocks import META_CF
 from tables.seen_ids_index import INDEX_CF, SUMMARY_KEY
-from tables.store import META_CF
 from tables.window import Entry
 from tests.support import Broker, Names, Worker, wait_drained
 

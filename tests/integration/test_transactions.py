@@ -23,7 +23,7 @@ from rocksdict import AccessType, Options, Rdict
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets, read_topic
 from scripts.verify import check
-from tables.store import META_CF, SOURCE_OFFSETS_KEY, decode_source_offsets
+from tables.rocks import META_CF, SOURCE_OFFSETS_KEY, decode_source_offsets
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.integration

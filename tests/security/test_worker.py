@@ -12,10 +12,9 @@ import time
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.topics import topic_specs
-from scripts.kafka_acls import leader_topic_name
+from scripts.kafka_acls import changelogs, leader_topic_name
 from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
-from tables.seen_ids import changelog_topic_name
 from tests.faults.scenario import Feeder
 from tests.security.conftest import SecureBroker, worker_as
 from tests.support import Names, Worker, drained, get, wait_drained
@@ -100,7 +99,8 @@ async def create_topics_as_admin(secure: SecureBroker, names: Names) -> None:
     )
     await admin.start()
     try:
-        specs = topic_specs(admin_settings, changelog_topic_name(admin_settings))
+        seen_ids, *more = changelogs(admin_settings)
+        specs = topic_specs(admin_settings, seen_ids, more)
         await admin.create_topics(
             [NewTopic(s.name, 4, 1, topic_configs=s.config) for s in specs]
             + [NewTopic(leader_topic_name(admin_settings), 1, 1)]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from app import rules
-from app.agents import Deduplicator, Outcome, message_ms
+from app.dedup import Deduplicator, Outcome, record_ms
 from app.settings import Settings
 from tables import window
 
@@ -25,7 +25,7 @@ class Msg:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
-    timestamp: float = 1_790_000_000.123
+    timestamp: int = 1_790_000_000_123  # ms, as aiokafka's ConsumerRecord
 
 
 @dataclass
@@ -47,19 +47,23 @@ class FakeTxn:
 
 
 class FakeSeenIds:
-    """``SeenIds``' contract in memory: first sightings within the window, ages out nothing."""
+    """``SeenIds``' contract in memory: window decisions with content hashes, ages out nothing."""
 
     def __init__(self) -> None:
         self.first: dict[bytes, int] = {}
+        self.content: dict[bytes, bytes] = {}
         self.aged_at: list[int] = []
 
-    def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
-        held = self.first.get(id_bytes)
-        entry = None if held is None else window.Entry(held, 0)
-        if window.is_duplicate(entry, record_ms, round(SETTINGS.window * 1000)):
-            return False
-        self.first[id_bytes] = record_ms
-        return True
+    def decide(
+        self, key: bytes, record_ms: int, partition: int | None = None, content: bytes = b""
+    ) -> window.Verdict:
+        held = self.first.get(key)
+        entry = None if held is None else window.Entry(held, 0, 0, self.content.get(key, b""))
+        verdict = window.judge(entry, record_ms, round(SETTINGS.window * 1000), content)
+        if verdict is window.Verdict.FIRST:
+            self.first[key] = record_ms
+            self.content[key] = content
+        return verdict
 
     def age_out(self, record_ms: int, partition: int | None = None) -> int:
         self.aged_at.append(record_ms)
@@ -80,7 +84,7 @@ async def run(*msgs: Msg, settings: Settings = SETTINGS) -> tuple[list[str], Fak
     seen = FakeSeenIds()
     dedup = Deduplicator(settings, seen)  # type: ignore[arg-type]
     txn = FakeTxn()
-    outcomes = [await dedup.handle(txn, m, message_ms(m)) for m in msgs]  # type: ignore[arg-type]
+    outcomes = [await dedup.handle(txn, m, record_ms(m)) for m in msgs]  # type: ignore[arg-type]
     return outcomes, txn, seen
 
 
@@ -104,7 +108,7 @@ async def test_first_sighting_is_forwarded_and_remembered() -> None:
 
 async def test_repeats_are_dropped_and_do_not_move_the_first_seen_time() -> None:
     first = placed("m-1")
-    later = placed("m-1", timestamp=1_790_000_999.0)
+    later = placed("m-1", timestamp=1_790_000_999_000)
     outcomes, txn, table = await run(first, later, later)
     assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
     assert len(txn.sent) == 1
@@ -134,7 +138,7 @@ async def test_misplaced_records_are_rekeyed_not_decided(
 
 
 def msg_ts(msg: Msg) -> int:
-    return round(msg.timestamp * 1000)
+    return msg.timestamp
 
 
 async def test_records_from_the_repartition_topic_are_decided_where_they_land() -> None:
@@ -186,8 +190,8 @@ async def test_a_copy_after_the_window_is_forwarded_again() -> None:
     w = SETTINGS.window
     outcomes, txn, _ = await run(
         placed("m-4"),
-        placed("m-4", timestamp=1_790_000_000.123 + w - 0.001),
-        placed("m-4", timestamp=1_790_000_000.123 + w),
+        placed("m-4", timestamp=1_790_000_000_123 + round(w * 1000) - 1),
+        placed("m-4", timestamp=1_790_000_000_123 + round(w * 1000)),
     )
     assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.FORWARDED]
     assert len(txn.sent) == 2

@@ -18,7 +18,6 @@ from aiokafka.structs import TopicPartition
 from app.eos import (
     GAP_POLL,
     BrokerReader,
-    SourceRecord,
     Task,
     TaskBatch,
     TaskState,
@@ -284,50 +283,6 @@ async def test_a_gap_with_a_committed_record_in_it_is_a_skip() -> None:
     ok = await gap_checked(manager, manager.fail, task, Msg("events", 3, 12))  # type: ignore[arg-type]
     assert not ok
     assert manager.failures[0].startswith("the consumer skipped record 11 of events-3")
-
-
-@pytest.mark.parametrize("timestamp_ms", [1_700_000_000_123, -1])
-def test_a_source_record_reads_as_fausts_message_would(timestamp_ms: int) -> None:
-    """The batch path reads aiokafka's record where the agent reads Faust's ``Message``
-    (``_to_message``): every field ``Deduplicator.handle`` reads must come out the same."""
-    from aiokafka.structs import ConsumerRecord
-    from faust.types import TP as FaustTP
-    from faust.types.tuples import Message
-
-    from app.agents import message_ms, record_ms
-
-    record: SourceRecord = ConsumerRecord(
-        topic="events",
-        partition=3,
-        offset=42,
-        timestamp=timestamp_ms,
-        timestamp_type=0,
-        key=b"id-1",
-        value=b'{"messageId":"id-1"}',
-        checksum=None,
-        serialized_key_size=4,
-        serialized_value_size=20,
-        headers=(("h", b"v"),),
-    )
-    faust_message = Message(  # what faust.transport.drivers.aiokafka.Consumer._to_message makes
-        record.topic,
-        record.partition,
-        record.offset,
-        record.timestamp / 1000.0,
-        record.timestamp_type,
-        record.headers,
-        record.key,
-        record.value,
-        record.checksum,
-        record.serialized_key_size,
-        record.serialized_value_size,
-        FaustTP(record.topic, record.partition),
-        generation_id=7,
-    )
-    for field in ("topic", "partition", "offset", "headers", "key", "value"):
-        assert getattr(record, field) == getattr(faust_message, field), field
-    assert record_ms(record) == message_ms(faust_message)
-    assert record_ms(record) == (None if timestamp_ms < 0 else timestamp_ms)
 
 
 async def test_a_range_of_control_records_only_is_answered_by_the_position() -> None:

@@ -28,7 +28,7 @@ def test_table_has_ratios_to_a_and_b() -> None:
 
 
 def test_leaked_duplicates_and_missing_ids_show() -> None:
-    r = _ok("c", 5_000, 80, out_total=905, missing=2)
+    r = _ok("d", 5_000, 80, out_total=905, missing=2)
     r.out_distinct = 898
     assert r.duplicates == 7
     assert r.correct == "NO: 2 missing, 7 duplicates"

@@ -15,7 +15,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFen
 from aiokafka.structs import TopicPartition
 
 from app.eos import Committer, Outcome, Task
-from tables.store import SOURCE_OFFSETS_KEY
+from tables.rocks import SOURCE_OFFSETS_KEY
 
 SOURCE = TopicPartition("events", 3)
 OUT = TopicPartition("events-clean", 3)

@@ -8,7 +8,8 @@ from app.eos.producer import TransactionalProducers
 from app.settings import Settings
 from app.topics import topic_specs
 from scripts.kafka_acls import Acl, all_acls, leader_topic_name, worker_acls
-from tables.seen_ids import changelog_topic_name
+from tables.producers import changelog_topic_name as producers_changelog_name
+from tables.seen_ids_table import changelog_topic_name
 
 SETTINGS = Settings.from_env({"DEDUPE_APP_ID": "shop", "DEDUPE_INPUT_TOPIC": "orders"})
 
@@ -30,10 +31,12 @@ def test_the_transactional_id_prefix_covers_every_partitions_producer() -> None:
 def test_the_worker_reads_and_writes_exactly_its_topics() -> None:
     acls = worker_acls(SETTINGS, "w")
     changelog = changelog_topic_name(SETTINGS)
-    assert {s.name for s in topic_specs(SETTINGS, changelog)} == {
+    producers = producers_changelog_name(SETTINGS)
+    assert {s.name for s in topic_specs(SETTINGS, changelog, [producers])} == {
         "orders",
         "shop-orders-repartition",
         "shop-seen_ids-changelog",
+        producers,
         "events-clean",
         "events-dlq",
     }
@@ -41,6 +44,7 @@ def test_the_worker_reads_and_writes_exactly_its_topics() -> None:
         "orders",
         "shop-orders-repartition",
         changelog,
+        producers,
         leader_topic_name(SETTINGS),
         "events-clean",  # GET /messages/{id} reads the forwarded copy
     }
@@ -49,6 +53,7 @@ def test_the_worker_reads_and_writes_exactly_its_topics() -> None:
         "events-dlq",
         "shop-orders-repartition",
         changelog,
+        producers,
     }
     assert granted(acls, "Read", "group") == {"shop"}
 

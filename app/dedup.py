@@ -1,0 +1,297 @@
+"""``Deduplicator.handle``: one record, decided by its strategy (``app/strategy.py``) and sent
+inside its task's transaction.
+
+Every decision comes from ``app.rules``, ``app.strategy`` and the tables' pure rules; every send
+and table write happens inside the record's task transaction (``app.eos``), so the record's
+output, dead-letter or repartition record, its changelog records and its offset commit together
+or not at all. What each strategy does with a record:
+
+=====================  ====================================  ===========================
+strategy               decided by (state)                    output key
+=====================  ====================================  ===========================
+message_id             messageId (``seen_ids``)              the messageId
+message_id, no id      fingerprint (``seen_ids``), when       the fingerprint (32 hex)
+                       DEDUPE_MISSING_ID=fingerprint
+producer_sequence      producer's highest sequence            the producer name
+                       (``producer_seqs``)
+off                    nothing: every copy forwarded          the messageId or fingerprint
+=====================  ====================================  ===========================
+
+A record not keyed and placed by its decision key is re-keyed through the repartition topic
+first, headers kept, so every copy meets the same partition's state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from app import faults, rules, strategy
+from app.eos import SourceRecord, TaskTransaction
+from app.settings import Settings
+from app.strategy import NO_META, Meta, Strategy
+from tables.producers import ProducerSeqs
+from tables.seen_ids import SeenIds
+from tables.window import Verdict
+
+
+class Outcome:
+    """Names of the per-partition counters (what happened to each record)."""
+
+    FORWARDED = "forwarded"
+    DUPLICATE = "duplicates_dropped"
+    DEAD_LETTERED = "dead_lettered"
+    REKEYED = "rekeyed"
+    #: DEDUPE_VERIFY_CONTENT: same id, other content (dead-lettered, counted on its own).
+    REUSED = "messageId_reused"
+
+
+#: Bad-input reasons about the messageId alone: a producer-sequence record may have any.
+_ID_ONLY = frozenset(
+    {
+        rules.BadInput.NO_MESSAGE_ID,
+        rules.BadInput.MESSAGE_ID_NOT_STRING,
+        rules.BadInput.EMPTY_MESSAGE_ID,
+        rules.BadInput.MESSAGE_ID_TOO_LONG,
+    }
+)
+
+
+def record_ms(record: SourceRecord) -> int | None:
+    """The Kafka timestamp of aiokafka's record (ms, -1: none); None when it has none."""
+    return record.timestamp if record.timestamp >= 0 else None
+
+
+class Deduplicator:
+    """Handles one record inside its transaction. Counters are per partition, this process."""
+
+    def __init__(
+        self, settings: Settings, seen_ids: SeenIds, producers: ProducerSeqs | None = None
+    ) -> None:
+        self.settings = settings
+        self.seen_ids = seen_ids
+        self.producers = producers
+        self.counts: dict[int, Counter[str]] = {}
+        #: partition -> (strategy, outcome) -> records.
+        self.by_strategy: dict[int, Counter[tuple[str, str]]] = {}
+        self.max_future_ms = round(settings.max_future_skew * 1000)
+        self.faults = faults.parse(settings.fault_injection)
+        self.policies = strategy.parse_policies(settings.source_policies)
+        self.default = Strategy(settings.strategy)
+        self.by_source = settings.scope == "source"
+        self.fingerprints = settings.missing_id == "fingerprint"
+        self.exclude = strategy.field_list(settings.fingerprint_exclude)
+        self.verify = settings.verify_content
+
+    def policy(self) -> dict[str, object]:
+        """The policy in force, for ``/stats``."""
+        s = self.settings
+        return {
+            "default": self.default.value,
+            "sources": strategy.describe_policies(self.policies),
+            "scope": s.scope,
+            "missing_id": s.missing_id,
+            "verify_content": self.verify,
+        }
+
+    async def handle(
+        self,
+        txn: TaskTransaction,
+        message: SourceRecord,
+        timestamp_ms: int | None,
+        key_partition: int | None = None,
+        tally: Counter[tuple[str, str]] | None = None,
+    ) -> str:
+        """Decide ``message`` and send what it becomes; returns the outcome. ``timestamp_ms`` is
+        its Kafka timestamp (None: it has none; see :func:`record_ms`); ``key_partition`` is the
+        partition its key hashes to, when the caller computed it for a whole batch; ``tally``
+        counts (strategy, outcome)."""
+        headers: Sequence[tuple[str, bytes]] = message.headers or ()
+        meta = strategy.read_meta(headers)
+        chosen = (
+            self.default if meta is NO_META else strategy.choose(meta, self.policies, self.default)
+        )
+        if chosen is Strategy.PRODUCER_SEQUENCE:
+            outcome = await self._by_producer(txn, message, meta, timestamp_ms, key_partition)
+        else:
+            outcome = await self._by_id(txn, message, meta, chosen, timestamp_ms, key_partition)
+        if tally is not None:
+            tally[(chosen.value, outcome)] += 1
+        return outcome
+
+    # -- message ids and fingerprints -------------------------------------------------------------
+
+    async def _by_id(
+        self,
+        txn: TaskTransaction,
+        message: SourceRecord,
+        meta: Meta,
+        chosen: Strategy,
+        timestamp_ms: int | None,
+        key_partition: int | None,
+    ) -> str:
+        s = self.settings
+        value = message.value
+        checked = rules.inspect(
+            value, max_event_bytes=s.max_event_bytes, max_id_bytes=s.max_message_id_bytes
+        )
+        headers = message.headers or ()
+        if isinstance(checked, rules.Valid):
+            key, doc, fingerprint = checked.id_bytes, checked.doc, None
+        elif checked.reason is rules.BadInput.NO_MESSAGE_ID and self.fingerprints:
+            assert value is not None
+            doc = rules.parse_object(value)
+            assert doc is not None  # inspect parsed it as an object without a messageId
+            fingerprint = strategy.fingerprint(doc, self.exclude)
+            key = fingerprint.encode()
+            headers = [*headers, (strategy.FINGERPRINT_HEADER, key)]
+        else:
+            return await self._dead_letter(txn, message, checked, timestamp_ms)
+        if message.topic == s.input_topic and rules.misplaced(
+            message.key, message.partition, key, s.partitions, key_partition
+        ):
+            # The fingerprint header is not sent on: the second pass computes it again.
+            return await self._rekey(txn, message, key, message.headers or (), timestamp_ms)
+        if chosen is not Strategy.OFF:
+            state_key, content = key, b""
+            if fingerprint is not None:
+                state_key = strategy.fingerprint_key(fingerprint)
+            else:
+                if self.by_source and meta.source is not None:
+                    bad = strategy.source_name(meta)
+                    if bad is not None:
+                        invalid = rules.Invalid(rules.BadInput.BAD_SOURCE, bad)
+                        return await self._dead_letter(txn, message, invalid, timestamp_ms)
+                    state_key = strategy.scoped_key(key, meta.source)
+                if self.verify and isinstance(doc, dict):
+                    content = strategy.content_hash(doc, self.exclude)
+            ms = self._record_ms(timestamp_ms, doc)
+            # The tables are co-partitioned with the record: its partition is theirs.
+            verdict = self.seen_ids.decide(state_key, ms, message.partition, content)
+            self.seen_ids.age_out(ms, message.partition)
+            if verdict is Verdict.REPEAT:
+                return Outcome.DUPLICATE
+            if verdict is Verdict.REUSED:
+                reused = rules.Invalid(
+                    rules.BadInput.MESSAGE_ID_REUSED,
+                    "a copy inside the window has other content than the forwarded one",
+                )
+                await self._dead_letter(txn, message, reused, timestamp_ms)
+                return Outcome.REUSED
+        return await self._forward(txn, message, key, headers, timestamp_ms)
+
+    def _record_ms(self, timestamp_ms: int | None, doc: object) -> int:
+        kafka_ms = rules.clamp_ms(timestamp_ms or 0)
+        if self.settings.time_source == "kafka":
+            return kafka_ms
+        stamp = doc.get("timestamp") if isinstance(doc, dict) else None
+        return rules.event_time_ms(stamp, kafka_ms, self.max_future_ms)
+
+    # -- producer sequences -----------------------------------------------------------------------
+
+    async def _by_producer(
+        self,
+        txn: TaskTransaction,
+        message: SourceRecord,
+        meta: Meta,
+        timestamp_ms: int | None,
+        key_partition: int | None,
+    ) -> str:
+        s = self.settings
+        parsed = strategy.producer_sequence(meta)
+        if isinstance(parsed, str):
+            bad = rules.Invalid(rules.BadInput.BAD_PRODUCER_SEQUENCE, parsed)
+            return await self._dead_letter(txn, message, bad, timestamp_ms)
+        checked = rules.inspect(
+            message.value, max_event_bytes=s.max_event_bytes, max_id_bytes=s.max_message_id_bytes
+        )
+        if isinstance(checked, rules.Invalid) and checked.reason not in _ID_ONLY:
+            return await self._dead_letter(txn, message, checked, timestamp_ms)
+        key = parsed.producer
+        headers = message.headers or ()
+        if message.topic == s.input_topic and rules.misplaced(
+            message.key, message.partition, key, s.partitions, key_partition
+        ):
+            return await self._rekey(txn, message, key, headers, timestamp_ms)
+        assert self.producers is not None
+        doc = checked.doc if isinstance(checked, rules.Valid) else None
+        if doc is None and s.time_source == "event" and message.value is not None:
+            doc = rules.parse_object(message.value)
+        ms = self._record_ms(timestamp_ms, doc)
+        if not self.producers.advance(key, parsed.sequence, ms, message.partition):
+            return Outcome.DUPLICATE
+        return await self._forward(txn, message, key, headers, timestamp_ms)
+
+    # -- sends ------------------------------------------------------------------------------------
+
+    async def _forward(
+        self,
+        txn: TaskTransaction,
+        message: SourceRecord,
+        key: bytes,
+        headers: Sequence[tuple[str, bytes]],
+        timestamp_ms: int | None,
+    ) -> str:
+        if self.faults is not None:
+            self.faults.reach("stored")
+        await txn.send(
+            self.settings.output_topic,
+            key=key,
+            value=message.value,
+            headers=headers,
+            timestamp_ms=timestamp_ms,
+            partition=message.partition,
+        )
+        if self.faults is not None:
+            self.faults.reach("sent")
+        return Outcome.FORWARDED
+
+    async def _rekey(
+        self,
+        txn: TaskTransaction,
+        message: SourceRecord,
+        key: bytes,
+        headers: Sequence[tuple[str, bytes]],
+        timestamp_ms: int | None,
+    ) -> str:
+        s = self.settings
+        await txn.send(
+            s.repartition_topic,
+            key=key,
+            value=message.value,
+            headers=headers,
+            timestamp_ms=timestamp_ms,
+            partition=rules.partition_for(key, s.partitions),
+        )
+        return Outcome.REKEYED
+
+    async def _dead_letter(
+        self,
+        txn: TaskTransaction,
+        message: SourceRecord,
+        bad: rules.Invalid,
+        timestamp_ms: int | None,
+    ) -> str:
+        await txn.send(
+            self.settings.dlq_topic,
+            key=message.key,
+            value=message.value,
+            headers=rules.dead_letter_headers(
+                list(message.headers or ()), bad, message.topic, message.partition, message.offset
+            ),
+            timestamp_ms=timestamp_ms,
+            partition=message.partition,
+        )
+        return Outcome.DEAD_LETTERED
+
+    def count(self, partition: int, outcome: str, n: int = 1) -> None:
+        counter = self.counts.get(partition)
+        if counter is None:
+            counter = self.counts[partition] = Counter()
+        counter[outcome] += n
+
+    def count_strategies(self, partition: int, tally: Counter[tuple[str, str]]) -> None:
+        counter = self.by_strategy.get(partition)
+        if counter is None:
+            counter = self.by_strategy[partition] = Counter()
+        counter.update(tally)

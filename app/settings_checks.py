@@ -1,0 +1,48 @@
+"""What only the worker's settings as a whole can check (ranges and choices of single fields
+are declared on the fields, ``app/settings.py``): topic names and their clashes, the bucket
+within the window, fault specs, log level, source policies."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from app import faults
+from app.strategy import parse_policies
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_TOPICS = ("app_id", "input_topic", "output_topic", "dlq_topic", "repartition_topic")
+
+
+def cross_checks(s: Settings) -> list[str]:
+    out: list[str] = []
+
+    def env(name: str) -> str:
+        return s.describe(name).env
+
+    if not s.bootstrap_servers.strip():
+        out.append(f"{env('bootstrap_servers')} must name at least one broker")
+    for name in _TOPICS:
+        value = getattr(s, name)
+        if not _TOPIC.match(value):
+            out.append(f"{env(name)}={value!r}: use 1-200 of [A-Za-z0-9._-]")
+    names = {n: getattr(s, n) for n in _TOPICS[1:]}
+    if len(set(names.values())) != len(names):
+        listed = ", ".join(f"{env(n)}={v!r}" for n, v in names.items())
+        out.append(f"input, output, dead-letter and repartition topics must differ: {listed}")
+    if 1 <= s.window <= 3650 * 86400 and not 0.001 <= s.bucket <= s.window:
+        out.append(f"{env('bucket')}={s.bucket}s: must be 1ms..DEDUPE_WINDOW")
+    try:
+        faults.parse(s.fault_injection)
+    except ValueError as exc:
+        out.append(f"{env('fault_injection')}: {exc}")
+    if s.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
+        out.append(f"{env('log_level')}={s.log_level!r}: debug|info|warning|error|critical")
+    try:
+        parse_policies(s.source_policies)
+    except ValueError as exc:
+        out.append(f"{env('source_policies')}={s.source_policies!r}: {exc}")
+    return out

@@ -1,0 +1,88 @@
+"""The per-partition RocksDB databases of one table: where they live, opening them (a damaged
+one is set aside and rebuilt from the changelog), closing them, removing them."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from rocksdict import Options
+
+from tables.rocks import PartitionDB
+
+log = logging.getLogger(__name__)
+
+
+class PartitionSet:
+    """``<directory>/<table>-<partition>.db``, opened on first use and kept open."""
+
+    def __init__(
+        self,
+        directory: Path,
+        table_name: str,
+        options: Options,
+        family_options: Options,
+        extra_cfs: tuple[str, ...],
+    ) -> None:
+        self.directory = directory
+        self._table_name = table_name
+        self._options = options
+        self._family_options = family_options
+        self._extra_cfs = extra_cfs
+        self._open: dict[int, PartitionDB] = {}
+
+    def path(self, partition: int) -> Path:
+        return self.directory / f"{self._table_name}-{partition}.db"
+
+    def get(self, partition: int) -> PartitionDB:
+        """The database of ``partition``, opened on first use."""
+        pdb = self._open.get(partition)
+        if pdb is None:
+            pdb = self._open[partition] = self._open_db(partition)
+        return pdb
+
+    def _open_db(self, partition: int) -> PartitionDB:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.path(partition)
+        try:
+            return PartitionDB(path, self._options, self._family_options, self._extra_cfs)
+        except Exception as exc:
+            if "lock" in str(exc).lower():
+                raise  # another process uses this data dir: never touch its files
+            # Damaged files (deleted, truncated, corrupt): the changelog holds everything this
+            # database held, so set it aside and let recovery rebuild it.
+            aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+            log.error(
+                "partition %d: %s is damaged (%s); moved to %s, rebuilding it from the changelog",
+                partition,
+                path,
+                exc,
+                aside.name,
+            )
+            path.rename(aside)
+            return PartitionDB(path, self._options, self._family_options, self._extra_cfs)
+
+    def held(self) -> list[int]:
+        """The partitions whose databases are open."""
+        return list(self._open)
+
+    def opened(self) -> Iterator[PartitionDB]:
+        return iter(list(self._open.values()))
+
+    def close(self, partition: int) -> None:
+        pdb = self._open.pop(partition, None)
+        if pdb is not None:
+            pdb.close()
+
+    def remove_all(self) -> None:
+        """Close every database and delete this table's databases from the directory."""
+        for partition in self.held():
+            self.close(partition)
+        pattern = re.compile(rf"{re.escape(self._table_name)}-\d+\.db")
+        for path in self.directory.iterdir() if self.directory.exists() else ():
+            if pattern.fullmatch(path.name):
+                shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,76 @@
+"""Each partition's open-transaction writes, and the committed values that transaction read.
+
+``staged[p]`` maps key -> value (None: delete), one entry per key, in first-write order: the
+transaction's changelog records. ``read[p]`` caches committed values read during the open
+transaction; nothing else writes a partition's database while its transaction is open, so they
+stay true until the next write or discard."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from rocksdict import Rdict
+
+from tables.rocks import SOURCE_OFFSETS_KEY, multi_get
+
+
+class Staging:
+    """The staged writes and read cache of every partition of one store."""
+
+    __slots__ = ("read", "staged")
+
+    def __init__(self) -> None:
+        self.staged: dict[int, dict[bytes, bytes | None]] = {}
+        self.read: dict[int, dict[bytes, bytes | None]] = {}
+
+    def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Stage a write (None: delete) in ``partition``'s open transaction."""
+        staged = self.staged.get(partition)
+        if staged is None:
+            staged = self.staged[partition] = {}
+        staged[key] = value
+
+    def take(self, partition: int) -> dict[bytes, bytes | None] | None:
+        """Remove and return ``partition``'s staged writes (None: none were staged); the cached
+        reads go with them (the committed values are about to change)."""
+        self.read.pop(partition, None)
+        return self.staged.pop(partition, None)
+
+    def discard(self, partition: int) -> None:
+        self.staged.pop(partition, None)
+        self.read.pop(partition, None)
+
+    def changelog_records(self, partition: int) -> list[tuple[bytes, bytes | None]]:
+        """The staged writes, one per key (the source-offsets record is not among them: the
+        transaction layer sends it itself)."""
+        staged = self.staged.get(partition)
+        if not staged:
+            return []
+        return [(k, v) for k, v in staged.items() if k != SOURCE_OFFSETS_KEY]
+
+    def count(self, partition: int) -> int:
+        return len(self.staged.get(partition, ()))
+
+    def unfinished(self) -> Iterator[tuple[int, int]]:
+        """(partition, staged writes) of every partition with an open transaction's writes."""
+        return ((p, len(s)) for p, s in self.staged.items() if s)
+
+    def prefetch(self, partition: int, keys: list[bytes], db: Callable[[], Rdict]) -> None:
+        """Read the committed values of ``keys`` not read or staged yet, with one multi-get."""
+        read = self.read.setdefault(partition, {})
+        staged = self.staged.get(partition, {})
+        todo = [k for k in keys if k not in read and k not in staged]
+        if todo:
+            read.update(zip(todo, multi_get(db(), todo), strict=True))
+
+    def committed_values(
+        self, partition: int, keys: list[bytes], db: Callable[[], Rdict]
+    ) -> list[bytes | None]:
+        """The committed value of each of ``keys`` (None: absent), from what the open
+        transaction read already, the rest with one multi-get."""
+        read = self.read.get(partition, {})
+        missing = [k for k in keys if k not in read]
+        if not missing:
+            return [read[k] for k in keys]
+        fetched = dict(zip(missing, multi_get(db(), missing), strict=True))
+        return [read[k] if k in read else fetched[k] for k in keys]
