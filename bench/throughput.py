@@ -18,7 +18,9 @@ Contenders, one at a time, each a subprocess (so its process tree can be measure
 A contender whose module is missing, which exits early or does not finish is recorded as failed
 or incomplete, with its error, and the run goes on.
 
-Data. For each profile (``dup0.6``: 0.6% of the records are repeats, ``dup20``: 20%) N records
+Data. For each profile (``dup0.6``: 0.6% of the records are repeats, ``dup20``: 20%; and for our
+worker's other strategies ``ps20``, producer sequences, and ``fp20``, events without a messageId
+deduplicated by fingerprint, each with 20% repeats: see ``PROFILES``) N records
 (``--events``/``BENCH_EVENTS``) are generated deterministically (``scripts.streams.make_event``:
 ~300-byte Segment-style JSON, key = messageId, Kafka's default partitioner): N minus the repeats
 unique events, and each repeat a byte-identical copy of an earlier event, half of them right
@@ -60,6 +62,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import platform
 import random
@@ -70,7 +73,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -80,6 +83,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
+from app import strategy
 from bench.measure import (
     TreeCpu,
     disk_bytes,
@@ -100,7 +104,23 @@ from scripts.streams import OutRecord, make_event, produce
 from scripts.topic_reader import start_consumer
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = {"dup0.6": 0.006, "dup20": 0.20}
+#: profile -> (kind of event, share of repeats). "id": events with a messageId, keyed by it;
+#: "ps": producer sequences (64 producers, keyed by name, in order); "fp": no messageId, unkeyed
+#: (the worker runs with DEDUPE_MISSING_ID=fingerprint and re-keys every record by its hash).
+#: Only our worker (b, f) can run "ps" and "fp".
+PROFILES = {
+    "dup0.6": ("id", 0.006),
+    "dup20": ("id", 0.20),
+    "ps20": ("ps", 0.20),
+    "fp20": ("fp", 0.20),
+}
+PRODUCERS = 64
+PROFILE_KINDS = {
+    "id": "events keyed by messageId",
+    "ps": f"producer sequences from {PRODUCERS} producers",
+    "fp": "events without a messageId, deduplicated by fingerprint",
+}
+FINGERPRINT_EXCLUDE = frozenset({"sentAt", "receivedAt", "_metadata"})
 #: The worker's default commit interval (DEDUPE_COMMIT_INTERVAL); the p99 target builds on it.
 COMMIT_INTERVAL = 0.1
 HEADERS = (("content-type", b"application/json"),)
@@ -109,9 +129,13 @@ HEADERS = (("content-type", b"application/json"),)
 # -- data -------------------------------------------------------------------------------------
 
 
-def generate(events: int, dup_fraction: float, seed: int = 7) -> Iterator[OutRecord]:
+def generate(
+    events: int, dup_fraction: float, seed: int = 7, kind: str = "id"
+) -> Iterator[OutRecord]:
     """Exactly ``events`` records, ``round(events * dup_fraction)`` of them repeats (see the
-    module docstring), deterministic for ``seed``."""
+    module docstring), deterministic for ``seed``. A record's ``message_id`` is the event's
+    identity: its messageId, its fingerprint (``fp``) or ``<producer>\\x00<sequence>`` (``ps``),
+    as :func:`output_identity` reads it back from the output."""
     rng = random.Random(seed)
     repeats = round(events * dup_fraction)
     unique = events - repeats
@@ -121,7 +145,22 @@ def generate(events: int, dup_fraction: float, seed: int = 7) -> Iterator[OutRec
     for i in range(unique):
         yield from late.pop(i, ())
         message_id, value = make_event(rng, i, base_ms)
-        record = OutRecord(message_id, message_id.encode(), value, HEADERS)
+        if kind == "id":
+            record = OutRecord(message_id, message_id.encode(), value, HEADERS)
+        elif kind == "fp":
+            doc = json.loads(value)
+            del doc["messageId"]
+            fingerprint = strategy.fingerprint(doc, FINGERPRINT_EXCLUDE)
+            record = OutRecord(fingerprint, None, json.dumps(doc).encode(), HEADERS)
+        else:
+            producer = f"producer-{i % PRODUCERS}"
+            seq = str(i // PRODUCERS)
+            headers = (
+                *HEADERS,
+                ("dedupe.producer", producer.encode()),
+                ("dedupe.sequence", seq.encode()),
+            )
+            record = OutRecord(f"{producer}\x00{seq}", producer.encode(), value, headers)
         yield record
         if i in repeated:
             if rng.random() < 0.5:
@@ -133,6 +172,17 @@ def generate(events: int, dup_fraction: float, seed: int = 7) -> Iterator[OutRec
 
 
 # -- the output watcher -----------------------------------------------------------------------
+
+
+def output_identity(key: bytes | None, headers: Sequence[tuple[str, bytes]]) -> bytes:
+    """The event an output record is: its producer and sequence when it has them, else its key
+    (messageId or fingerprint)."""
+    if headers:
+        found = dict(headers)
+        producer = found.get("dedupe.producer")
+        if producer is not None:
+            return producer + b"\x00" + found.get("dedupe.sequence", b"")
+    return key or b""
 
 
 class Watcher:
@@ -174,7 +224,7 @@ class Watcher:
                 self.total += 1
                 if self.first_at is None:
                     self.first_at = now
-                key = r.key or b""
+                key = output_identity(r.key, r.headers)
                 if key in self.seen:
                     continue
                 self.seen.add(key)
@@ -358,7 +408,7 @@ class Run:
         self.peak_rss = max(self.peak_rss, s.rss_bytes)
         self.cpu.update(s.cpu_by_pid)
 
-    async def run(self, dup_fraction: float) -> Result:
+    async def run(self, kind: str, dup_fraction: float) -> Result:
         r = self.result
         opts = self.opts
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -366,8 +416,8 @@ class Run:
         backlog: set[bytes] = set()
 
         def records() -> Iterator[OutRecord]:
-            for rec in generate(opts.events, dup_fraction):
-                backlog.add(rec.key or b"")
+            for rec in generate(opts.events, dup_fraction, kind=kind):
+                backlog.add(rec.message_id.encode())
                 yield rec
 
         started = time.monotonic()
@@ -417,9 +467,10 @@ class Run:
         key = self.key
         self.state.mkdir(parents=True, exist_ok=True)
         cmd = command(key, opts.bootstrap, self.names, opts.partitions, self.state)
-        env = environment(
-            key, opts.bootstrap, self.names, opts.partitions, self.state, opts.worker_settings
-        )
+        settings = dict(opts.worker_settings or {})
+        if PROFILES[self.profile][0] == "fp":
+            settings["DEDUPE_MISSING_ID"] = "fingerprint"
+        env = environment(key, opts.bootstrap, self.names, opts.partitions, self.state, settings)
         with self.log.open("ab") as log:
             log.write(f"$ {shlex.join(cmd)}\n".encode())
         t0 = time.time()
@@ -670,7 +721,8 @@ def render(cmdline: str, opts: Options, results: dict[str, list[Result]], starte
         lines += [
             "",
             f"## Profile {profile}: {opts.events:,} records, {unique:,} unique, "
-            f"{opts.events - unique:,} repeats ({PROFILES[profile]:.1%})",
+            f"{opts.events - unique:,} repeats ({PROFILES[profile][1]:.1%}; "
+            f"{PROFILE_KINDS[PROFILES[profile][0]]})",
             "",
             render_table(rows),
             "",
@@ -695,7 +747,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--contenders", default=",".join(CONTENDERS), help="which of a,b,d,e,f (default all)"
     )
-    p.add_argument("--profiles", default=",".join(PROFILES), help="dup0.6,dup20 (default both)")
+    p.add_argument(
+        "--profiles", default=",".join(PROFILES), help=f"{','.join(PROFILES)} (default all)"
+    )
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument(
         "--bootstrap",
@@ -772,11 +826,14 @@ async def main_async(args: argparse.Namespace, cmdline: str) -> None:
     )
     for profile in args.profile_names:
         results[profile] = []
+        kind, dup_fraction = PROFILES[profile]
         for key in args.contender_keys:
+            if kind != "id" and key not in WORKERS:
+                continue  # only our worker has this strategy
             run = Run(opts, profile, key)
             print(f"== {profile} / {CONTENDERS[key][1]}", flush=True)
             try:
-                result = await run.run(PROFILES[profile])
+                result = await run.run(kind, dup_fraction)
             except Exception as exc:  # the harness records a broken run and goes on
                 result = run.result
                 result.status = "failed"

@@ -7,12 +7,22 @@ With a worker running (``make run`` in another terminal)::
 
 You should see, once the worker has processed the stream (a few seconds)::
 
-    sent 10,605 records: 10,000 unique events, 600 repeats, 5 bad records
-    forwarded 10,000  dropped as duplicates 600  dead-lettered 5  (after 3.1s)
+    sent 11,242 records: 10,000 unique events, 600 repeats, 5 bad records, and 637 for the
+    other strategies
+    after 1.4s, by strategy:
+      message_id         sent 10,600  forwarded 10,000  dropped as duplicates 600  dead-lettered 0
+      producer_sequence  sent    437  forwarded    400  dropped as duplicates  37  dead-lettered 0
+      fingerprint        sent    200  forwarded      0  dropped as duplicates   0  dead-lettered 200
+      bad records        dead-lettered 5
 
-Every run uses new messageIds, so runs do not interfere. Forwarded counts this run's ids found
-in the clean topic read with read_committed; dead-lettered counts this run's bad records in the
-dead-letter topic; dropped is the rest. The exit status is 1 when the figures do not add up
+Producer sequences (two producers, 200 sequences each, retries) are always on; events without a
+messageId are dead-lettered unless the worker runs with DEDUPE_MISSING_ID=fingerprint, and with
+DEDUPE_VERIFY_CONTENT=true the demo also reuses 5 ids for other events (dead-lettered with
+``dedupe.error=messageId-reused``).
+
+Every run uses new messageIds and producer names, so runs do not interfere. Forwarded and
+dead-lettered count this run's records in the clean and dead-letter topics (read_committed), by
+a header the demo adds; dropped is the rest. The exit status is 1 when the figures do not add up
 (an id forwarded twice, or missing) within --timeout seconds.
 """
 
@@ -25,6 +35,7 @@ import random
 import sys
 import time
 import uuid
+from collections import Counter
 
 from app.settings import Settings
 from scripts.streams import OutRecord, build_stream, produce
@@ -33,60 +44,132 @@ from scripts.topic_reader import read_topic
 RUN_HEADER = "demo-run"
 
 
-def bad_records(run: bytes) -> list[OutRecord]:
-    """One of each common kind of bad input, tagged with the run id."""
+def bad_records(run: bytes, *, fingerprint: bool = False) -> list[OutRecord]:
+    """One of each common kind of bad input, tagged with the run id (an event without a
+    messageId is bad unless the worker fingerprints such events)."""
     headers = ((RUN_HEADER, run),)
     values = [
         b"{not json",
         b"\xff\xfe\x00garbage",
-        json.dumps({"type": "track", "event": "No Id"}).encode(),
         json.dumps({"messageId": "", "type": "track"}).encode(),
         json.dumps(["an", "array"]).encode(),
+        json.dumps({"type": "track", "messageId": 42}).encode(),
     ]
     return [OutRecord("", None, v, headers) for v in values]
 
 
+#: The kind of each demo record (a header), to count what came out per strategy.
+KIND_HEADER = "demo-kind"
+
+
+def strategy_records(settings: Settings, rng: random.Random) -> list[OutRecord]:
+    """Records for the other strategies: two producers' sequences with retries, events without a
+    messageId sent twice, and (with DEDUPE_VERIFY_CONTENT) ids reused for other events."""
+    out: list[OutRecord] = []
+    nonce = uuid.uuid4().hex
+    for producer in (f"billing-{nonce[:8]}-1", f"billing-{nonce[:8]}-2"):  # new per run
+        for seq in range(200):
+            headers = (
+                (KIND_HEADER, b"producer_sequence"),
+                ("dedupe.producer", producer.encode()),
+                ("dedupe.sequence", str(seq).encode()),
+            )
+            value = json.dumps({"type": "track", "event": "Invoice Paid", "n": seq}).encode()
+            rec = OutRecord(f"{producer}:{seq}", producer.encode(), value, headers)
+            out += [rec, rec] if rng.random() < 0.1 else [rec]  # a retry follows its original
+    for i in range(100):
+        value = json.dumps({"type": "track", "event": "Webhook", "nonce": nonce, "i": i}).encode()
+        rec = OutRecord(f"fp:{i}", None, value, ((KIND_HEADER, b"fingerprint"),))
+        out += [rec, rec]
+    if settings.verify_content:
+        for i in range(5):
+            mid = f"reused-{nonce}-{i}"
+            for event in ("Signed Up", "Order Completed"):  # one id, two different events
+                value = json.dumps({"type": "track", "event": event, "messageId": mid}).encode()
+                out.append(OutRecord(mid, mid.encode(), value, ((KIND_HEADER, b"reused"),)))
+    return out
+
+
+def tally(records: list[object], run_id: bytes) -> Counter[str]:
+    """This run's records of a topic, by kind."""
+    counts: Counter[str] = Counter()
+    for r in records:
+        headers = dict(r.headers)  # type: ignore[attr-defined]
+        if headers.get(RUN_HEADER) == run_id:
+            counts[headers.get(KIND_HEADER, b"message_id").decode()] += 1
+    return counts
+
+
 async def run(settings: Settings, events: int, repeats: float, timeout: float) -> int:
     run_id = uuid.uuid4().hex.encode()
-    stream = build_stream(events, repeats, seed=random.randrange(2**32), late_distance=500)
-    tagged = [
+    rng = random.Random()
+    stream = build_stream(events, repeats, seed=rng.randrange(2**32), late_distance=500)
+    bad = bad_records(run_id, fingerprint=settings.missing_id == "fingerprint")
+    others = strategy_records(settings, rng)
+    records = [
         OutRecord(r.message_id, r.key, r.value, (*r.headers, (RUN_HEADER, run_id)))
-        for r in stream.records
-    ]
-    bad = bad_records(run_id)
-    records = tagged + bad
+        for r in [*stream.records, *others]
+    ] + bad
     client = settings.kafka_client_kwargs()
     await produce(
         settings.bootstrap_servers, settings.input_topic, records, progress=True, client=client
     )
     print(
         f"sent {len(records):,} records: {len(stream.unique):,} unique events, "
-        f"{stream.duplicates:,} repeats, {len(bad)} bad records"
+        f"{stream.duplicates:,} repeats, {len(bad)} bad records, and {len(others):,} for the\n"
+        "other strategies"
     )
-    ids = {m.encode() for m in stream.unique}
+    fingerprint = settings.missing_id == "fingerprint"
+    want_out = Counter(
+        {"message_id": len(stream.unique), "producer_sequence": 400}
+        | ({"fingerprint": 100} if fingerprint else {})
+        | ({"reused": 5} if settings.verify_content else {})
+    )
+    want_dead = Counter(
+        {"message_id": len(bad)}
+        | ({} if fingerprint else {"fingerprint": 200})
+        | ({"reused": 5} if settings.verify_content else {})
+    )
     started = time.monotonic()
     while True:
         out = await read_topic(settings.bootstrap_servers, settings.output_topic, client=client)
-        forwarded = [r for r in out if r.key in ids]
         dlq = await read_topic(settings.bootstrap_servers, settings.dlq_topic, client=client)
-        dead = [r for r in dlq if (RUN_HEADER, run_id) in r.headers]
-        done = len(forwarded) >= len(ids) and len(dead) >= len(bad)
+        got_out, got_dead = tally(out, run_id), tally(dlq, run_id)
+        done = got_out >= want_out and got_dead >= want_dead
         if done or time.monotonic() - started > timeout:
             break
         await asyncio.sleep(1.0)
+    ids = {m.encode() for m in stream.unique}
+    forwarded = [r for r in out if r.key in ids]
     distinct = len({r.key for r in forwarded})
-    dropped = len(records) - len(forwarded) - len(dead)
-    print(
-        f"forwarded {len(forwarded):,}  dropped as duplicates {dropped:,}  "
-        f"dead-lettered {len(dead)}  (after {time.monotonic() - started:.1f}s)"
-    )
+    sent = Counter(dict(r.headers).get(KIND_HEADER, b"message_id").decode() for r in records)
+    sent["message_id"] -= len(bad)
+    print(f"after {time.monotonic() - started:.1f}s, by strategy:")
+    for kind in ("message_id", "producer_sequence", "fingerprint", "reused"):
+        if not sent[kind] and kind != "message_id":
+            continue
+        dead = got_dead[kind] - (len(bad) if kind == "message_id" else 0)
+        dropped = sent[kind] - got_out[kind] - dead
+        print(
+            f"  {kind:<18} sent {sent[kind]:>6,}  forwarded {got_out[kind]:>6,}  "
+            f"dropped as duplicates {dropped:>3,}  dead-lettered {dead:,}"
+        )
+    print(f"  bad records        dead-lettered {len(bad)}")
+    if not fingerprint:
+        print(
+            "  (events without a messageId are dead-lettered: DEDUPE_MISSING_ID=fingerprint "
+            "deduplicates them)"
+        )
+    if not settings.verify_content:
+        print("  (DEDUPE_VERIFY_CONTENT=true also sends ids reused for other events)")
     if distinct != len(forwarded):
         print(f"ERROR: {len(forwarded) - distinct} ids forwarded more than once")
         return 1
     if not done:
         print(
-            f"ERROR: after {timeout:.0f}s only {distinct:,} of {len(ids):,} ids and "
-            f"{len(dead)} of {len(bad)} bad records came out; is a worker running?"
+            f"ERROR: after {timeout:.0f}s the output is short ({dict(got_out)} of "
+            f"{dict(want_out)}; dead-lettered {dict(got_dead)} of {dict(want_dead)}); "
+            "is a worker running?"
         )
         return 1
     return 0
