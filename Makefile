@@ -13,12 +13,14 @@ SERVERS := scripts/servers.sh
 IDEM_LIB := libs/idempotent-consumer
 # Tests use their own broker port, so they never touch the broker of `make run`.
 TEST_KAFKA_PORT ?= 19092
+# The security tier starts (and stops) its own SASL_SSL broker on this port (controller +1).
+TEST_SECURE_KAFKA_PORT ?= 19192
 # `make bench` starts its own broker on this port unless KAFKA_BOOTSTRAP_SERVERS is set.
 BENCH_KAFKA_PORT ?= 39092
 
 .DEFAULT_GOAL := help
-.PHONY: soak help install kafka-jars kafka-up kafka-down run demo verify lint format \
-        test test-unit test-integration test-faults test-spark test-ingest web clean \
+.PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
+        test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake \
         servers-install servers-up servers-down test-idempotency bench-idempotency
 
@@ -43,6 +45,9 @@ kafka-up: $(STAMP) kafka-jars ## Start a local single-node KRaft broker on 127.0
 
 kafka-down: ## Stop the local broker on $KAFKA_PORT (9092)
 	$(KAFKA) down
+
+kafka-acls: $(STAMP) kafka-jars ## Print each component's Kafka ACLs; with KAFKA_SECURITY=sasl_ssl also add them to the local broker
+	$(PY) -m scripts.kafka_acls $(if $(filter sasl_ssl,$(KAFKA_SECURITY)),--apply)
 
 run: $(STAMP) kafka-jars ## Set up everything and run a worker in the foreground
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(KAFKA) up; fi
@@ -106,6 +111,9 @@ test-spark: $(STAMP) kafka-jars spark-jars ## Spark tests: transforms, audit, wo
 test-ingest: $(STAMP) kafka-jars ## HTTP ingest tests: real service, broker, workers, Segment SDK
 	$(call pytest_tier,tests/ingest,-q -s)
 
+test-security: $(STAMP) kafka-jars spark-jars ## Security tier: its own SASL_SSL broker with ACLs; each component as its own principal, refusals, kill -9
+	@DEDUPE_TEST_SECURE_KAFKA_PORT=$(TEST_SECURE_KAFKA_PORT) $(PY) -m pytest --durations=10 tests/security -q -s
+
 servers-install: ## Install PostgreSQL and Redis from Debian's packages when missing (apt-get, as root)
 	$(SERVERS) install
 
@@ -118,7 +126,7 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-test: lint test-unit test-integration test-faults test-spark test-ingest test-idempotency ## Lint and every test tier
+test: lint test-unit test-integration test-faults test-spark test-ingest test-security test-idempotency ## Lint and every test tier
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

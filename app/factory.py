@@ -111,6 +111,7 @@ def create_app(settings: Settings) -> Pipeline:
     app = DedupeApp(
         settings.app_id,
         broker=brokers,
+        broker_credentials=settings.faust_credentials(),
         store="rocksdb://",
         datadir=str(settings.data_dir),
         autodiscover=False,

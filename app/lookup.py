@@ -10,6 +10,7 @@ DEDUPE_TIME_SOURCE=event the search starts DEDUPE_MAX_FUTURE_SKEW earlier.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
@@ -21,9 +22,10 @@ SCAN_LIMIT = 5_000
 class OutputLocator:
     """One read_committed consumer, assigned by hand, shared by lookups (one at a time)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, **client: Any) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self._client = client  # the security settings' aiokafka arguments
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
@@ -31,6 +33,7 @@ class OutputLocator:
         if self._consumer is None:
             consumer = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap,
+                **self._client,
                 isolation_level="read_committed",
                 enable_auto_commit=False,
             )

@@ -16,13 +16,14 @@ from pathlib import Path
 
 from app.settings_checks import cross_checks
 from envsettings import EnvSettings, SettingsError, parse_duration, setting
+from envsettings.kafka_security import KafkaSecuritySettings
 from tables.window import derived_bucket
 
 __all__ = ["EnvSettings", "Settings", "SettingsError", "parse_duration", "setting"]
 
 
 @dataclass(frozen=True)
-class Settings(EnvSettings):
+class Settings(KafkaSecuritySettings):
     """Every setting of the dedup worker. Build with :meth:`from_env`; validated on creation."""
 
     bootstrap_servers: str = setting(
@@ -293,7 +294,7 @@ class Settings(EnvSettings):
             object.__setattr__(self, "repartition_topic", derived)
         if self.bucket == 0:
             object.__setattr__(self, "bucket", derived_bucket(self.window))
-        self.check(cross_checks(self))
+        self.check(self.kafka_security_problems() + cross_checks(self))
 
     @property
     def state_dir(self) -> Path:

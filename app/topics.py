@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from app import access
 from app.settings import Settings
+from envsettings.kafka_security import connection_problem
 
 log = logging.getLogger(__name__)
 
@@ -153,16 +155,20 @@ async def ensure_topics(
     ``changelog`` is the seen ids' changelog, ``more_changelogs`` those of the other tables."""
     specs = topic_specs(settings, changelog, more_changelogs)
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=timeout_ms
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=timeout_ms,
+        **settings.kafka_client_kwargs(),
     )
     try:
         await admin.start()
     except KafkaError as exc:
+        why = await connection_problem(settings, settings.bootstrap_servers)
         raise TopicMismatch(
-            f"cannot reach Kafka at {settings.bootstrap_servers} ({exc!r}); "
-            "is the broker running? (make kafka-up starts a local one)"
+            f"cannot reach Kafka at {settings.bootstrap_servers}: {why} ({exc!r}; "
+            "make kafka-up starts a local broker)"
         ) from exc
     try:
+        await access.check_group(admin, settings)
         await _check_app_id_owner(admin, settings, changelog)
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
@@ -183,6 +189,7 @@ async def ensure_topics(
                 )
             for s in missing:
                 log.info("created %s topic %r (%d partitions)", s.role, s.name, settings.partitions)
+        await access.check_visible(admin, settings, [s.name for s in specs])
         counts = await _partition_counts(admin, [s.name for s in specs], {s.name for s in missing})
         problems = [
             f"{s.role} topic {s.name!r} has {counts.get(s.name, 0)} partitions, "
@@ -195,5 +202,9 @@ async def ensure_topics(
                 "refusing to start: every topic must have the same partition count so that all "
                 "copies of an id meet the same state:\n  " + "\n  ".join(problems)
             )
+        changelogs = [changelog, *more_changelogs]
+        read = [settings.input_topic, settings.repartition_topic, *changelogs]
+        write = [settings.output_topic, settings.dlq_topic, settings.repartition_topic, *changelogs]
+        await access.check_read_write(settings, read, write)
     finally:
         await admin.close()

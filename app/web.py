@@ -94,7 +94,9 @@ def _iso(ms: int) -> str:
 
 def register_views(app: faust.App, dedup: Deduplicator) -> None:
     settings = dedup.settings
-    locator = OutputLocator(settings.bootstrap_servers, settings.output_topic)
+    locator = OutputLocator(
+        settings.bootstrap_servers, settings.output_topic, **settings.kafka_client_kwargs()
+    )
     metrics.register(lambda: partition_stats(app, dedup))
 
     async def owner_answer(view: View, request: Request, table: str, key: bytes) -> Response | None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from envsettings import EnvSettings, SettingsError, setting
+from envsettings import SettingsError, setting
+from envsettings.kafka_security import SECURITY_FIELDS, KafkaSecuritySettings
 
 __all__ = ["IngestSettings", "SettingsError"]
 
@@ -29,7 +30,7 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
 @dataclass(frozen=True)
-class IngestSettings(EnvSettings):
+class IngestSettings(KafkaSecuritySettings):
     """Every setting of the ingest service. Build with :meth:`from_env`; validated on creation."""
 
     host: str = setting(
@@ -119,7 +120,7 @@ class IngestSettings(EnvSettings):
         self.check(self._problems())
 
     def _problems(self) -> list[str]:
-        out: list[str] = []
+        out = self.kafka_security_problems()
 
         def env(name: str) -> str:
             return self.describe(name).env
@@ -178,6 +179,8 @@ def settings_table() -> str:
     defaults = IngestSettings()
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, _, doc in IngestSettings.documented():
+        if name in SECURITY_FIELDS:  # in the shared table of docs/settings.md
+            continue
         value = getattr(defaults, name)
         if isinstance(value, float):
             shown = f"`{value * 1000:g}ms`" if value < 1 else f"`{value:g}s`"

@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
+from envsettings.kafka_security import PLAINTEXT, TOPIC_AUTHORIZATION_FAILED, connection_problem
 from ingest.events import Prepared
 from ingest.settings import IngestSettings
 
@@ -78,6 +79,7 @@ class KafkaSink:
         await self._wait_for_topic(deadline)
         producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
+            **s.kafka_client_kwargs(),
             client_id="dedupe-ingest",
             acks="all",
             enable_idempotence=True,
@@ -105,16 +107,20 @@ class KafkaSink:
         the topic on a broker with auto-creation on) until the input topic is listed."""
         s = self.settings
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=s.bootstrap_servers, client_id="dedupe-ingest-admin"
+            bootstrap_servers=s.bootstrap_servers,
+            client_id="dedupe-ingest-admin",
+            **s.kafka_client_kwargs(),
         )
         try:
             await admin.start()
-        except KafkaError as exc:
+        except KafkaError:
             await admin.close()
-            raise StartupError(f"cannot reach Kafka at {s.bootstrap_servers}: {exc!r}") from None
+            why = await connection_problem(s, s.bootstrap_servers)
+            raise StartupError(f"cannot reach Kafka at {s.bootstrap_servers}: {why}") from None
         try:
             warned = False
             while self.topic not in await admin.list_topics():
+                await self._refuse_if_denied(admin)
                 if time.monotonic() > deadline:
                     raise StartupError(
                         f"topic {self.topic!r} does not exist on {s.bootstrap_servers} after "
@@ -127,6 +133,21 @@ class KafkaSink:
                 await asyncio.sleep(0.5)
         finally:
             await admin.close()
+
+    async def _refuse_if_denied(self, admin: AIOKafkaAdminClient) -> None:
+        """On a secured cluster, a topic the principal may not describe is never listed: say
+        so at once instead of waiting for it. (Not asked on PLAINTEXT: a metadata request for
+        a missing topic creates it on a broker with auto-creation on.)"""
+        s = self.settings
+        if s.security_protocol == PLAINTEXT:
+            return
+        [topic] = await admin.describe_topics([self.topic])
+        if topic["error_code"] == TOPIC_AUTHORIZATION_FAILED:
+            raise StartupError(
+                f"Kafka denies {s.kafka_principal} access to topic {self.topic!r}: the ingest "
+                "service needs Write (and Describe) on it (python -m scripts.kafka_acls; "
+                "docs/security.md), or check KAFKA_SASL_USERNAME: each component has its own user"
+            )
 
     async def unready_reason(self, timeout: float) -> str | None:
         """Ask Kafka, through the producer's own client, for the input topic's metadata.

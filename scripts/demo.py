@@ -110,7 +110,10 @@ async def run(settings: Settings, events: int, repeats: float, timeout: float) -
         OutRecord(r.message_id, r.key, r.value, (*r.headers, (RUN_HEADER, run_id)))
         for r in [*stream.records, *others]
     ] + bad
-    await produce(settings.bootstrap_servers, settings.input_topic, records, progress=True)
+    client = settings.kafka_client_kwargs()
+    await produce(
+        settings.bootstrap_servers, settings.input_topic, records, progress=True, client=client
+    )
     print(
         f"sent {len(records):,} records: {len(stream.unique):,} unique events, "
         f"{stream.duplicates:,} repeats, {len(bad)} bad records, and {len(others):,} for the\n"
@@ -129,8 +132,8 @@ async def run(settings: Settings, events: int, repeats: float, timeout: float) -
     )
     started = time.monotonic()
     while True:
-        out = await read_topic(settings.bootstrap_servers, settings.output_topic)
-        dlq = await read_topic(settings.bootstrap_servers, settings.dlq_topic)
+        out = await read_topic(settings.bootstrap_servers, settings.output_topic, client=client)
+        dlq = await read_topic(settings.bootstrap_servers, settings.dlq_topic, client=client)
         got_out, got_dead = tally(out, run_id), tally(dlq, run_id)
         done = got_out >= want_out and got_dead >= want_dead
         if done or time.monotonic() - started > timeout:

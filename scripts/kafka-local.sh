@@ -12,9 +12,14 @@
 #       --from-beginning --isolation-level read_committed --timeout-ms 5000
 #   scripts/kafka-local.sh transactions --bootstrap-server 127.0.0.1:9092 list
 #   scripts/kafka-local.sh topics --bootstrap-server 127.0.0.1:9092 --list
-#   scripts/kafka-local.sh tool <MainClass> [args...]   # any Kafka tool class on the cached classpath
-#   (also: console-producer, consumer-groups, get-offsets; `class <tool name>` prints a tool's
-#   main class for this version; `bootstrap` prints 127.0.0.1:$KAFKA_PORT)
+#   (also: consumer-groups, get-offsets; `bootstrap` prints 127.0.0.1:$KAFKA_PORT)
+#
+# Secured (KAFKA_SECURITY=sasl_ssl, see scripts/kafka/secure.sh and docs/security.md):
+#   KAFKA_SECURITY=sasl_ssl KAFKA_PORT=9192 scripts/kafka-local.sh up   # TLS + SCRAM + ACLs
+#   ... client-env dedupe-worker   # the settings of a client of user dedupe-worker (KEY=VALUE)
+#   ... client-config              # path of the super user's configs (tools' --command-config)
+#   ... acls --list                # kafka-acls, as the super user (make kafka-acls adds them)
+#   ... add-acls <file>            # many ACLs in one call (scripts/kafka/AddAcls.java)
 #   scripts/kafka-local.sh down      # SIGTERM (SIGKILL after 30 s) the broker of this data dir
 #   scripts/kafka-local.sh wipe      # down + delete the data dir
 #
@@ -26,8 +31,9 @@
 # <data dir>/broker.log, and exits non-zero.
 #
 # Environment:
-#   KAFKA_VERSION          Kafka release to use (default below; 4.x or 3.9.x)
-#   KAFKA_PORT             broker (PLAINTEXT) port, default 9092
+#   KAFKA_VERSION          Kafka 4.x release to use (default below)
+#   KAFKA_PORT             broker port, default 9092 (PLAINTEXT, or SASL_SSL when secured)
+#   KAFKA_SECURITY         plaintext (default) or sasl_ssl; fixed for a data dir when formatted
 #   KAFKA_CONTROLLER_PORT  KRaft controller port, default KAFKA_PORT+1
 #   KAFKA_DATA_DIR         default .cache/kafka-run/$KAFKA_PORT; holds logs/ (the Kafka log dir),
 #                          server.properties, log4j config, broker.log, broker.pid
@@ -35,10 +41,10 @@
 #   KAFKA_START_TIMEOUT    seconds `up` waits for readiness, default 90
 #   KAFKA_HEAP_OPTS        broker heap, default "-Xms512m -Xmx512m"
 #   KAFKA_FORMAT_ARGS      arguments for the first `kafka-storage format` of a data dir; default
-#                          on Kafka 4.x "--feature transaction.version=1 --feature
+#                          "--feature transaction.version=1 --feature
 #                          eligible.leader.replicas.version=0" (see the comment at `format`)
 #   PYTHON                 python with aiokafka for the readiness probe and the InitProducerId
-#                          warm-up, default .venv/bin/python (falls back to Java tools if absent)
+#                          warm-up, default .venv/bin/python (`make install` creates it)
 #   JAVA                   java binary, default $JAVA_HOME/bin/java or java
 #
 # Notes: `up` warms transactions up with one InitProducerId for transactional.id
@@ -57,7 +63,6 @@ ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 POM="$SCRIPT_DIR/kafka/pom.xml"
 
 KAFKA_VERSION=${KAFKA_VERSION:-$DEFAULT_KAFKA_VERSION}
-KAFKA_MAJOR=${KAFKA_VERSION%%.*}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 KAFKA_START_TIMEOUT=${KAFKA_START_TIMEOUT:-90}
@@ -80,6 +85,9 @@ LOG_DIR="$DATA_DIR/logs"
 SERVER_PROPS="$DATA_DIR/server.properties"
 BROKER_LOG="$DATA_DIR/broker.log"
 PID_FILE="$DATA_DIR/broker.pid"
+KAFKA_SECURITY=${KAFKA_SECURITY:-plaintext}
+# shellcheck source=kafka/secure.sh
+source "$SCRIPT_DIR/kafka/secure.sh"
 
 if [[ -n ${JAVA:-} ]]; then
   :
@@ -91,25 +99,19 @@ fi
 
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 
-if ((KAFKA_MAJOR >= 4)); then
-  BROKER_LOG_CONFIG="$DATA_DIR/log4j2.properties"
-  TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j2.properties"
-  BROKER_LOG_OPT="-Dlog4j2.configurationFile=file:$BROKER_LOG_CONFIG"
-  TOOLS_LOG_OPT="-Dlog4j2.configurationFile=file:$TOOLS_LOG_CONFIG"
-else
-  BROKER_LOG_CONFIG="$DATA_DIR/log4j.properties"
-  TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j.properties"
-  BROKER_LOG_OPT="-Dlog4j.configuration=file:$BROKER_LOG_CONFIG"
-  TOOLS_LOG_OPT="-Dlog4j.configuration=file:$TOOLS_LOG_CONFIG"
-fi
+[[ $KAFKA_VERSION == 4.* ]] || { echo "kafka-local: ERROR: KAFKA_VERSION=$KAFKA_VERSION: only Kafka 4.x is supported" >&2; exit 1; }
+BROKER_LOG_CONFIG="$DATA_DIR/log4j2.properties"
+TOOLS_LOG_CONFIG="$CACHE_DIR/tools-log4j2.properties"
 # Short-lived tool JVMs: small heap, C1 only (faster start-up on 2 cores).
-TOOL_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true "$TOOLS_LOG_OPT")
-TOPICS_CLASS=""
+TOOL_OPTS=(-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true
+  "-Dlog4j2.configurationFile=file:$TOOLS_LOG_CONFIG")
 
 say() { echo "kafka-local: $*" >&2; }
 die() { echo "kafka-local: ERROR: $*" >&2; exit 1; }
 
 valid_port() { [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0 && $1 < 65536)); }
+[[ $KAFKA_SECURITY == plaintext || $KAFKA_SECURITY == sasl_ssl ]] ||
+  die "KAFKA_SECURITY='$KAFKA_SECURITY': use plaintext or sasl_ssl"
 valid_port "$KAFKA_PORT" || die "KAFKA_PORT='$KAFKA_PORT' is not a port number"
 valid_port "$KAFKA_CONTROLLER_PORT" || die "KAFKA_CONTROLLER_PORT='$KAFKA_CONTROLLER_PORT' is not a port number"
 [[ $KAFKA_PORT != "$KAFKA_CONTROLLER_PORT" ]] || die "KAFKA_PORT and KAFKA_CONTROLLER_PORT must differ"
@@ -124,14 +126,12 @@ cmd_fetch() {
   fi
   command -v mvn >/dev/null || die "mvn (Maven) is needed to fetch the Kafka jars"
   local tmp="$CACHE_DIR/libs.tmp.$$"
-  local -a extra=()
-  if ((KAFKA_MAJOR < 4)); then extra+=(-Dlegacy.logging); fi # 3.x: kafka-tools brings reload4j
   mkdir -p "$CACHE_DIR"
   rm -rf "$tmp"
   say "resolving Kafka $KAFKA_VERSION (kafka_2.13 + kafka-tools + logging) from Maven Central ..."
   if ! mvn -B -q -f "$POM" "$DEPENDENCY_PLUGIN:copy-dependencies" \
     -DincludeScope=runtime -DoutputDirectory="$tmp" \
-    -Dkafka.version="$KAFKA_VERSION" "${extra[@]}" 2>&1 |
+    -Dkafka.version="$KAFKA_VERSION" 2>&1 |
     sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2; then # drop Maven's colour codes
     rm -rf "$tmp"
     die "Maven could not resolve Kafka $KAFKA_VERSION (does that release exist on Maven Central?)"
@@ -155,38 +155,21 @@ cmd_fetch() {
 
 ensure_fetched() { [[ -f $FETCH_MARKER ]] || cmd_fetch; }
 
-# First class of the candidates that exists in this Kafka version.
-find_class() {
-  ensure_fetched
-  local c
-  for c in "$@"; do
-    if grep -qxF "$c" "$LIBS/.classes"; then
-      echo "$c"
-      return 0
-    fi
-  done
-  die "none of these classes exist in Kafka $KAFKA_VERSION: $*"
-}
-
-storage_tool_class() { find_class kafka.tools.StorageTool org.apache.kafka.tools.StorageTool; }
-console_consumer_class() { find_class org.apache.kafka.tools.consumer.ConsoleConsumer kafka.tools.ConsoleConsumer; }
-console_producer_class() { find_class org.apache.kafka.tools.ConsoleProducer kafka.tools.ConsoleProducer; }
-transactions_class() { find_class org.apache.kafka.tools.TransactionsCommand; }
-topics_class() { find_class org.apache.kafka.tools.TopicCommand kafka.admin.TopicCommand; }
-groups_class() { find_class org.apache.kafka.tools.consumer.group.ConsumerGroupCommand kafka.admin.ConsumerGroupCommand; }
-offsets_class() { find_class org.apache.kafka.tools.GetOffsetShell kafka.tools.GetOffsetShell; }
-
-tool_class() { # short tool name -> main class for this version
+tool_class() { # short tool name -> main class (checked against the index of the fetched jars)
+  local cls
   case "$1" in
-    storage-tool) storage_tool_class ;;
-    console-consumer) console_consumer_class ;;
-    console-producer) console_producer_class ;;
-    transactions) transactions_class ;;
-    topics) topics_class ;;
-    consumer-groups) groups_class ;;
-    get-offsets) offsets_class ;;
+    storage-tool) cls=kafka.tools.StorageTool ;;
+    console-consumer) cls=org.apache.kafka.tools.consumer.ConsoleConsumer ;;
+    transactions) cls=org.apache.kafka.tools.TransactionsCommand ;;
+    acls) cls=org.apache.kafka.tools.AclCommand ;;
+    topics) cls=org.apache.kafka.tools.TopicCommand ;;
+    consumer-groups) cls=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
+    get-offsets) cls=org.apache.kafka.tools.GetOffsetShell ;;
     *) die "unknown tool name '$1'" ;;
   esac
+  ensure_fetched
+  grep -qxF "$cls" "$LIBS/.classes" || die "$cls does not exist in Kafka $KAFKA_VERSION"
+  echo "$cls"
 }
 
 # --------------------------------------------------------------------------------------------
@@ -199,11 +182,15 @@ write_configs() {
     echo "process.roles=broker,controller"
     echo "node.id=1"
     echo "controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT"
-    echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
-    echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT"
-    echo "controller.listener.names=CONTROLLER"
-    echo "inter.broker.listener.name=PLAINTEXT"
-    echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
+      secure_server_props
+    else
+      echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
+      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT"
+      echo "controller.listener.names=CONTROLLER"
+      echo "inter.broker.listener.name=PLAINTEXT"
+      echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    fi
     echo "log.dirs=$LOG_DIR"
     echo "auto.create.topics.enable=false"
     echo "num.partitions=8"
@@ -212,11 +199,9 @@ write_configs() {
     echo "offsets.topic.replication.factor=1"
     echo "transaction.state.log.replication.factor=1"
     echo "transaction.state.log.min.isr=1"
-    if ((KAFKA_MAJOR >= 4)); then
-      echo "share.coordinator.state.topic.replication.factor=1"
-      echo "share.coordinator.state.topic.min.isr=1"
-      echo "share.coordinator.state.topic.num.partitions=3"
-    fi
+    echo "share.coordinator.state.topic.replication.factor=1"
+    echo "share.coordinator.state.topic.min.isr=1"
+    echo "share.coordinator.state.topic.num.partitions=3"
     echo "# speed-ups for a 2-core machine"
     echo "offsets.topic.num.partitions=3"
     echo "transaction.state.log.num.partitions=3"
@@ -233,9 +218,9 @@ write_configs() {
     echo "broker.session.timeout.ms=4000"
     echo "broker.heartbeat.interval.ms=500"
   } >"$SERVER_PROPS"
+  chmod 600 "$SERVER_PROPS" # secured: holds the keystore and the broker's SCRAM password
 
-  if ((KAFKA_MAJOR >= 4)); then
-    cat >"$BROKER_LOG_CONFIG" <<'EOF'
+  cat >"$BROKER_LOG_CONFIG" <<'EOF'
 # Broker logging (log4j2); stdout goes to broker.log.
 status = warn
 name = kafka-local-broker
@@ -250,23 +235,11 @@ logger.statechange.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
 EOF
-  else
-    cat >"$BROKER_LOG_CONFIG" <<'EOF'
-# Broker logging (log4j 1 / reload4j); stdout goes to broker.log.
-log4j.rootLogger=INFO, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.state.change.logger=WARN
-log4j.logger.kafka.request.logger=WARN
-EOF
-  fi
 }
 
 # Logging for the command-line tools: warnings to stderr. Lives in the jar cache (per version).
 write_tools_log_config() {
-  if ((KAFKA_MAJOR >= 4)); then
-    [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
+  [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
 # Command-line tools logging (log4j2): warnings to stderr.
 status = warn
 name = kafka-local-tools
@@ -278,16 +251,6 @@ appender.err.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.err.ref = STDERR
 EOF
-  else
-    [[ -f $TOOLS_LOG_CONFIG ]] || cat >"$TOOLS_LOG_CONFIG" <<'EOF'
-# Command-line tools logging (log4j 1 / reload4j): warnings to stderr.
-log4j.rootLogger=WARN, stderr
-log4j.appender.stderr=org.apache.log4j.ConsoleAppender
-log4j.appender.stderr.Target=System.err
-log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
-log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
-EOF
-  fi
 }
 
 # --------------------------------------------------------------------------------------------
@@ -343,6 +306,28 @@ port_owner() {
   fi
 }
 
+# The client settings (docs/settings.md) of the probe and warm-up: the super user when secured.
+client_env() {
+  if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
+    secure_client_env admin
+  else
+    echo "KAFKA_SECURITY_PROTOCOL=PLAINTEXT"
+    echo "KAFKA_SASL_USERNAME="
+    echo "KAFKA_SASL_PASSWORD_FILE="
+    echo "KAFKA_SSL_CAFILE="
+  fi
+  echo "KAFKA_SASL_PASSWORD="
+  echo "KAFKA_SSL_CERTFILE="
+  echo "KAFKA_SSL_KEYFILE="
+}
+
+# `client_python <timeout s> args...`: $PYTHON with the probe's client settings.
+client_python() {
+  local -a vars
+  mapfile -t vars < <(client_env)
+  timeout "$1" env "${vars[@]}" "$PYTHON" "${@:2}"
+}
+
 have_python_aiokafka() {
   command -v "$PYTHON" >/dev/null 2>&1 && "$PYTHON" -c 'import aiokafka' >/dev/null 2>&1
 }
@@ -357,13 +342,14 @@ run_tool() { # run a Kafka tool class in the foreground
 
 # One admin round trip (list topics). Quiet; exit status says whether the broker answers.
 admin_probe() {
-  if have_python_aiokafka; then
-    timeout 20 "$PYTHON" - "$BOOTSTRAP" >/dev/null 2>&1 <<'EOF'
+  client_python 20 - "$BOOTSTRAP" >/dev/null 2>&1 <<'EOF'
 import asyncio, sys
 from aiokafka.admin import AIOKafkaAdminClient
+from envsettings.kafka_security import KafkaSecuritySettings
 
 async def main(bootstrap):
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    security = KafkaSecuritySettings.from_env().kafka_client_kwargs()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, **security)
     await admin.start()
     try:
         await admin.list_topics()
@@ -372,33 +358,30 @@ async def main(bootstrap):
 
 asyncio.run(main(sys.argv[1]))
 EOF
-  else
-    timeout 30 "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$TOPICS_CLASS" \
-      --bootstrap-server "$BOOTSTRAP" --list >/dev/null 2>&1
-  fi
 }
 
 # One InitProducerId (creates __transaction_state) and one OffsetFetch (creates
 # __consumer_offsets), so the first real transaction / consumer group does not wait for them.
 warm_up_transactions() {
-  if have_python_aiokafka; then
-    timeout 60 "$PYTHON" - "$BOOTSTRAP" <<'EOF'
+  client_python 60 - "$BOOTSTRAP" <<'EOF'
 import asyncio, logging, sys, time
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from envsettings.kafka_security import KafkaSecuritySettings
 
 # aiokafka logs retried "coordinator not available" errors while the internal topics are created.
 logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 async def main(bootstrap):
     t0 = time.monotonic()
+    security = KafkaSecuritySettings.from_env().kafka_client_kwargs()
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="kafka-local-warmup",
-                         request_timeout_ms=30000)
+                         request_timeout_ms=30000, **security)
     await p.start()  # waits for FindCoordinator + InitProducerId
     await p.stop()
     t1 = time.monotonic()
     # An OffsetFetch through the group coordinator creates __consumer_offsets (commits nothing).
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="kafka-local-warmup",
-                         enable_auto_commit=False, request_timeout_ms=30000)
+                         enable_auto_commit=False, request_timeout_ms=30000, **security)
     await c.start()
     try:
         await c.committed(TopicPartition("kafka-local-warmup", 0))
@@ -409,43 +392,6 @@ async def main(bootstrap):
 
 asyncio.run(main(sys.argv[1]))
 EOF
-  else
-    local src="$DATA_DIR/WarmUp.java"
-    cat >"$src" <<'EOF'
-import java.time.Duration;
-import java.util.Properties;
-import java.util.Set;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
-
-public class WarmUp {
-    public static void main(String[] args) {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", args[0]);
-        p.put("transactional.id", "kafka-local-warmup");
-        p.put("max.block.ms", "60000");
-        try (KafkaProducer<byte[], byte[]> producer =
-                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
-            producer.initTransactions();
-        }
-        Properties c = new Properties();
-        c.put("bootstrap.servers", args[0]);
-        c.put("group.id", "kafka-local-warmup");
-        c.put("enable.auto.commit", "false");
-        try (KafkaConsumer<byte[], byte[]> consumer =
-                 new KafkaConsumer<>(c, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
-            // OffsetFetch through the group coordinator creates __consumer_offsets.
-            consumer.committed(Set.of(new TopicPartition("kafka-local-warmup", 0)), Duration.ofSeconds(60));
-        }
-        System.err.println("kafka-local: transactions warmed up (InitProducerId + group coordinator, Java client)");
-    }
-}
-EOF
-    timeout 90 "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$src" "$BOOTSTRAP"
-  fi
 }
 
 # Serialise up/down/wipe on one data dir (concurrent `up`s would race for the ports).
@@ -491,10 +437,7 @@ cmd_up() {
   lock_data_dir
   write_tools_log_config
   command -v "$JAVA" >/dev/null || die "java not found (Kafka needs Java 17+)"
-  if ! have_python_aiokafka; then
-    TOPICS_CLASS=$(topics_class)
-    say "note: $PYTHON with aiokafka not found; probing and warming up with Java tools (slower)"
-  fi
+  have_python_aiokafka || die "$PYTHON with aiokafka not found (run 'make install' or set PYTHON)"
 
   pid=$(running_pid)
   if [[ -z $pid ]]; then
@@ -544,6 +487,13 @@ cmd_up() {
   done
 
   mkdir -p "$DATA_DIR"
+  if [[ -f $LOG_DIR/meta.properties ]]; then
+    local formatted_as
+    formatted_as=$(cat "$DATA_DIR/security" 2>/dev/null || echo plaintext)
+    [[ $formatted_as == "$KAFKA_SECURITY" ]] ||
+      die "$DATA_DIR was formatted with KAFKA_SECURITY=$formatted_as: run 'wipe' first or use another KAFKA_PORT / KAFKA_DATA_DIR"
+  fi
+  [[ $KAFKA_SECURITY == sasl_ssl ]] && secure_init
   if [[ -f $LOG_DIR/meta.properties && -f $DATA_DIR/kafka.version ]]; then
     local formatted_by
     formatted_by=$(<"$DATA_DIR/kafka.version")
@@ -555,7 +505,7 @@ cmd_up() {
   if [[ ! -f $LOG_DIR/meta.properties ]]; then
     local cluster_id storage_tool
     cluster_id=$(new_cluster_id)
-    storage_tool=$(storage_tool_class)
+    storage_tool=$(tool_class storage-tool)
     # Two features off on Kafka 4.x, both for a single node:
     # - transaction.version=1 (new clusters default to 2, KIP-890): aiokafka 0.14 speaks the
     #   version-1 protocol; on version 2 a kill -9 of the broker left transactions of the
@@ -570,20 +520,18 @@ cmd_up() {
     #   offsets read back older. Without ELR the only replica stays in the ISR and is elected
     #   cleanly, as before 4.0. On a cluster with replication 3 and min.insync.replicas 2, ELR
     #   is what you want; it only hurts a single node.
-    local format_args
-    if ((KAFKA_MAJOR >= 4)); then
-      format_args=${KAFKA_FORMAT_ARGS-"--feature transaction.version=1 --feature eligible.leader.replicas.version=0"}
-    else
-      format_args=${KAFKA_FORMAT_ARGS-}
-    fi
+    local format_args=${KAFKA_FORMAT_ARGS-"--feature transaction.version=1 --feature eligible.leader.replicas.version=0"}
+    local -a scram_args=()
+    [[ $KAFKA_SECURITY == sasl_ssl ]] && mapfile -t scram_args < <(secure_format_args)
     say "formatting storage in $LOG_DIR (cluster id $cluster_id) $format_args"
     if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
-      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args \
+      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args "${scram_args[@]}" \
       >"$DATA_DIR/format.log" 2>&1; then
       cat "$DATA_DIR/format.log" >&2
       die "formatting storage failed"
     fi
     echo "$KAFKA_VERSION" >"$DATA_DIR/kafka.version"
+    echo "$KAFKA_SECURITY" >"$DATA_DIR/security"
   elif grep -q "eligible.leader.replicas.version', featureLevel=1" "$DATA_DIR/format.log" 2>/dev/null; then
     say "WARNING: $DATA_DIR was formatted with eligible leader replicas on: after a kill -9 this" \
       "single broker comes back through an unclean leader election (see 'format' in this script);" \
@@ -599,7 +547,7 @@ cmd_up() {
   setsid nohup "$JAVA" $KAFKA_HEAP_OPTS \
     -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
     -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
-    -Dkafka.logs.dir="$DATA_DIR" "$BROKER_LOG_OPT" \
+    -Dkafka.logs.dir="$DATA_DIR" "-Dlog4j2.configurationFile=file:$BROKER_LOG_CONFIG" \
     -cp "$LIBS/*" kafka.Kafka "$SERVER_PROPS" >"$BROKER_LOG" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid" >"$PID_FILE"
@@ -732,22 +680,27 @@ main() {
   [[ $# -gt 0 ]] && shift
   case "$cmd" in
     fetch) cmd_fetch ;;
-    up | start) cmd_up ;;
-    down | stop) cmd_down ;;
+    up) cmd_up ;;
+    down) cmd_down ;;
     status) cmd_status ;;
     pid) cmd_pid ;;
     wipe) cmd_wipe ;;
     bootstrap) echo "$BOOTSTRAP" ;;
-    tool)
-      [[ $# -ge 1 ]] || die "usage: $0 tool <MainClass> [args...]"
-      run_tool "$@" ;;
-    console-consumer | console-producer | transactions | topics | consumer-groups | get-offsets)
+    client-env | client-config | acls | add-acls)
+      [[ $KAFKA_SECURITY == sasl_ssl && -s $ADMIN_PROPS ]] ||
+        die "'$cmd' needs a secured broker: KAFKA_SECURITY=sasl_ssl ... up"
+      case "$cmd" in
+        client-env) secure_client_env "${1:-}" ;;
+        client-config) echo "$ADMIN_PROPS" ;;
+        acls) run_tool "$(tool_class acls)" --bootstrap-server "$BOOTSTRAP" --command-config "$ADMIN_PROPS" "$@" ;;
+        add-acls)
+          [[ -f ${1:-} ]] || die "usage: $0 add-acls <file of principal, OPERATION, RESOURCE_TYPE, name, PATTERN_TYPE lines>"
+          run_tool "$SCRIPT_DIR/kafka/AddAcls.java" "$BOOTSTRAP" "$ADMIN_PROPS" "$1" ;;
+      esac ;;
+    console-consumer | transactions | topics | consumer-groups | get-offsets)
       local cls
       cls=$(tool_class "$cmd")
       run_tool "$cls" "$@" ;;
-    class)
-      [[ $# -ge 1 ]] || die "usage: $0 class storage-tool|console-consumer|console-producer|transactions|topics|consumer-groups|get-offsets"
-      tool_class "$1" ;;
     help | -h | --help) usage ;;
     *)
       usage >&2

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from app.settings import Settings
+from envsettings.kafka_security import SECURITY_FIELDS
 
 
 def _duration(seconds: float) -> str:
@@ -19,6 +20,8 @@ def table() -> str:
     defaults = Settings()
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, _, doc in Settings.documented():
+        if name in SECURITY_FIELDS:  # shown once, in the table of envsettings.kafka_security
+            continue
         value = getattr(defaults, name)
         if name == "repartition_topic":
             shown = "`<app id>-<input topic>-repartition`"

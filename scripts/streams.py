@@ -19,8 +19,9 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -179,6 +180,7 @@ async def produce(
     progress: bool = False,
     rate: float | None = None,
     patience: float = 40.0,
+    client: Mapping[str, Any] | None = None,
 ) -> int:
     """Send ``records`` in order with an idempotent producer (acks=all); returns the count.
     ``rate``: at most this many records per second (a steady feed; default: as fast as can be).
@@ -192,6 +194,7 @@ async def produce(
         max_batch_size=256 * 1024,
         max_request_size=16 * 1024 * 1024,
         request_timeout_ms=round(patience * 1000),
+        **(client or {}),
     )
     await producer.start()
     sent = 0

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -49,9 +51,14 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str, timeout: float =
         await consumer._client.force_metadata_update()
 
 
-async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """Per partition, the offset after the last record a read_committed reader can see."""
-    consumer = await start_consumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+async def end_offsets(
+    bootstrap: str, topic: str, *, client: Mapping[str, Any] | None = None
+) -> dict[int, int]:
+    """Per partition, the offset after the last record a read_committed reader can see.
+    ``client``: further aiokafka arguments (the security settings' ``kafka_client_kwargs()``)."""
+    consumer = await start_consumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", **(client or {})
+    )
     try:
         tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
         ends = await consumer.end_offsets(tps)
@@ -60,9 +67,11 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def committed_offsets(bootstrap: str, group: str) -> dict[TopicPartition, int]:
+async def committed_offsets(
+    bootstrap: str, group: str, *, client: Mapping[str, Any] | None = None
+) -> dict[TopicPartition, int]:
     """The offsets consumer group ``group`` has committed."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
     await admin.start()
     try:
         result = await admin.list_consumer_group_offsets(group)
@@ -77,6 +86,7 @@ async def read_topic(
     *,
     isolation_level: str = "read_committed",
     timeout: float = 120.0,
+    client: Mapping[str, Any] | None = None,
 ) -> list[Record]:
     """All records of ``topic`` up to its current end, in partition then offset order."""
     consumer = await start_consumer(
@@ -86,6 +96,7 @@ async def read_topic(
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=16 * 1024 * 1024,
         fetch_max_bytes=64 * 1024 * 1024,
+        **(client or {}),
     )
     try:
         tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]

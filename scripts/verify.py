@@ -35,10 +35,12 @@ import argparse
 import asyncio
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka.structs import TopicPartition
 
@@ -125,8 +127,10 @@ async def verify_topic(
     topic: str,
     expected: Mapping[bytes, bytes] | None = None,
     identity: Callable[[Record], bytes | None] | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Report:
-    return check(topic, await read_topic(bootstrap, topic), expected, identity=identity)
+    records = await read_topic(bootstrap, topic, client=client)
+    return check(topic, records, expected, identity=identity)
 
 
 def identity_of(record: Record, settings: Settings) -> bytes | None:
@@ -243,17 +247,26 @@ class FullReport:
         return out
 
 
-def open_transactions(bootstrap: str, prefix: str) -> list[str] | None:
-    """Transactional ids starting with ``prefix`` whose state is Ongoing/Prepare* (kafka-tools)."""
+def open_transactions(
+    bootstrap: str, prefix: str, java_properties: Mapping[str, str] | None = None
+) -> list[str] | None:
+    """Transactional ids starting with ``prefix`` whose state is Ongoing/Prepare* (kafka-tools).
+    ``java_properties``: the Java client's security configs (passed as --command-config)."""
     if not KAFKA_SCRIPT.exists():
         return None
-    result = subprocess.run(
-        [str(KAFKA_SCRIPT), "transactions", "--bootstrap-server", bootstrap, "list"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    with tempfile.NamedTemporaryFile("w", suffix=".properties") as config:  # mode 0600
+        config.write("".join(f"{k}={_escaped(v)}\n" for k, v in (java_properties or {}).items()))
+        config.flush()
+        result = subprocess.run(
+            [
+                *(str(KAFKA_SCRIPT), "transactions", "--bootstrap-server", bootstrap),
+                *("--command-config", config.name, "list"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     if result.returncode != 0:
         return None
     out = []
@@ -273,14 +286,20 @@ def open_transactions(bootstrap: str, prefix: str) -> list[str] | None:
     return out
 
 
+def _escaped(value: str) -> str:
+    """A value as a Java .properties file spells it (backslashes escaped, one line)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
 async def verify_pipeline(
     settings: Settings, *, first_copy: bool = False, check_transactions: bool = True
 ) -> FullReport:
     """Every check of ``--full`` for the pipeline of ``settings``."""
     bootstrap = settings.bootstrap_servers
-    inputs = await read_topic(bootstrap, settings.input_topic)
+    client = settings.kafka_client_kwargs()
+    inputs = await read_topic(bootstrap, settings.input_topic, client=client)
     expected = expected_from_input(inputs, settings)
-    clean_records = await read_topic(bootstrap, settings.output_topic)
+    clean_records = await read_topic(bootstrap, settings.output_topic, client=client)
     identity: Callable[[Record], bytes | None] = lambda r: identity_of(r, settings)  # noqa: E731
     if first_copy:
         clean = check(settings.output_topic, clean_records, expected.values, identity=identity)
@@ -300,7 +319,7 @@ async def verify_pipeline(
         clean.missing, clean.unexpected, clean.changed = len(missing), len(unexpected), len(changed)
         clean.examples += [f"missing: {k!r}" for k in missing[:5]]
         clean.examples += [f"unexpected: {k!r}" for k in unexpected[:5]]
-    dlq = await read_topic(bootstrap, settings.dlq_topic)
+    dlq = await read_topic(bootstrap, settings.dlq_topic, client=client)
     sources = Counter(
         (
             int(dict(r.headers)[rules.SOURCE_PARTITION_HEADER]),
@@ -312,15 +331,19 @@ async def verify_pipeline(
     problems = [f"{src} x{n}" for src, n in sources.items() if n > 1]
     problems += [f"missing {src}" for src in sorted(expected.bad - set(sources))[:5]]
     problems += [f"unexpected {src}" for src in sorted(set(sources) - expected.bad)[:5]]
-    committed = await committed_offsets(bootstrap, settings.app_id)
+    committed = await committed_offsets(bootstrap, settings.app_id, client=client)
     unprocessed = {
         f"{settings.input_topic}-{p}": end
         - committed.get(TopicPartition(settings.input_topic, p), 0)
-        for p, end in (await end_offsets(bootstrap, settings.input_topic)).items()
+        for p, end in (await end_offsets(bootstrap, settings.input_topic, client=client)).items()
         if committed.get(TopicPartition(settings.input_topic, p), 0) < end
     }
     transactions = (
-        open_transactions(bootstrap, f"{settings.app_id}-{settings.input_topic}-")
+        open_transactions(
+            bootstrap,
+            f"{settings.app_id}-{settings.input_topic}-",
+            settings.java_client_properties(),
+        )
         if check_transactions
         else None
     )
@@ -340,7 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(full.lines()))
         return 0 if full.ok else 1
     report = asyncio.run(
-        verify_topic(args.bootstrap, args.topic, identity=lambda r: identity_of(r, settings))
+        verify_topic(
+            args.bootstrap,
+            args.topic,
+            identity=lambda r: identity_of(r, settings),
+            client=settings.kafka_client_kwargs(),
+        )
     )
     print(report.line())
     for example in report.examples:

@@ -74,6 +74,7 @@ def read_clean_topic(spark: SparkSession, settings: SparkSettings) -> DataFrame:
         .option("kafka.isolation.level", "read_committed")
         .option("startingOffsets", settings.starting_offsets)
         .option("failOnDataLoss", "true")
+        .options(**settings.spark_kafka_options())
     )
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))

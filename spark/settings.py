@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from envsettings import EnvSettings, setting
+from envsettings import setting
+from envsettings.kafka_security import SECURITY_FIELDS, KafkaSecuritySettings
 from spark.transforms import EVENT_COLUMNS
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ _MASTER = re.compile(r"^(local(\[(\d+|\*)(,\d+)?\])?|(spark|yarn|k8s|mesos)(://.
 
 
 @dataclass(frozen=True)
-class SparkSettings(EnvSettings):
+class SparkSettings(KafkaSecuritySettings):
     """Every setting of the lake job and the audit. Build with :meth:`from_env`."""
 
     error = SparkSettingsError
@@ -158,7 +159,7 @@ class SparkSettings(EnvSettings):
         self.check(self._problems())
 
     def _problems(self) -> list[str]:
-        out: list[str] = []
+        out = self.kafka_security_problems()
 
         def env(name: str) -> str:
             return self.describe(name).env
@@ -290,6 +291,8 @@ def markdown_table() -> str:
     defaults = SparkSettings()
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, _, doc in SparkSettings.documented():
+        if name in SECURITY_FIELDS:  # in the shared table of docs/settings.md
+            continue
         shown = _shown_default(name, getattr(defaults, name))
         rows.append(f"| `{doc.env}` | {shown} | {doc.help} |")
     return "\n".join(rows)

@@ -174,16 +174,17 @@ class Worker:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-async def drained(broker: Broker, names: Names) -> bool:
-    """True when the group has committed past every record of the input and repartition topics."""
-    committed = await committed_offsets(broker.bootstrap, names.app_id)
-    ends = await end_offsets(broker.bootstrap, names.input_topic)
+async def drained(broker: Broker, names: Names, client: Mapping[str, Any] | None = None) -> bool:
+    """True when the group has committed past every record of the input and repartition topics.
+    ``client``: aiokafka's security arguments (tests/security)."""
+    committed = await committed_offsets(broker.bootstrap, names.app_id, client=client)
+    ends = await end_offsets(broker.bootstrap, names.input_topic, client=client)
     assert ends, f"no partitions for {names.input_topic}"
     for p, end in ends.items():
         if end and committed.get(TopicPartition(names.input_topic, p), 0) < end:
             return False
     last: dict[int, int] = {}
-    for rec in await read_topic(broker.bootstrap, names.repartition_topic):
+    for rec in await read_topic(broker.bootstrap, names.repartition_topic, client=client):
         last[rec.partition] = rec.offset
     return all(
         committed.get(TopicPartition(names.repartition_topic, p), 0) > off
@@ -191,11 +192,17 @@ async def drained(broker: Broker, names: Names) -> bool:
     )
 
 
-def wait_drained(broker: Broker, names: Names, timeout: float, workers: list[Worker]) -> float:
+def wait_drained(
+    broker: Broker,
+    names: Names,
+    timeout: float,
+    workers: list[Worker],
+    client: Mapping[str, Any] | None = None,
+) -> float:
     """Block until :func:`drained`; returns the seconds waited. Fails if every worker died."""
     started = time.monotonic()
     while True:
-        if asyncio.run(drained(broker, names)):
+        if asyncio.run(drained(broker, names, client)):
             return time.monotonic() - started
         if workers and not any(w.alive() for w in workers):
             logs = "\n".join(w.log_text()[-4000:] for w in workers)

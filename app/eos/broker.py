@@ -91,6 +91,7 @@ class BrokerReader:
         if self._reader is None:
             reader = AIOKafkaConsumer(
                 bootstrap_servers=self.settings.bootstrap_servers,
+                **self.settings.kafka_client_kwargs(),
                 isolation_level="read_committed",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=10,
@@ -138,7 +139,10 @@ class BrokerReader:
 
     async def committed_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         if self._admin is None:
-            self._admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap_servers)
+            self._admin = AIOKafkaAdminClient(
+                bootstrap_servers=self.settings.bootstrap_servers,
+                **self.settings.kafka_client_kwargs(),
+            )
             await self._admin.start()
         result = await self._admin.list_consumer_group_offsets(self.group_id, partitions=tps)
         return {tp: meta.offset for tp, meta in result.items() if meta is not None}
@@ -167,7 +171,10 @@ class BrokerReader:
         starts = {tp: off for tp, off in committed.items() if off is not None and off >= 0}
         fresh = [tp for tp in tps if tp not in starts]
         if fresh:
-            reader = AIOKafkaConsumer(bootstrap_servers=self.settings.bootstrap_servers)
+            reader = AIOKafkaConsumer(
+                bootstrap_servers=self.settings.bootstrap_servers,
+                **self.settings.kafka_client_kwargs(),
+            )
             await reader.start()
             await asyncio.sleep(0)
             try:
@@ -185,10 +192,14 @@ class BrokerReader:
         patience = 2 * s.transaction_timeout + 30
         deadline = time.monotonic() + patience
         stable_reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers, isolation_level="read_committed"
+            bootstrap_servers=s.bootstrap_servers,
+            isolation_level="read_committed",
+            **s.kafka_client_kwargs(),
         )
         end_reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers, isolation_level="read_uncommitted"
+            bootstrap_servers=s.bootstrap_servers,
+            isolation_level="read_uncommitted",
+            **s.kafka_client_kwargs(),
         )
         await stable_reader.start()
         await end_reader.start()

@@ -23,8 +23,10 @@ from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
     ProducerFenced,
+    TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
+from aiokafka.structs import TopicPartition
 
 from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
 
@@ -93,6 +95,33 @@ async def force_close(producer: AIOKafkaProducer) -> None:
         log.warning("dropping a transactional producer: %r", exc)
 
 
+async def probe_transactional_writes(
+    settings: Settings, transactional_id: str, tps: list[TopicPartition]
+) -> set[str]:
+    """The topics of ``tps`` this principal may not write in a transaction (the start-up probe
+    of app/access.py). A producer with ``transactional_id`` adds ``tps`` to a transaction
+    (AddPartitionsToTxn, which checks Write on each topic) and aborts it: nothing is written
+    but abort markers. Raises TransactionalIdAuthorizationFailed when the id is denied."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        **settings.kafka_client_kwargs(),
+        transactional_id=transactional_id,
+        request_timeout_ms=30_000,
+    )
+    try:
+        await producer.start()  # InitProducerId: Write on the transactional id
+        await producer.begin_transaction()
+        for tp in tps:
+            producer._txn_manager.maybe_add_partition_to_txn(tp)
+        try:
+            await producer.abort_transaction()  # the sender adds the partitions first
+        except TopicAuthorizationFailedError as exc:
+            return {str(t) for t in exc.args[0]}
+        return set()
+    finally:
+        await producer.stop()
+
+
 class TransactionalProducers:
     """Creates, starts and closes the tasks' transactional producers."""
 
@@ -108,6 +137,7 @@ class TransactionalProducers:
         s = self.settings
         return AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
+            **s.kafka_client_kwargs(),
             client_id=f"{self.transactional_id(partition)}-producer",
             transactional_id=self.transactional_id(partition),
             transaction_timeout_ms=int(s.transaction_timeout * 1000),

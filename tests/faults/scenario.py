@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from app.settings import Settings
 from scripts.streams import Stream, build_stream, produce
@@ -30,12 +32,14 @@ class Feeder:
         *,
         seconds: float | None = None,
         part: tuple[int, int] | None = None,
+        client: Mapping[str, Any] | None = None,
     ) -> None:
         """``rate``: records per second (a steady feed); ``seconds``: a steady feed spread over
         about that long (whatever ``DEDUPE_FAULT_SCALE`` makes of the stream); default: as fast
         as can be. A fault meant to land while the stream flows needs a steady feed: the worker
         processes a test's stream at full speed in a second or two. ``part=(i, n)``: only the
-        i-th of n consecutive parts of the stream (feed them in order, one after the other)."""
+        i-th of n consecutive parts of the stream (feed them in order, one after the other).
+        ``client``: aiokafka's security arguments (tests/security)."""
         records = stream.records
         if part is not None:
             i, n = part
@@ -50,7 +54,14 @@ class Feeder:
             # LeaderNotAvailableError instead of going on after it).
             target=lambda: self.sent.append(
                 asyncio.run(
-                    produce(broker.bootstrap, names.input_topic, records, rate=rate, patience=300.0)
+                    produce(
+                        broker.bootstrap,
+                        names.input_topic,
+                        records,
+                        rate=rate,
+                        patience=300.0,
+                        client=client,
+                    )
                 )
             ),
             daemon=True,
@@ -72,9 +83,13 @@ class Feeder:
         return self.sent[0]
 
 
-def settings_of(broker: Broker, names: Names, partitions: int) -> Settings:
+def settings_of(
+    broker: Broker, names: Names, partitions: int, extra: Mapping[str, str] | None = None
+) -> Settings:
+    """The worker settings of a test's pipeline (``extra``: more variables, e.g. security)."""
     return Settings.from_env(
         {
+            **(extra or {}),
             "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
             "DEDUPE_APP_ID": names.app_id,
             "DEDUPE_INPUT_TOPIC": names.input_topic,

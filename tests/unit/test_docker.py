@@ -1,0 +1,93 @@
+"""docker/compose.yaml runs what the tests run: each service the Procfile's command, with only
+documented settings. (No Docker engine on our build machines: this is what can be checked.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.settings import Settings
+from envsettings import EnvSettings
+from ingest.settings import IngestSettings
+from spark.settings import SparkSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker" / "compose.yaml"
+
+#: Which Procfile process and settings class each compose service runs.
+ROLES: dict[str, tuple[str, type[EnvSettings]]] = {
+    "worker-1": ("worker", Settings),
+    "worker-2": ("worker", Settings),
+    "ingest": ("web", IngestSettings),
+    "spark": ("spark", SparkSettings),
+}
+
+
+def procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    return dict(
+        (name.strip(), command.strip())
+        for name, _, command in (line.partition(":") for line in lines)
+        if command and not name.startswith("#")
+    )
+
+
+def services() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    found: dict[str, Any] = compose["services"]
+    return found
+
+
+def documented(cls: type[EnvSettings]) -> set[str]:
+    return {doc.env for _, _, doc in cls.documented()}
+
+
+def test_each_service_runs_the_procfiles_command() -> None:
+    commands = procfile()
+    found = services()
+    for service, (process, _) in ROLES.items():
+        assert found[service]["command"] == commands[process], service
+    assert set(commands.values()) <= {found[s]["command"] for s in ROLES}
+
+
+def test_each_service_sets_only_documented_settings_that_validate() -> None:
+    for service, (_, cls) in ROLES.items():
+        env = {k: str(v) for k, v in services()[service]["environment"].items()}
+        assert set(env) <= documented(cls), (service, set(env) - documented(cls))
+        cls.from_env(env)  # the values validate as at start-up
+
+
+def test_the_two_workers_differ_only_in_their_data_dir() -> None:
+    one, two = (services()[w]["environment"] for w in ("worker-1", "worker-2"))
+    assert {k for k in one if one[k] != two.get(k)} == {"DEDUPE_DATA_DIR"}
+    assert set(one) == set(two)
+
+
+def test_the_workers_agree_with_ingest_and_spark_on_the_topics() -> None:
+    found = services()
+    worker = Settings.from_env({k: str(v) for k, v in found["worker-1"]["environment"].items()})
+    ingest = IngestSettings.from_env({k: str(v) for k, v in found["ingest"]["environment"].items()})
+    spark = SparkSettings.from_env({k: str(v) for k, v in found["spark"]["environment"].items()})
+    assert ingest.input_topic == worker.input_topic
+    assert spark.topic == worker.output_topic
+    assert worker.bootstrap_servers == ingest.bootstrap_servers == spark.bootstrap_servers
+
+
+def test_prometheus_scrapes_each_workers_metrics() -> None:
+    config = yaml.safe_load((ROOT / "docker" / "prometheus.yml").read_text())
+    [job] = config["scrape_configs"]
+    port = services()["worker-1"]["environment"]["DEDUPE_WEB_PORT"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == [f"worker-1:{port}", f"worker-2:{port}"]
+
+
+def test_the_images_default_command_is_the_procfiles_worker() -> None:
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    worker = procfile()["worker"].split()
+    spark = procfile()["spark"].split()
+    assert f"CMD {worker!r}".replace("'", '"') in dockerfile
+    assert f"CMD {spark!r}".replace("'", '"') in dockerfile
+    for package in ("app", "tables", "envsettings", "ingest", "spark"):
+        assert f"COPY {package} ./{package}" in dockerfile, package
