@@ -57,6 +57,12 @@ _ID_ONLY = frozenset(
 )
 
 
+# Module constants: read per record, faster than the enums' class attributes.
+_PRODUCER_SEQUENCE, _OFF = Strategy.PRODUCER_SEQUENCE, Strategy.OFF
+_REPEAT, _REUSED = Verdict.REPEAT, Verdict.REUSED
+_NO_MESSAGE_ID = rules.BadInput.NO_MESSAGE_ID
+
+
 def record_ms(record: SourceRecord) -> int | None:
     """The Kafka timestamp of aiokafka's record (ms, -1: none); None when it has none."""
     return record.timestamp if record.timestamp >= 0 else None
@@ -83,6 +89,10 @@ class Deduplicator:
         self.exclude = strategy.field_list(settings.fingerprint_exclude)
         self.verify = settings.verify_content
         self.kafka_time = settings.time_source == "kafka"
+        self._input_topic = settings.input_topic
+        self._partitions = settings.partitions
+        self._max_event = settings.max_event_bytes
+        self._max_id = settings.max_message_id_bytes
 
     def policy(self) -> dict[str, object]:
         """The policy in force, for ``/stats``."""
@@ -107,40 +117,24 @@ class Deduplicator:
         its Kafka timestamp (None: it has none; see :func:`record_ms`); ``key_partition`` is the
         partition its key hashes to, when the caller computed it for a whole batch; ``tally``
         counts (strategy, outcome) of the records another strategy than the default decided
-        (the rest are the default's: :meth:`count`)."""
-        headers: Sequence[tuple[str, bytes]] = message.headers or ()
-        meta = strategy.read_meta(headers)
+        (the rest are the default's: :meth:`count`). The message-id path is written out here,
+        without further calls: it runs for every record."""
+        headers = message.headers or ()
+        meta = strategy.read_meta(headers) if headers else NO_META
         chosen = (
             self.default if meta is NO_META else strategy.choose(meta, self.policies, self.default)
         )
-        if chosen is Strategy.PRODUCER_SEQUENCE:
+        if chosen is _PRODUCER_SEQUENCE:
             outcome = await self._by_producer(txn, message, meta, timestamp_ms, key_partition)
-        else:
-            outcome = await self._by_id(txn, message, meta, chosen, timestamp_ms, key_partition)
-        if tally is not None and chosen is not self.default:
-            tally[(chosen.value, outcome)] += 1
-        return outcome
-
-    # -- message ids and fingerprints -------------------------------------------------------------
-
-    async def _by_id(
-        self,
-        txn: TaskTransaction,
-        message: SourceRecord,
-        meta: Meta,
-        chosen: Strategy,
-        timestamp_ms: int | None,
-        key_partition: int | None,
-    ) -> str:
-        s = self.settings
+            if tally is not None and chosen is not self.default:
+                tally[(chosen.value, outcome)] += 1
+            return outcome
         value = message.value
-        checked = rules.inspect(
-            value, max_event_bytes=s.max_event_bytes, max_id_bytes=s.max_message_id_bytes
-        )
-        headers = message.headers or ()
+        checked = rules.inspect(value, max_event_bytes=self._max_event, max_id_bytes=self._max_id)
+        fingerprint = None
         if isinstance(checked, rules.Valid):
-            key, doc, fingerprint = checked.id_bytes, checked.doc, None
-        elif checked.reason is rules.BadInput.NO_MESSAGE_ID and self.fingerprints:
+            key, doc = checked.id_bytes, checked.doc
+        elif checked.reason is _NO_MESSAGE_ID and self.fingerprints:
             assert value is not None
             doc = rules.parse_object(value)
             assert doc is not None  # inspect parsed it as an object without a messageId
@@ -148,42 +142,64 @@ class Deduplicator:
             key = fingerprint.encode()
             headers = [*headers, (strategy.FINGERPRINT_HEADER, key)]
         else:
-            return await self._dead_letter(txn, message, checked, timestamp_ms)
-        if message.topic == s.input_topic and rules.misplaced(
-            message.key, message.partition, key, s.partitions, key_partition
+            outcome = await self._dead_letter(txn, message, checked, timestamp_ms)
+            if tally is not None and chosen is not self.default:
+                tally[(chosen.value, outcome)] += 1
+            return outcome
+        if message.topic == self._input_topic and rules.misplaced(
+            message.key, message.partition, key, self._partitions, key_partition
         ):
             # The fingerprint header is not sent on: the second pass computes it again.
-            return await self._rekey(txn, message, key, message.headers or (), timestamp_ms)
-        if chosen is not Strategy.OFF:
-            state_key, content = key, b""
-            if fingerprint is not None:
-                state_key = strategy.fingerprint_key(fingerprint)
-            else:
-                if self.by_source and meta.source is not None:
-                    bad = strategy.source_name(meta)
-                    if bad is not None:
-                        invalid = rules.Invalid(rules.BadInput.BAD_SOURCE, bad)
-                        return await self._dead_letter(txn, message, invalid, timestamp_ms)
-                    state_key = strategy.scoped_key(key, meta.source)
-                if self.verify and isinstance(doc, dict):
-                    content = strategy.content_hash(doc, self.exclude)
-            ms = (
-                rules.clamp_ms(timestamp_ms or 0)
-                if self.kafka_time
-                else self._record_ms(timestamp_ms, doc)
+            outcome = await self._rekey(txn, message, key, message.headers or (), timestamp_ms)
+        elif chosen is _OFF:
+            outcome = await self._forward(txn, message, key, headers, timestamp_ms)
+        else:
+            outcome = await self._decide(
+                txn, message, meta, key, doc, fingerprint, headers, timestamp_ms
             )
-            # The tables are co-partitioned with the record: its partition is theirs.
-            verdict = self.seen_ids.decide(state_key, ms, message.partition, content)
-            self.seen_ids.age_out(ms, message.partition)
-            if verdict is Verdict.REPEAT:
-                return Outcome.DUPLICATE
-            if verdict is Verdict.REUSED:
-                reused = rules.Invalid(
-                    rules.BadInput.MESSAGE_ID_REUSED,
-                    "a copy inside the window has other content than the forwarded one",
-                )
-                await self._dead_letter(txn, message, reused, timestamp_ms)
-                return Outcome.REUSED
+        if tally is not None and chosen is not self.default:
+            tally[(chosen.value, outcome)] += 1
+        return outcome
+
+    async def _decide(
+        self,
+        txn: TaskTransaction,
+        message: SourceRecord,
+        meta: Meta,
+        key: bytes,
+        doc: object,
+        fingerprint: str | None,
+        headers: Sequence[tuple[str, bytes]],
+        timestamp_ms: int | None,
+    ) -> str:
+        """A message id or fingerprint against ``seen_ids``: forward, drop or refuse."""
+        state_key, content = key, b""
+        if fingerprint is not None:
+            state_key = strategy.fingerprint_key(fingerprint)
+        else:
+            if self.by_source and meta.source is not None:
+                bad = strategy.source_name(meta)
+                if bad is not None:
+                    invalid = rules.Invalid(rules.BadInput.BAD_SOURCE, bad)
+                    return await self._dead_letter(txn, message, invalid, timestamp_ms)
+                state_key = strategy.scoped_key(key, meta.source)
+            if self.verify and isinstance(doc, dict):
+                content = strategy.content_hash(doc, self.exclude)
+        # record_ms() gives None for a record without a timestamp: time 0
+        ms = (timestamp_ms or 0) if self.kafka_time else self._record_ms(timestamp_ms, doc)
+        # The tables are co-partitioned with the record: its partition is theirs.
+        seen = self.seen_ids
+        verdict = seen.decide(state_key, ms, message.partition, content)
+        seen.age_out(ms, message.partition)
+        if verdict is _REPEAT:
+            return Outcome.DUPLICATE
+        if verdict is _REUSED:
+            reused = rules.Invalid(
+                rules.BadInput.MESSAGE_ID_REUSED,
+                "a copy inside the window has other content than the forwarded one",
+            )
+            await self._dead_letter(txn, message, reused, timestamp_ms)
+            return Outcome.REUSED
         return await self._forward(txn, message, key, headers, timestamp_ms)
 
     def _record_ms(self, timestamp_ms: int | None, doc: object) -> int:

@@ -30,6 +30,9 @@ from tables.window import (
 
 log = logging.getLogger(__name__)
 
+# Module constants: read per record, faster than the enum's class attributes.
+_FIRST, _REPEAT, _REUSED = Verdict.FIRST, Verdict.REPEAT, Verdict.REUSED
+
 
 @dataclass
 class _Live:
@@ -85,7 +88,7 @@ class SeenIds:
 
     def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
         """True (and the id is remembered) when the record is not a repeat within the window."""
-        return self.decide(id_bytes, record_ms, partition) is Verdict.FIRST
+        return self.decide(id_bytes, record_ms, partition) is _FIRST
 
     def decide(
         self, id_bytes: bytes, record_ms: int, partition: int | None = None, content: bytes = b""
@@ -100,12 +103,13 @@ class SeenIds:
         raw = table.lookup(id_bytes, partition)
         held = None if raw is None else Entry.decode(raw)
         live = self._live.get(partition) or self._state(partition)
-        verdict = Verdict.FIRST if held is None else judge(held, record_ms, self.window_ms, content)
-        if verdict is Verdict.REPEAT:
-            assert held is not None
-            table.put(id_bytes, held.repeated().encode(), partition)
-        if verdict is not Verdict.FIRST:
-            return verdict
+        if held is not None:
+            verdict = judge(held, record_ms, self.window_ms, content)
+            if verdict is _REPEAT:
+                table.put(id_bytes, held.repeated().encode(), partition)
+                return verdict
+            if verdict is _REUSED:
+                return verdict
         # Stream time is the newest first sighting held: derived from the state alone, so a
         # worker restarted from the changelog ages out exactly as the live one did.
         if record_ms > live.stream_ms:
@@ -121,7 +125,7 @@ class SeenIds:
         if live.staged_oldest is None or mark < live.staged_oldest:
             live.staged_oldest = mark
         self._fold_staged(live)
-        return Verdict.FIRST
+        return _FIRST
 
     @staticmethod
     def _fold_staged(live: _Live) -> None:

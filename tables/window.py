@@ -54,12 +54,12 @@ class Entry:
 def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0, content: bytes = b"") -> bytes:
     """``Entry(first_seen_ms, seq, repeats, content).encode()`` without the object (a first
     sighting encodes one per forwarded record): 20 bytes, plus the content hash when kept."""
-    return (
+    entry = (
         first_seen_ms.to_bytes(8, "big")
         + seq.to_bytes(8, "big")
         + min(repeats, 0xFFFFFFFF).to_bytes(4, "big")
-        + content
     )
+    return entry + content if content else entry
 
 
 def is_duplicate(held: Entry | None, record_ms: int, window_ms: int) -> bool:
