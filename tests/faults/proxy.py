@@ -41,7 +41,14 @@ from typing import Any, Literal
 Direction = Literal["both", "to-broker", "from-broker"]
 
 #: Kafka API keys the proxy reads (https://kafka.apache.org/protocol#protocol_api_keys).
-PRODUCE, JOIN_GROUP, SYNC_GROUP, INIT_PRODUCER_ID, END_TXN = 0, 11, 14, 22, 26
+PRODUCE, JOIN_GROUP, SYNC_GROUP, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = (
+    0,
+    11,
+    14,
+    22,
+    24,
+    26,
+)
 #: First flexible version (compact strings, tagged fields) of each API read here.
 FLEXIBLE_FROM = {INIT_PRODUCER_ID: 2, END_TXN: 3}
 
@@ -57,6 +64,7 @@ class TxnRequest:
     committed: bool = False  # EndTxn: commit (True) or abort
     transactional_id: str = ""
     error: int | None = None  # the broker's error code (0: success); None: no answer seen
+    action: str | None = None  # what ``Link.on_request`` did to it ("reset-before"...)
 
 
 @dataclass
@@ -385,6 +393,8 @@ class _Conn:
                 link.dropped_bytes += len(frame.data)
                 continue
             action = link.on_request(frame.api_key, frame.txn) if up and link.on_request else None
+            if frame.txn is not None:
+                frame.txn.action = action
             if action == "reset-before":
                 self.reset()
                 return
