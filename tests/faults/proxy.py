@@ -10,6 +10,7 @@ it. The test can, at any moment:
 - slow bytes to a rate (bytes per second);
 - cut the link in one direction or both: the bytes are dropped (as a partition drops packets),
   and :meth:`Link.heal` resets the connections that lost bytes (their streams are broken);
+- hold the link: nothing passes until the heal, then everything held is delivered late;
 - reset every connection (RST), or reset a connection when a chosen request passes (before
   or after it reaches the broker), e.g. mid-commit.
 
@@ -176,6 +177,7 @@ class Link:
     dropped_bytes: int = 0
     _cut_up: bool = False
     _cut_down: bool = False
+    _hold: bool = False
     _loop: asyncio.AbstractEventLoop | None = None
     _server: asyncio.Server | None = None
     _conns: set[_Conn] = field(default_factory=set)
@@ -216,13 +218,20 @@ class Link:
         self._cut_up = direction in ("both", "to-broker")
         self._cut_down = direction in ("both", "from-broker")
 
+    def hold(self) -> None:
+        """Hold every byte, both directions, from now on until :meth:`heal`, which delivers
+        them: a partition that delays instead of losing, so that what the client sent during
+        it reaches the broker after the heal (as TCP retransmits after a short outage)."""
+        self._hold = True
+
     @property
     def is_cut(self) -> bool:
-        return self._cut_up or self._cut_down
+        return self._cut_up or self._cut_down or self._hold
 
     def heal(self) -> int:
-        """Forward again; reset the connections that lost bytes. Returns how many were reset."""
-        self._cut_up = self._cut_down = False
+        """Forward again (held bytes first); reset the connections that lost bytes. Returns how
+        many were reset."""
+        self._cut_up = self._cut_down = self._hold = False
         return int(self._call(self._reset_damaged))
 
     def reset_all(self) -> int:
@@ -400,6 +409,11 @@ class _Conn:
                 return
             if action == "reset-after":
                 self.mute_answers = True
+            # A flag polled, not an asyncio.Event: the test's thread sets and clears it.
+            while link._hold and not self.closed:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            if self.closed:
+                return
             w.write(frame.data)
             if frame.txn is not None:
                 frame.txn.forwarded_at = time.monotonic()

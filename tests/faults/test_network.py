@@ -131,7 +131,14 @@ def commits(log: list[TxnRequest]) -> list[TxnRequest]:
     return [t for t in log if t.api_key == END_TXN and t.committed and t.forwarded_at]
 
 
-@pytest.mark.parametrize("direction", ["both", "to-broker", "from-broker"])
+#: "both", "from-broker" (A's requests still reach the broker, it hears nothing back),
+#: "to-broker", and "held": both directions held from the moment A sends a commit, everything
+#: delivered after the heal (A's commit reaches the broker after B took A's partitions over).
+#: "to-broker" behaves as "both" for the broker; it runs at DEDUPE_FAULT_SCALE > 1 only.
+DIRECTIONS = ["both", "from-broker", "held"] + (["to-broker"] if SCALE > 1 else [])
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
 def test_f9_a_partitioned_worker_is_fenced_and_commits_nothing_after_the_heal(
     net: Net,
     links: list[Link],
@@ -140,23 +147,37 @@ def test_f9_a_partitioned_worker_is_fenced_and_commits_nothing_after_the_heal(
     reliability: Reliability,
     direction: str,
 ) -> None:
-    """Worker A's link is cut (both directions; only A -> broker; only broker -> A) for longer
-    than the session and transaction timeouts while the stream flows: B must take A's
-    partitions over (``InitProducerId`` for A's transactional ids, which fences A's producers),
-    and after the heal no commit of a producer A used before the cut may succeed (the proxy reads
-    every ``EndTxn`` A sends and the broker's answer)."""
+    """Worker A's link is cut (see :data:`DIRECTIONS`) for longer than the session and
+    transaction timeouts while the stream flows: B must take A's partitions over
+    (``InitProducerId`` for A's transactional ids, which fences A's producers), and after the
+    heal no commit of a producer A had before may succeed, nor any commit of A before it has
+    joined the group again (the proxy reads every ``EndTxn`` A sends and the broker's answer,
+    and A's ``SyncGroup``)."""
     a_link, b_link = links[0], links[1]
     proxied(net, names, workers, 0)
     proxied(net, names, workers, 1)
     stream = scaled_stream(15_000, seed=9)
     feeder = Feeder(net.broker, names, stream, seconds=30)
     time.sleep(4)
-    before = {(t.producer_id, t.epoch) for t in commits(a_link.txn_log())}
     a_ids = {t.transactional_id for t in commits(a_link.txn_log())}
-    assert before, "A committed nothing before the cut: the cut would meet an idle worker"
+    assert a_ids, "A committed nothing before the cut: the cut would meet an idle worker"
+    if direction == "held":
+        held = threading.Event()
+
+        def hold_at_commit(api_key: int, txn: TxnRequest | None) -> Action:
+            if api_key == END_TXN and txn is not None and txn.committed and not held.is_set():
+                a_link.hold()  # this commit is the first thing held
+                held.set()
+            return None
+
+        a_link.on_request = hold_at_commit
+        assert held.wait(10), "A sent no commit to hold"
+    else:
+        a_link.cut(direction)  # type: ignore[arg-type]
     cut_at = time.monotonic()
-    a_link.cut(direction)  # type: ignore[arg-type]
     time.sleep(SESSION_TIMEOUT + TRANSACTION_TIMEOUT + 3)
+    # Every producer A had until now, the commit held in the link's included.
+    before = {(t.producer_id, t.epoch) for t in a_link.txn_log() if t.api_key == END_TXN}
     feeder.assert_flowing()
     healed_at = time.monotonic()
     a_link.heal()
@@ -188,7 +209,7 @@ def test_f9_a_partitioned_worker_is_fenced_and_commits_nothing_after_the_heal(
     record(
         reliability,
         "F9 worker partitioned from the broker past session and transaction timeouts "
-        "(both directions, to the broker only, from the broker only)",
+        "(both directions; from the broker only; held mid-commit, delivered after the heal)",
         len(stream.records),
         1,
         report,
@@ -196,6 +217,8 @@ def test_f9_a_partitioned_worker_is_fenced_and_commits_nothing_after_the_heal(
     )
     assert a_ids <= taken_over, "B did not take every partition of A over during the cut"
     assert zombie_commits == [], f"A committed after the heal without owning: {zombie_commits}"
+    if direction == "held":  # the held commit reached the broker after the heal, refused
+        assert stale and all(t.error for t in stale), stale
 
 
 def test_f9a_latency_spikes_of_seconds_on_every_request(
