@@ -23,6 +23,7 @@ import asyncio
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -79,6 +80,14 @@ def net() -> Iterator[Net]:
         del os.environ["KAFKA_EXTRA_LISTENERS"]
     if up.returncode != 0:
         pytest.fail(f"cannot start the proxied broker:\n{up.stdout}\n{up.stderr}")
+    for i in range(LINKS):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", BASE + 2 + 2 * i)) != 0:
+                pytest.fail(
+                    f"the broker on {BASE} has no listener L{i} on {BASE + 2 + 2 * i}: was it "
+                    "started without KAFKA_EXTRA_LISTENERS (scripts/kafka-local.sh)? Stop it "
+                    f"(KAFKA_PORT={BASE} scripts/kafka-local.sh down) and run again"
+                )
     links = [
         Link(listen_port=BASE + 3 + 2 * i, target_port=BASE + 2 + 2 * i, seed=i).start()
         for i in range(LINKS)
