@@ -187,12 +187,20 @@ class Link:
         ready = threading.Event()
         self._rng = random.Random(self.seed)
 
+        failed: list[BaseException] = []
+
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            self._server = loop.run_until_complete(
-                asyncio.start_server(self._accept, "127.0.0.1", self.listen_port)
-            )
+            try:
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._accept, "127.0.0.1", self.listen_port)
+                )
+            except OSError as exc:  # the port is taken
+                failed.append(exc)
+                ready.set()
+                loop.close()
+                return
             ready.set()
             loop.run_forever()
             loop.close()
@@ -200,6 +208,9 @@ class Link:
         self._thread = threading.Thread(target=run, daemon=True, name=f"proxy-{self.listen_port}")
         self._thread.start()
         ready.wait(10)
+        if failed:
+            self._loop = None
+            raise RuntimeError(f"proxy cannot listen on {self.listen_port}: {failed[0]!r}")
         return self
 
     def stop(self) -> None:

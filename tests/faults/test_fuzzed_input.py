@@ -64,6 +64,8 @@ def generate(seed: int, n: int) -> list[OutRecord]:
                     f"é-{rng.randrange(10**6)}",
                 ]
             )
+            if mid in first:  # ids are drawn at random: a second "first copy" is a repeat
+                continue
             ids.append(mid)
             value = json.dumps(_event(rng, mid), ensure_ascii=rng.random() < 0.5).encode()
             key = mid.encode() if rng.random() < 0.9 else rng.choice([None, b"other"])

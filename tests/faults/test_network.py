@@ -75,7 +75,14 @@ def net() -> Iterator[Net]:
     listeners = ",".join(f"L{i}:{BASE + 2 + 2 * i}:{BASE + 3 + 2 * i}" for i in range(LINKS))
     os.environ["KAFKA_EXTRA_LISTENERS"] = listeners
     try:
-        up = broker.script("up", timeout=300)
+        # Tried again: a port of the broker's can be held for a moment as the local end of some
+        # program's outgoing connection when it lies in the ephemeral range (32768-60999 on
+        # Linux), and the broker then fails to bind it ("Address already in use").
+        for _ in range(3):
+            up = broker.script("up", timeout=300)
+            if up.returncode == 0 or "Address already in use" not in up.stderr:
+                break
+            time.sleep(3)
     finally:
         del os.environ["KAFKA_EXTRA_LISTENERS"]
     if up.returncode != 0:
