@@ -444,18 +444,19 @@ def test_f18_ingest_link_cut_while_the_sdk_retries(
     )
     service.start()
     service.wait_ready()
-    errors: list[Any] = []
-    client = Client(
-        WRITE_KEY,
-        host=service.url,
-        upload_size=50,
-        on_error=lambda error, batch: errors.append(error),
-    )
     sent: list[str] = []
     cuts: list[tuple[float, float]] = [(3.0, 11.0), (16.0, 24.0)]  # seconds into the feed
     events = 4_000 * SCALE
     per_second = events / 28
     started = time.monotonic()
+    errors: list[Any] = []
+    client = Client(
+        WRITE_KEY,
+        host=service.url,
+        upload_size=50,
+        max_queue_size=events + 1,  # the queue grows during the cuts (40,000 events at 10x)
+        on_error=lambda error, batch: errors.append(error),
+    )
     try:
         for i in range(events):
             now = time.monotonic() - started
@@ -471,6 +472,7 @@ def test_f18_ingest_link_cut_while_the_sdk_retries(
         links[2].heal()
         client.flush()
     finally:
+        links[2].heal()  # also after a failure: a shutdown with the link cut never ends
         client.shutdown()
         service.stop()
     assert errors == []
