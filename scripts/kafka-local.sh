@@ -40,6 +40,8 @@
 #   KAFKA_CACHE_DIR        jar cache root, default .cache/kafka
 #   KAFKA_START_TIMEOUT    seconds `up` waits for readiness, default 90
 #   KAFKA_HEAP_OPTS        broker heap, default "-Xms512m -Xmx512m"
+#   KAFKA_EXTRA_LISTENERS  extra PLAINTEXT listeners "NAME:listen_port:advertised_port,..."
+#                          (the network fault tests put a proxy on each advertised port)
 #   KAFKA_FORMAT_ARGS      arguments for the first `kafka-storage format` of a data dir; default
 #                          "--feature transaction.version=1 --feature
 #                          eligible.leader.replicas.version=0" (see the comment at `format`)
@@ -185,11 +187,17 @@ write_configs() {
     if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
       secure_server_props
     else
-      echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
-      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT"
+      # KAFKA_EXTRA_LISTENERS="NAME:listen_port:advertised_port,...": more PLAINTEXT listeners,
+      # each advertising another port (a fault proxy's, which forwards to listen_port).
+      local name lport aport xl="" xa="" xm=""
+      while IFS=: read -r name lport aport; do
+        xl+=",$name://127.0.0.1:$lport" xa+=",$name://127.0.0.1:$aport" xm+=",$name:PLAINTEXT"
+      done < <(tr ',' '\n' <<<"${KAFKA_EXTRA_LISTENERS:-}" | grep .)
+      echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT$xl"
+      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT$xa"
       echo "controller.listener.names=CONTROLLER"
       echo "inter.broker.listener.name=PLAINTEXT"
-      echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+      echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$xm"
     fi
     echo "log.dirs=$LOG_DIR"
     echo "auto.create.topics.enable=false"
