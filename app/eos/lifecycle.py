@@ -105,8 +105,9 @@ class TaskLife:
 
     def fenced(self, task: Task, exc: BaseException | None) -> None:
         log.error(
-            "partition %d: transactional id %s was fenced (%r): another worker owns it; "
-            "stopping work on it and rejoining the group",
+            "partition %d: transactional id %s was fenced (%r): another worker took the "
+            "partition over, or the broker aborted the open transaction after "
+            "DEDUPE_TRANSACTION_TIMEOUT; stopping work on it and rejoining the group",
             task.partition,
             task.transactional_id,
             exc,
