@@ -46,17 +46,6 @@ class Outcome:
     REUSED = "messageId_reused"
 
 
-#: Bad-input reasons about the messageId alone: a producer-sequence record may have any.
-_ID_ONLY = frozenset(
-    {
-        rules.BadInput.NO_MESSAGE_ID,
-        rules.BadInput.MESSAGE_ID_NOT_STRING,
-        rules.BadInput.EMPTY_MESSAGE_ID,
-        rules.BadInput.MESSAGE_ID_TOO_LONG,
-    }
-)
-
-
 # Module constants: read per record, faster than the enums' class attributes.
 _PRODUCER_SEQUENCE, _OFF = Strategy.PRODUCER_SEQUENCE, Strategy.OFF
 _REPEAT, _REUSED = Verdict.REPEAT, Verdict.REUSED
@@ -227,7 +216,7 @@ class Deduplicator:
         checked = rules.inspect(
             message.value, max_event_bytes=s.max_event_bytes, max_id_bytes=s.max_message_id_bytes
         )
-        if isinstance(checked, rules.Invalid) and checked.reason not in _ID_ONLY:
+        if isinstance(checked, rules.Invalid) and checked.reason not in strategy.ID_ONLY_REASONS:
             return await self._dead_letter(txn, message, checked, timestamp_ms)
         key = parsed.producer
         headers = message.headers or ()

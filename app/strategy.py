@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from app import rules
+
 
 class Strategy(enum.StrEnum):
     MESSAGE_ID = "message_id"
@@ -45,6 +47,17 @@ FINGERPRINT_HEADER = "dedupe.fingerprint"
 MAX_NAME_BYTES = 255
 #: Sequences are non-negative and below 2**63 (Kafka's and Java's long): at most 19 digits.
 MAX_SEQUENCE = 2**63 - 1
+
+#: Bad-input reasons about the messageId alone (``app/rules.py``): a producer-sequence record
+#: is decided by its headers, so it may have any of these and still be valid.
+ID_ONLY_REASONS = frozenset(
+    {
+        rules.BadInput.NO_MESSAGE_ID,
+        rules.BadInput.MESSAGE_ID_NOT_STRING,
+        rules.BadInput.EMPTY_MESSAGE_ID,
+        rules.BadInput.MESSAGE_ID_TOO_LONG,
+    }
+)
 
 _SCOPED = b"\xfe"
 _FINGERPRINT = b"\xff"

@@ -181,7 +181,7 @@ def expected_from_input(records: list[Record], settings: Settings) -> Expected:
         key: bytes | None = None
         if chosen is Strategy.PRODUCER_SEQUENCE:
             parsed = strategy.producer_sequence(meta)
-            id_only = isinstance(checked, rules.Valid) or checked.reason in _ID_ONLY
+            id_only = isinstance(checked, rules.Valid) or checked.reason in strategy.ID_ONLY_REASONS
             if not isinstance(parsed, str) and id_only:
                 key = producer_identity(parsed)
         elif isinstance(checked, rules.Valid):
@@ -199,17 +199,6 @@ def expected_from_input(records: list[Record], settings: Settings) -> Expected:
         else:
             values.setdefault(key, r.value or b"")
     return Expected(values, bad)
-
-
-#: Bad-input reasons about the messageId alone, which producer-sequence records may have.
-_ID_ONLY = frozenset(
-    {
-        rules.BadInput.NO_MESSAGE_ID,
-        rules.BadInput.MESSAGE_ID_NOT_STRING,
-        rules.BadInput.EMPTY_MESSAGE_ID,
-        rules.BadInput.MESSAGE_ID_TOO_LONG,
-    }
-)
 
 
 @dataclass
