@@ -193,7 +193,7 @@ class Deduplicator:
 
     def _record_ms(self, timestamp_ms: int | None, doc: object) -> int:
         kafka_ms = rules.clamp_ms(timestamp_ms or 0)
-        if self.settings.time_source == "kafka":
+        if self.kafka_time:
             return kafka_ms
         stamp = doc.get("timestamp") if isinstance(doc, dict) else None
         return rules.event_time_ms(stamp, kafka_ms, self.max_future_ms)
@@ -226,7 +226,7 @@ class Deduplicator:
             return await self._rekey(txn, message, key, headers, timestamp_ms)
         assert self.producers is not None
         doc = checked.doc if isinstance(checked, rules.Valid) else None
-        if doc is None and s.time_source == "event" and message.value is not None:
+        if doc is None and not self.kafka_time and message.value is not None:
             doc = rules.parse_object(message.value)
         ms = self._record_ms(timestamp_ms, doc)
         if not self.producers.advance(key, parsed.sequence, ms, message.partition):
