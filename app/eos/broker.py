@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer
@@ -151,37 +151,52 @@ class BrokerReader:
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
         """:meth:`committed_offsets`, retried until the broker answers."""
+        return await self._retrying(
+            "reading committed offsets", lambda: self.committed_offsets(tps)
+        )
+
+    async def start_offsets(
+        self, tps: list[TopicPartition], committed: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Committed offset, or the log start for a partition the group never committed
+        (retried until the broker answers)."""
+        starts = {tp: off for tp, off in committed.items() if off is not None and off >= 0}
+        fresh = [tp for tp in tps if tp not in starts]
+        if fresh:
+            starts.update(await self._retrying("reading log starts", lambda: self._starts(fresh)))
+        return starts
+
+    async def _starts(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            **self.settings.kafka_client_kwargs(),
+        )
+        try:
+            await reader.start()
+            await asyncio.sleep(0)
+            starts: dict[TopicPartition, int] = await reader.beginning_offsets(tps)
+            return starts
+        finally:
+            await reader.stop()
+
+    async def _retrying(
+        self, what: str, ask: Callable[[], Awaitable[dict[TopicPartition, int]]]
+    ) -> dict[TopicPartition, int]:
+        """``ask()`` until the broker answers. These questions run inside the rebalance
+        callback, where an exception stops the worker (Faust crashes the app on it), and while
+        the broker restarts every way of failing only means "no answer yet"."""
         delay = 0.2
         while True:
             try:
-                return await self.committed_offsets(tps)
+                return await ask()
             except Exception as exc:
-                log.warning("reading committed offsets failed (%r); retrying", exc)
+                log.warning("%s failed (%r); retrying in %.1fs", what, exc, delay)
                 if self._admin is not None:
                     with contextlib.suppress(Exception):
                         await self._admin.close()
                     self._admin = None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-
-    async def start_offsets(
-        self, tps: list[TopicPartition], committed: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, int]:
-        """Committed offset, or the log start for a partition the group never committed."""
-        starts = {tp: off for tp, off in committed.items() if off is not None and off >= 0}
-        fresh = [tp for tp in tps if tp not in starts]
-        if fresh:
-            reader = AIOKafkaConsumer(
-                bootstrap_servers=self.settings.bootstrap_servers,
-                **self.settings.kafka_client_kwargs(),
-            )
-            await reader.start()
-            await asyncio.sleep(0)
-            try:
-                starts.update(await reader.beginning_offsets(fresh))
-            finally:
-                await reader.stop()
-        return starts
 
     async def wait_until_settled(self, tps: list[TopicPartition]) -> None:
         """Wait until no transaction is open on ``tps`` (their last stable offset reaches their
@@ -191,28 +206,21 @@ class BrokerReader:
         s = self.settings
         patience = 2 * s.transaction_timeout + 30
         deadline = time.monotonic() + patience
-        stable_reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
-            isolation_level="read_committed",
-            **s.kafka_client_kwargs(),
-        )
-        end_reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
-            isolation_level="read_uncommitted",
-            **s.kafka_client_kwargs(),
-        )
-        await stable_reader.start()
-        await end_reader.start()
-        await asyncio.sleep(0)
+        readers: tuple[AIOKafkaConsumer, AIOKafkaConsumer] | None = None
         try:
             warned = False
             while True:
                 try:
-                    stable = await stable_reader.end_offsets(tps)
-                    ends = await end_reader.end_offsets(tps)
+                    if readers is None:
+                        readers = await self._end_readers()
+                    stable = await readers[0].end_offsets(tps)
+                    ends = await readers[1].end_offsets(tps)
                 except (KafkaError, TimeoutError, OSError) as exc:
                     # No answer is no evidence of a hanging transaction: wait for the broker.
                     log.warning("reading end offsets failed (%r); retrying", exc)
+                    if readers is not None:
+                        await _stop_all(readers)
+                        readers = None
                     deadline = time.monotonic() + patience
                     await asyncio.sleep(1)
                     continue
@@ -241,5 +249,30 @@ class BrokerReader:
                     warned = True
                 await asyncio.sleep(0.5)
         finally:
-            await stable_reader.stop()
-            await end_reader.stop()
+            if readers is not None:
+                await _stop_all(readers)
+
+    async def _end_readers(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
+        """Two started readers: one sees the last stable offsets, the other the log ends."""
+        s = self.settings
+        started: list[AIOKafkaConsumer] = []
+        try:
+            for isolation in ("read_committed", "read_uncommitted"):
+                reader = AIOKafkaConsumer(
+                    bootstrap_servers=s.bootstrap_servers,
+                    isolation_level=isolation,
+                    **s.kafka_client_kwargs(),
+                )
+                started.append(reader)
+                await reader.start()
+        except BaseException:
+            await _stop_all(started)
+            raise
+        await asyncio.sleep(0)
+        return started[0], started[1]
+
+
+async def _stop_all(readers: Iterable[AIOKafkaConsumer]) -> None:
+    for reader in readers:
+        with contextlib.suppress(Exception):
+            await reader.stop()
