@@ -21,7 +21,7 @@ BENCH_KAFKA_PORT ?= 39092
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
-        spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake \
+        spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake bench-recovery \
         servers-install servers-up servers-down test-idempotency bench-idempotency
 
 help: ## Show this help
@@ -140,6 +140,11 @@ bench-lake: $(STAMP) kafka-jars spark-jars ## Rows/s into the lake, append vs me
 
 bench-scale: $(STAMP) ## 50M ids held in 8 partitions, no broker: lookups, RSS, disk/id (bench/results-scale.md)
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
+
+bench-recovery: $(STAMP) kafka-jars ## Time to ready from an empty data dir: Faust's recovery vs the bulk restorer (bench/results-recovery.md)
+	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
+	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
+	  $(PY) -m bench.recovery $(BENCH_RECOVERY_ARGS)
 
 bench-idempotency: $(STAMP) ## Claims/s and p99 per store vs bare INSERT / SET NX / Powertools (bench/results-idempotency.md)
 	$(SERVERS) up

@@ -11,18 +11,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaConsumer
 from yarl import URL
 
+from app import faults
 from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport
-from app.metrics import RebalanceSensor
+from app.metrics import RebalanceSensor, restore_progress
 from app.settings import Settings
 from app.topics import ensure_topics
 from app.web import register_views
 from tables.producers import ProducerSeqs, declare_producer_seqs
 from tables.producers import changelog_topic_name as producers_changelog_name
-from tables.recovery import TransactionalTableManager, use_broker_reader
+from tables.recovery import TransactionalTableManager, use_broker_reader, use_restorer
+from tables.restore import FETCH_BYTES, OnProgress, Progress, Restorer
 from tables.seen_ids import SeenIds
 from tables.seen_ids_table import changelog_topic_name, declare_seen_ids, rocks_tuning
 from tables.transactional import TransactionalTable
@@ -105,6 +108,34 @@ class Pipeline:
     dedup: Deduplicator
 
 
+def restore_reader(settings: Settings) -> AIOKafkaConsumer:
+    """The bulk restorer's consumer: committed records only, large fetches, no group."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers,
+        **settings.kafka_client_kwargs(),
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=FETCH_BYTES,
+    )
+
+
+def on_restore(settings: Settings) -> OnProgress:
+    """The restorer's progress: into the metrics (and the fault point ``restored``)."""
+    plan = faults.parse(settings.fault_injection)
+    if plan is None:
+        return restore_progress
+
+    def progress(done: Progress, written: int) -> None:
+        restore_progress(done, written)
+        before = done.records - written
+        for _ in range(done.records // 1000 - before // 1000):
+            plan.reach("restored")
+
+    return progress
+
+
 def create_app(settings: Settings) -> Pipeline:
     """Build the dedup worker for ``settings``."""
     brokers = [URL(f"kafka://{b.strip()}") for b in settings.bootstrap_servers.split(",")]
@@ -146,6 +177,8 @@ def create_app(settings: Settings) -> Pipeline:
     use_broker_reader(
         app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
     )
+    if settings.bulk_restore:
+        use_restorer(app, Restorer(lambda: restore_reader(settings), on_restore(settings)))
     seen_ids = declare_seen_ids(app, settings)
     producer_seqs = declare_producer_seqs(app, settings, rocks_tuning(settings))
     source = app.topic(

@@ -11,6 +11,8 @@ reaches ``point`` (once). Points:
 - ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
 - ``assigned``: a rebalance's new tasks have their producers, their start offsets not read yet.
 - ``recovering``: a changelog record was fetched for a partition whose state is being recovered.
+- ``restored``: the bulk restorer's records written reached the next thousand (into an empty
+  store: without the write-ahead log, before the restore's flush).
 
 Actions:
 
@@ -52,6 +54,7 @@ POINTS = {
     "rebalance",
     "assigned",
     "recovering",
+    "restored",
 }
 ACTIONS = {"kill", "term", "lose-response", "lose-request", "pause", "skip-fetched", "hold"}
 #: The point each action other than ``kill`` applies to.

@@ -11,7 +11,9 @@ Per partition this worker owns (label ``partition``):
 - ``dedupe_commits_total``, ``dedupe_last_commit_timestamp_seconds``
 
 and ``dedupe_commit_seconds`` (histogram of transaction commit latency, all partitions) and
-``dedupe_rebalance_seconds`` (histogram of rebalance durations, fed by :class:`RebalanceSensor`).
+``dedupe_rebalance_seconds`` (histogram of rebalance durations, fed by :class:`RebalanceSensor`),
+``dedupe_restore_remaining_offsets{changelog, partition}`` and ``dedupe_restored_records_total``
+(the bulk restorer's progress).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from time import monotonic
 from typing import Any
 
 import faust
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from tables.restore import Progress
 
 # No auto-describe: collecting at registration would build Faust's consumer before the worker.
 REGISTRY = CollectorRegistry()
@@ -43,6 +47,28 @@ REBALANCE_SECONDS = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
     registry=REGISTRY,
 )
+
+
+RESTORE_REMAINING = Gauge(
+    "dedupe_restore_remaining_offsets",
+    "Changelog offsets a bulk restore still has to read, per changelog partition (0: done).",
+    labelnames=["changelog", "partition"],
+    registry=REGISTRY,
+)
+RESTORED_RECORDS = Counter(
+    "dedupe_restored_records",
+    "Changelog records written into the local state by bulk restores.",
+    labelnames=["changelog"],
+    registry=REGISTRY,
+)
+
+
+def restore_progress(progress: Progress, written: int) -> None:
+    """The restorer's progress callback (``tables.restore.OnProgress``)."""
+    tp = progress.tp
+    RESTORE_REMAINING.labels(tp.topic, str(tp.partition)).set(progress.remaining)
+    if written:
+        RESTORED_RECORDS.labels(tp.topic).inc(written)
 
 
 class RebalanceSensor(faust.Sensor):  # type: ignore[misc]

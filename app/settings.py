@@ -281,6 +281,13 @@ class Settings(KafkaSecuritySettings):
         "Standby copies of each state partition on other workers.",
         within=(0, 8),
     )
+    bulk_restore: bool = setting(
+        True,
+        "DEDUPE_BULK_RESTORE",
+        "Rebuild taken-over state partitions with the bulk restorer (whole write batches, "
+        "tables/restore.py); false: Faust's per-record recovery, some 20x slower (kept as a "
+        "fallback and as the recovery benchmark's baseline).",
+    )
     fault_injection: str = setting(
         "",
         "DEDUPE_FAULT_INJECTION",

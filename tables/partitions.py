@@ -49,7 +49,7 @@ class PartitionSet:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(partition)
         try:
-            return PartitionDB(path, self._options, self._family_options, self._extra_cfs)
+            pdb = PartitionDB(path, self._options, self._family_options, self._extra_cfs)
         except Exception as exc:
             if "lock" in str(exc).lower():
                 raise  # another process uses this data dir: never touch its files
@@ -65,6 +65,21 @@ class PartitionSet:
             )
             path.rename(aside)
             return PartitionDB(path, self._options, self._family_options, self._extra_cfs)
+        if pdb.restoring():
+            # A bulk restore wrote without the write-ahead log and stopped before its flush:
+            # what it wrote may be partly lost. Start the partition again from the changelog.
+            log.warning(
+                "partition %d: %s was being restored when the worker stopped; rebuilding it "
+                "from the changelog",
+                partition,
+                path,
+            )
+            pdb.close()
+            # The column family handles keep RocksDB's lock until the object is gone.
+            del pdb
+            shutil.rmtree(path)
+            return PartitionDB(path, self._options, self._family_options, self._extra_cfs)
+        return pdb
 
     def held(self) -> list[int]:
         """The partitions whose databases are open."""

@@ -23,23 +23,32 @@ next takeover). :class:`TransactionalRecovery` runs the same loop with one rule 
   offset, so this is always safe).
 
 Standby partitions never end (they follow their changelog), so the rule is for active ones.
-The lasting answer is a restorer of our own that writes whole batches (the recovery issue).
+
+With a :class:`~tables.restore.Restorer` (the worker's default, ``DEDUPE_BULK_RESTORE``), Faust's
+loop no longer reads the active partitions of our tables at all: when a recovery starts, Faust's
+consumer is moved to their end and the restorer reads each one into its store in whole write
+batches (``tables/restore.py``); a partition is recovered when its restore reaches the end.
+Standby partitions still follow their changelog through Faust's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from time import monotonic
 from typing import Any
 
+from aiokafka.structs import TopicPartition
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP, EventT
 from faust.utils.tracing import finish_span
 from mode import Service
+
+from tables.restore import BulkTarget, Restorer
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +68,31 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
     #: factory through :func:`use_broker_reader`). Without it no partition ends before its
     #: last record was applied.
     first_committed_record: FirstCommittedRecord | None = None
+    #: Restores the active partitions of our tables in bulk (handed in by the factory through
+    #: :func:`use_restorer`); None: Faust's loop reads them.
+    restorer: Restorer | None = None
     # Faust's attributes that mypy cannot type from its code:
     _last_active_event_processed_at: float | None
     _standbys_span: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The active partitions the restorer is to read, for the recovery numbered
+        #: ``_bulk_round`` (a new recovery replaces them and stops the one in progress).
+        self._bulk_round = 0
+        self._bulk_pending: set[TP] = set()
+        self._bulk_wanted = asyncio.Event()
+
+    async def on_stop(self) -> None:
+        await super().on_stop()
+        if self.restorer is not None:
+            await self.restorer.close()
+
+    def _set_recovery_started(self) -> None:
+        """Faust's, and the end signal is cleared here, when a recovery starts, instead of at
+        every turn of the loop below: the restorer may end a recovery between two turns."""
+        super()._set_recovery_started()
+        self.signal_recovery_end.clear()
 
     @Service.task  # type: ignore[untyped-decorator]
     async def _slurp_changelogs(self) -> None:
@@ -69,7 +100,6 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         queue = self.tables.changelog_queue
         while not self.should_stop:
             try:
-                self.signal_recovery_end.clear()
                 try:
                     event: EventT = await asyncio.wait_for(queue.get(), timeout=IDLE_WAIT_SECONDS)
                 except TimeoutError:
@@ -95,9 +125,77 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         by commit markers alone (a promoted standby copy holds the record before the marker;
         no record will come to trigger the check) ends here, instead of after a 5 s wait."""
         await super()._seek_offsets(consumer, tps, offsets, title)
-        if offsets is self.active_offsets:
-            for tp in sorted(self.active_remaining()):
+        if offsets is not self.active_offsets:
+            return
+        bulk = self._hand_to_restorer(sorted(self.active_remaining()))
+        if bulk:
+            # Faust's consumer must not read them as well: it waits at their end.
+            await consumer.seek_wait({tp: self.active_highwaters[tp] + 1 for tp in bulk})
+        for tp in sorted(self.active_remaining()):
+            if tp not in bulk:
                 await self.settle(tp, idle=False)
+
+    def _hand_to_restorer(self, remaining: list[TP]) -> list[TP]:
+        """The partitions of ``remaining`` the restorer takes (all of our stores'), queued for
+        :meth:`_bulk_restore`, replacing what an earlier recovery queued."""
+        self._bulk_round += 1
+        self._bulk_pending = set()
+        if self.restorer is None:
+            return []
+        self._bulk_pending = {
+            tp
+            for tp in remaining
+            if self.active_remaining()[tp] > 0 and hasattr(self.tp_to_table[tp].data, "begin_bulk")
+        }
+        if self._bulk_pending:
+            self._bulk_wanted.set()
+        return sorted(self._bulk_pending)
+
+    @Service.task  # type: ignore[untyped-decorator]
+    async def _bulk_restore(self) -> None:
+        """Restore the partitions :meth:`_hand_to_restorer` queued, one after the other; each
+        one restored counts as recovered (Faust's recovery ends when all have)."""
+        while not self.should_stop:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._bulk_wanted.wait(), timeout=1.0)
+            if not self._bulk_wanted.is_set():
+                continue
+            self._bulk_wanted.clear()
+            number, pending = self._bulk_round, sorted(self._bulk_pending)
+            for tp in pending:
+                while number == self._bulk_round and not self.should_stop:
+                    if await self._restore_one(tp, number):
+                        break
+                    await asyncio.sleep(1.0)  # it failed: try again (the store kept a prefix)
+
+    async def _restore_one(self, tp: TP, number: int) -> bool:
+        """Restore ``tp``; True when it is done (or no longer ours to restore)."""
+        assert self.restorer is not None
+        highwater = self.active_highwaters.get(tp)
+        if tp not in self.active_tps or highwater is None:
+            return True
+
+        def still_wanted() -> bool:
+            return (
+                number == self._bulk_round
+                and tp in self.active_tps
+                and self.active_highwaters.get(tp) == highwater
+                and not self.should_stop
+            )
+
+        store: BulkTarget = self.tp_to_table[tp].data
+        try:
+            done = await self.restorer.restore(
+                store, TopicPartition(tp.topic, tp.partition), highwater + 1, still_wanted
+            )
+        except Exception as exc:
+            log.error("restoring %s-%d failed (%r); trying again", tp.topic, tp.partition, exc)
+            return False
+        if done and still_wanted():
+            self.active_offsets[tp] = highwater
+            self._bulk_pending.discard(tp)
+            self._maybe_signal_recovery_end()
+        return True
 
     async def _apply(self, event: EventT) -> None:
         """Buffer one changelog record (applied by whole buffers), as Faust does."""
@@ -114,6 +212,10 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         else:
             # Faust fell through here and applied the record to the previous record's table.
             log.warning("recovery: record of %s-%d, which is not assigned, ignored", *tp)
+            return
+        if tp in self._bulk_pending:
+            # The restorer reads this partition; a record fetched before it took over (a
+            # standby's, just promoted) must not be written over the newer ones it writes.
             return
         table = self.tp_to_table[tp]
         bufsize = self.buffer_sizes.get(tp)
@@ -255,3 +357,11 @@ def use_broker_reader(app: Any, find: FirstCommittedRecord) -> None:
     if not isinstance(recovery, TransactionalRecovery):
         raise TypeError(f"the app's recovery is {type(recovery).__name__}, not ours")
     recovery.first_committed_record = find
+
+
+def use_restorer(app: Any, restorer: Restorer) -> None:
+    """Hand the recovery of ``app`` the bulk restorer of its tables' active partitions."""
+    recovery = app.tables.recovery
+    if not isinstance(recovery, TransactionalRecovery):
+        raise TypeError(f"the app's recovery is {type(recovery).__name__}, not ours")
+    recovery.restorer = restorer

@@ -31,6 +31,7 @@ from rocksdict import (
     Rdict,
     WriteBatch,
     WriteBufferManager,
+    WriteOptions,
 )
 
 #: Column family for the store's own bookkeeping, apart from the ids (any byte string is a
@@ -38,6 +39,15 @@ from rocksdict import (
 META_CF = "dedupe-meta"
 #: Key (in :data:`META_CF`) of the changelog offset a partition database holds data through.
 OFFSET_KEY = b"changelog-offset"
+#: Key (in :data:`META_CF`) present while a bulk restore writes without the write-ahead log
+#: (``tables/restore.py``): a database opened with it lost writes in a crash.
+RESTORING_KEY = b"bulk-restore-in-progress"
+
+#: Write options of a bulk restore into an empty database, and of the marks around it.
+NO_WAL = WriteOptions()
+setattr(NO_WAL, "disable_wal", True)  # noqa: B010 (a property; rocksdict's stub says a method)
+SYNCED = WriteOptions()
+SYNCED.sync = True
 
 #: Changelog key of the record each transaction adds with its source offsets (JSON, topic ->
 #: next offset). 0xFF never occurs in UTF-8, so no messageId can be this key. The store keeps its
@@ -92,11 +102,36 @@ class PartitionDB:
         raw = self.meta.get(SOURCE_OFFSETS_KEY)
         return {} if raw is None else decode_source_offsets(raw)
 
-    def write(self, batch: WriteBatch, offset: int | None) -> None:
-        """Apply ``batch`` and (atomically with it) the changelog offset it brings us to."""
+    def write(self, batch: WriteBatch, offset: int | None, *, wal: bool = True) -> None:
+        """Apply ``batch`` and (atomically with it) the changelog offset it brings us to;
+        ``wal=False``: without the write-ahead log (a bulk restore, see :meth:`restoring`)."""
         if offset is not None:
             batch.put(OFFSET_KEY, offset.to_bytes(8, "big"), self.meta_handle)
-        self.db.write(batch)
+        if wal:
+            self.db.write(batch)
+        else:
+            self.db.write(batch, NO_WAL)
+
+    def restoring(self) -> bool:
+        """True while a bulk restore writes without the write-ahead log: opened in this state,
+        the database lost whatever was not flushed yet."""
+        return self.meta.get(RESTORING_KEY) is not None
+
+    def mark_restoring(self, on: bool) -> None:
+        """Set (before writes without the WAL) or clear (after :meth:`flush`) the mark."""
+        batch = WriteBatch(raw_mode=True)
+        if on:
+            batch.put(RESTORING_KEY, b"1", self.meta_handle)
+        else:
+            batch.delete(RESTORING_KEY, self.meta_handle)
+        self.db.write(batch, SYNCED)
+
+    def flush(self) -> None:
+        """Every column family's memtable to disk (waits)."""
+        self.db.flush(True)
+        self.meta.flush(True)
+        for cf in self.extra.values():
+            cf.flush(True)
 
     def close(self) -> None:
         for cf in self.extra.values():

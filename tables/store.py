@@ -166,7 +166,12 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self.write_partition(partition, list((staged or {}).items()), through)
 
     def write_partition(
-        self, partition: int, writes: list[tuple[bytes, bytes | None]], offset: int | None
+        self,
+        partition: int,
+        writes: list[tuple[bytes, bytes | None]],
+        offset: int | None,
+        *,
+        wal: bool = True,
     ) -> None:
         """Write ``writes`` (value None: delete), in order, with the changelog ``offset``, in one
         atomic batch together with whatever :meth:`extend_batch` derives from them."""
@@ -178,7 +183,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
                 batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
         self.extend_batch(partition, pdb, batch, ids)
         self._read.pop(partition, None)  # committed values change with this write
-        pdb.write(batch, offset)
+        pdb.write(batch, offset, wal=wal)
 
     def extend_batch(
         self,
@@ -235,6 +240,38 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     def set_persisted_offset(self, tp: TP, offset: int) -> None:
         self.partition_db(tp.partition).write(WriteBatch(raw_mode=True), offset)
+
+    # -- bulk restore (tables/restore.py) ------------------------------------------------------
+
+    def restored_offset(self, partition: int) -> int | None:
+        return self.partition_db(partition).offset()
+
+    def begin_bulk(self, partition: int) -> bool:
+        """True (and the database is marked as being restored) when it holds nothing yet: the
+        restore's batches then skip the write-ahead log."""
+        pdb = self.partition_db(partition)
+        if pdb.restoring():
+            return True  # a restore stopped by a rebalance, going on
+        if pdb.offset() is not None:
+            return False
+        pdb.mark_restoring(True)
+        return True
+
+    def write_restored(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        offset: int,
+        *,
+        wal: bool,
+    ) -> None:
+        self.write_partition(partition, records, offset, wal=wal)
+
+    def end_bulk(self, partition: int) -> None:
+        pdb = self.partition_db(partition)
+        if pdb.restoring():
+            pdb.flush()
+            pdb.mark_restoring(False)
 
     def apply_changelog_batch(
         self,

@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "max_producers_per_partition": 10_000,
     "session_timeout": 10.0,
     "standby_replicas": 0,
+    "bulk_restore": True,
     "fault_injection": "",
     "log_level": "info",
 }
@@ -143,6 +144,7 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "max_producers_per_partition": ("500", 500),
     "session_timeout": ("20", 20.0),
     "standby_replicas": ("1", 1),
+    "bulk_restore": ("false", False),
     "fault_injection": ("commit=kill@3", "commit=kill@3"),
     "log_level": ("debug", "debug"),
 }
