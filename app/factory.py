@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import faust
@@ -22,6 +23,7 @@ from app.metrics import RebalanceSensor, restore_progress
 from app.settings import Settings
 from app.topics import ensure_topics
 from app.web import register_views
+from tables.follow import Follower
 from tables.producers import ProducerSeqs, declare_producer_seqs
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.recovery import TransactionalTableManager, use_broker_reader, use_restorer
@@ -178,7 +180,8 @@ def create_app(settings: Settings) -> Pipeline:
         app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
     )
     if settings.bulk_restore:
-        use_restorer(app, Restorer(lambda: restore_reader(settings), on_restore(settings)))
+        reader = partial(restore_reader, settings)
+        use_restorer(app, Restorer(reader, on_restore(settings)), Follower(reader))
     seen_ids = declare_seen_ids(app, settings)
     producer_seqs = declare_producer_seqs(app, settings, rocks_tuning(settings))
     source = app.topic(

@@ -13,7 +13,8 @@ Per partition this worker owns (label ``partition``):
 and ``dedupe_commit_seconds`` (histogram of transaction commit latency, all partitions) and
 ``dedupe_rebalance_seconds`` (histogram of rebalance durations, fed by :class:`RebalanceSensor`),
 ``dedupe_restore_remaining_offsets{changelog, partition}`` and ``dedupe_restored_records_total``
-(the bulk restorer's progress).
+(the bulk restorer's progress), ``dedupe_standby_lag_offsets{changelog, partition}`` (standby
+copies kept here).
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ class PartitionCollector(Collector):
         last = GaugeMetricFamily(
             "dedupe_last_commit_timestamp_seconds", "Time of the last commit", labels=["partition"]
         )
-        for p, s in self.stats()["partitions"].items():
+        stats = self.stats()
+        for p, s in stats["partitions"].items():
             for outcome in OUTCOMES:
                 records.add_metric([p, outcome], s[outcome])
             for strategy, outcomes in s["by_strategy"].items():
@@ -145,7 +147,16 @@ class PartitionCollector(Collector):
                 lag.add_metric([p], s["consumer_lag"])
             if s["last_commit_at"] is not None:
                 last.add_metric([p], s["last_commit_at"])
+        standby_lag = GaugeMetricFamily(
+            "dedupe_standby_lag_offsets",
+            "Offsets a standby copy is behind its changelog's last stable offset",
+            labels=["changelog", "partition"],
+        )
+        for name, s in stats["standbys"].items():
+            if s["lag"] is not None:
+                standby_lag.add_metric([name.rsplit("-", 1)[0], str(s["partition"])], s["lag"])
         yield from (records, by_strategy, aged, commits, held, producers, window, lag, last)
+        yield standby_lag
 
 
 def register(stats: Callable[[], dict[str, Any]]) -> None:

@@ -278,7 +278,8 @@ class Settings(KafkaSecuritySettings):
     standby_replicas: int = setting(
         0,
         "DEDUPE_STANDBY_REPLICAS",
-        "Standby copies of each state partition on other workers.",
+        "Standby copies of each state partition on other workers, kept warm in bulk "
+        "(tables/follow.py): a takeover then restores only a copy's lag (in /stats).",
         within=(0, 8),
     )
     bulk_restore: bool = setting(

@@ -78,7 +78,19 @@ def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
             "last_commit_at": task.last_commit_at,
             "last_commit_seconds": task.last_commit_seconds,
         }
-    return {"policy": dedup.policy(), "partitions": partitions}
+    return {"policy": dedup.policy(), "partitions": partitions, "standbys": standby_stats(app)}
+
+
+def standby_stats(app: faust.App) -> dict[str, Any]:
+    """The standby copies this worker keeps (``tables/follow.py``), by changelog partition:
+    the changelog offset each holds and its lag (offsets behind the last stable offset)."""
+    follower = getattr(app.tables.recovery, "follower", None)
+    if follower is None:
+        return {}
+    return {
+        f"{tp.topic}-{tp.partition}": {"partition": tp.partition, "offset": f.held, "lag": f.lag}
+        for tp, f in sorted(follower.status().items())
+    }
 
 
 def _by_strategy(dedup: Deduplicator, partition: int) -> dict[str, dict[str, int]]:

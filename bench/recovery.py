@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results-recovery.md")
 DATA_ROOT = ROOT / "data" / "bench-recovery"
 T0 = 1_790_000_000_000
-RESTORED = re.compile(r"restored \S+: (\d+) records in ([\d.]+)s")
+RESTORED = re.compile(r"restored \S+ through offset \d+: (\d+) records in ([\d.]+)s")
 
 
 @dataclass
@@ -110,8 +110,10 @@ async def write_changelog(
     print(f"changelog written: {seq:,} records in {time.monotonic() - started:.1f}s", flush=True)
 
 
-def ready_after(env: dict[str, str], port: int, log: Path, timeout: float) -> tuple[float, int]:
-    """Start the worker; seconds until /ready answers 200, and the process id (running)."""
+def ready_after(
+    env: dict[str, str], port: int, log: Path, timeout: float
+) -> tuple[float, subprocess.Popen[bytes]]:
+    """Start the worker; seconds until /ready answers 200, and the (running) process."""
     with log.open("ab") as out:
         started = time.monotonic()
         proc = subprocess.Popen(
@@ -127,7 +129,7 @@ def ready_after(env: dict[str, str], port: int, log: Path, timeout: float) -> tu
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as reply:
                 if reply.status == 200 and json.loads(reply.read())["partitions"]:
-                    return time.monotonic() - started, proc.pid
+                    return time.monotonic() - started, proc
         except OSError:
             pass
         time.sleep(0.1)
@@ -135,15 +137,13 @@ def ready_after(env: dict[str, str], port: int, log: Path, timeout: float) -> tu
     raise RuntimeError(f"the worker was not ready after {timeout}s; see {log}")
 
 
-def stop(pid: int) -> None:
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(600):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
 
 
 def worker_env(
@@ -180,30 +180,32 @@ def run(args: argparse.Namespace) -> tuple[list[Run], float]:
     asyncio.run(write_changelog(bootstrap, f"{tag}-seen_ids-changelog", by_partition, args.txn))
     runs: list[Run] = []
 
-    def start(mode: str, app_id: str, data: Path, **extra: str) -> tuple[float, int, Path]:
+    def start(
+        mode: str, app_id: str, data: Path, **extra: str
+    ) -> tuple[float, subprocess.Popen[bytes], Path]:
         port = free_port()
         env = worker_env(bootstrap, app_id, args.partitions, data, port)
         env.update(extra)
         log = root / f"worker-{mode}.log"
-        ready_s, pid = ready_after(env, port, log, args.timeout)
+        ready_s, proc = ready_after(env, port, log, args.timeout)
         print(f"{mode}: ready after {ready_s:.1f}s", flush=True)
-        return ready_s, pid, log
+        return ready_s, proc, log
 
-    ready_s, pid, _ = start("startup", f"{tag}-empty", root / "startup")
-    stop(pid)
+    ready_s, proc, _ = start("startup", f"{tag}-empty", root / "startup")
+    stop(proc)
     base = ready_s
     runs.append(Run("startup", ready_s))
     if not args.skip_faust:
-        ready_s, pid, _ = start("faust", tag, root / "faust", DEDUPE_BULK_RESTORE="false")
-        stop(pid)
+        ready_s, proc, _ = start("faust", tag, root / "faust", DEDUPE_BULK_RESTORE="false")
+        stop(proc)
         runs.append(Run("faust", ready_s, ready_s - base))
         shutil.rmtree(root / "faust", ignore_errors=True)
-    ready_s, pid, log = start("bulk", tag, root / "bulk")
-    stop(pid)
+    ready_s, proc, log = start("bulk", tag, root / "bulk")
+    stop(proc)
     runs.append(Run("bulk", ready_s, ready_s - base, logged_rate(log)))
     per_id = disk_bytes(root / "bulk") / args.ids
-    ready_s, pid, _ = start("restart", tag, root / "bulk")
-    stop(pid)
+    ready_s, proc, _ = start("restart", tag, root / "bulk")
+    stop(proc)
     runs.append(Run("restart", ready_s, ready_s - base))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
@@ -226,7 +228,7 @@ def render(args: argparse.Namespace, runs: list[Run], per_id: float, cmdline: st
     for r in runs:
         rate = r.rate(args.ids) if r.mode in ("faust", "bulk") else None
         vs = f"{rate / faust_rate:.1f}x" if rate and faust_rate else ""
-        restore = f"{r.restore_s:.1f}" if r.restore_s is not None else ""
+        restore = "" if r.restore_s is None else f"{max(r.restore_s, 0.0):.1f}"
         lines.append(
             f"| {r.mode} | {r.ready_s:.1f} | {restore} | {f'{rate:,.0f}' if rate else ''} | {vs} |"
         )

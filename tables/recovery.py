@@ -28,7 +28,7 @@ With a :class:`~tables.restore.Restorer` (the worker's default, ``DEDUPE_BULK_RE
 loop no longer reads the active partitions of our tables at all: when a recovery starts, Faust's
 consumer is moved to their end and the restorer reads each one into its store in whole write
 batches (``tables/restore.py``); a partition is recovered when its restore reaches the end.
-Standby partitions still follow their changelog through Faust's loop.
+Standby partitions of our tables are followed in bulk too (``tables/follow.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from faust.types import TP, EventT
 from faust.utils.tracing import finish_span
 from mode import Service
 
+from tables.follow import Follower
 from tables.restore import BulkTarget, Restorer
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,9 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
     #: Restores the active partitions of our tables in bulk (handed in by the factory through
     #: :func:`use_restorer`); None: Faust's loop reads them.
     restorer: Restorer | None = None
+    #: Follows the standby partitions of our tables in bulk (:func:`use_restorer` too); None:
+    #: Faust's loop follows them.
+    follower: Follower | None = None
     # Faust's attributes that mypy cannot type from its code:
     _last_active_event_processed_at: float | None
     _standbys_span: Any
@@ -82,11 +86,41 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         self._bulk_round = 0
         self._bulk_pending: set[TP] = set()
         self._bulk_wanted = asyncio.Event()
+        #: The standby partitions of this rebalance the follower takes, as Faust adds them.
+        self._standbys_next: dict[TP, BulkTarget] = {}
 
     async def on_stop(self) -> None:
         await super().on_stop()
         if self.restorer is not None:
             await self.restorer.close()
+        if self.follower is not None:
+            await self.follower.close()
+
+    async def on_rebalance(
+        self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP], generation_id: int = 0
+    ) -> None:
+        """Faust's, and the follower then follows exactly this assignment's standby partitions
+        of our tables (before any active restore starts: a promoted one is no longer followed)."""
+        self._standbys_next = {}
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        if self.follower is not None and generation_id == self.app.consumer_generation_id:
+            self.follower.follow(
+                {TopicPartition(tp.topic, tp.partition): s for tp, s in self._standbys_next.items()}
+            )
+
+    def add_standby(self, table: Any, tp: TP) -> None:
+        """A standby partition of one of our tables goes to the follower; Faust's consumer,
+        which paused it at the rebalance, never resumes it. Others: Faust's standby."""
+        if self.follower is not None and hasattr(table.data, "begin_bulk"):
+            self.tp_to_table[tp] = table
+            self._standbys_next[tp] = table.data
+            return
+        super().add_standby(table, tp)
+
+    @Service.task  # type: ignore[untyped-decorator]
+    async def _follow_standbys(self) -> None:
+        if self.follower is not None:
+            await self.follower.run(lambda: bool(self.should_stop))
 
     def _set_recovery_started(self) -> None:
         """Faust's, and the end signal is cleared here, when a recovery starts, instead of at
@@ -213,7 +247,7 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
             # Faust fell through here and applied the record to the previous record's table.
             log.warning("recovery: record of %s-%d, which is not assigned, ignored", *tp)
             return
-        if tp in self._bulk_pending:
+        if tp in self._bulk_pending or tp in self._standbys_next:
             # The restorer reads this partition; a record fetched before it took over (a
             # standby's, just promoted) must not be written over the newer ones it writes.
             return
@@ -359,9 +393,11 @@ def use_broker_reader(app: Any, find: FirstCommittedRecord) -> None:
     recovery.first_committed_record = find
 
 
-def use_restorer(app: Any, restorer: Restorer) -> None:
-    """Hand the recovery of ``app`` the bulk restorer of its tables' active partitions."""
+def use_restorer(app: Any, restorer: Restorer, follower: Follower) -> None:
+    """Hand the recovery of ``app`` the bulk restorer of its tables' active partitions and the
+    follower of their standby partitions."""
     recovery = app.tables.recovery
     if not isinstance(recovery, TransactionalRecovery):
         raise TypeError(f"the app's recovery is {type(recovery).__name__}, not ours")
     recovery.restorer = restorer
+    recovery.follower = follower

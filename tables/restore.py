@@ -135,6 +135,9 @@ class Restorer:
         start = 0 if held is None else held + 1
         progress = Progress(tp, start, end, position=start)
         if start >= end:
+            log.info(
+                "%s-%d: nothing to restore (the store holds it through offset %d)", *tp, end - 1
+            )
             return True
         reader = await self._started()
         reader.assign([tp])

@@ -1,0 +1,159 @@
+"""The standby follower's turns (tables/follow.py) against a scripted reader and recording
+stores. The real broker and RocksDB: tests/faults/test_recovery_takeover.py (F17, F21)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.structs import TopicPartition
+
+from tables.follow import Follower
+
+A = TopicPartition("app-seen_ids-changelog", 0)
+B = TopicPartition("app-seen_ids-changelog", 1)
+
+
+@dataclass
+class Record:
+    offset: int
+    key: bytes
+    value: bytes | None
+
+
+@dataclass
+class Reader:
+    """Each partition's committed records, two per fetch; the last stable offset is ``ends``."""
+
+    logs: dict[TopicPartition, list[Record]]
+    ends: dict[TopicPartition, int]
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    assigned: list[TopicPartition] = field(default_factory=list)
+    seeks: list[tuple[TopicPartition, int]] = field(default_factory=list)
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = list(tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+        self.positions[tp] = offset
+
+    async def getmany(self, timeout_ms: int) -> dict[TopicPartition, list[Record]]:
+        out: dict[TopicPartition, list[Record]] = {}
+        for tp in self.assigned:
+            ahead = [r for r in self.logs[tp] if r.offset >= self.positions[tp]][:2]
+            if ahead:
+                out[tp] = ahead
+                self.positions[tp] = ahead[-1].offset + 1
+        return out
+
+    def last_stable_offset(self, tp: TopicPartition) -> int:
+        return self.ends[tp]
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.positions[tp]
+
+
+@dataclass
+class Store:
+    partition: int
+    offset: int | None = None
+    written: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    wal: list[bool] = field(default_factory=list)
+
+    def restored_offset(self, partition: int) -> int | None:
+        assert partition == self.partition
+        return self.offset
+
+    def write_restored(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], offset: int, *, wal: bool
+    ) -> None:
+        self.written.extend(records)
+        self.wal.append(wal)
+        self.offset = offset
+
+    def begin_bulk(self, partition: int) -> bool:
+        return False
+
+    def end_bulk(self, partition: int) -> None: ...
+
+
+def log_of(n: int, prefix: str) -> list[Record]:
+    return [Record(i, f"{prefix}{i}".encode(), b"v") for i in range(n)]
+
+
+def follower_with(reader: Reader) -> Follower:
+    return Follower(lambda: reader)  # type: ignore[arg-type,return-value]
+
+
+def turns(follower: Follower, n: int) -> None:
+    async def run() -> None:
+        for _ in range(n):
+            await follower._turn()
+
+    asyncio.run(run())
+
+
+def test_each_followed_partition_is_read_from_after_what_its_store_holds() -> None:
+    reader = Reader({A: log_of(5, "a"), B: log_of(4, "b")}, {A: 5, B: 4})
+    a, b = Store(0, offset=2), Store(1)
+    follower = follower_with(reader)
+    follower.follow({A: a, B: b})
+    turns(follower, 3)
+    assert sorted(reader.seeks) == [(A, 3), (B, 0)]
+    assert a.written == [(b"a3", b"v"), (b"a4", b"v")] and a.offset == 4
+    assert b.written == [(f"b{i}".encode(), b"v") for i in range(4)] and b.offset == 3
+    assert all(a.wal + b.wal)  # a standby copy is written with the WAL
+    status = follower.status()
+    assert (status[A].held, status[A].lag) == (4, 0) and (status[B].held, status[B].lag) == (3, 0)
+
+
+def test_the_lag_is_the_last_stable_offset_minus_the_position() -> None:
+    reader = Reader({A: log_of(9, "a")}, {A: 9})
+    follower = follower_with(reader)
+    follower.follow({A: Store(0)})
+    turns(follower, 1)
+    assert follower.status()[A].lag == 7
+
+
+def test_a_partition_no_longer_followed_is_never_written_again() -> None:
+    reader = Reader({A: log_of(6, "a"), B: log_of(6, "b")}, {A: 6, B: 6})
+    a, b = Store(0), Store(1)
+    follower = follower_with(reader)
+    follower.follow({A: a, B: b})
+    turns(follower, 1)
+    follower.follow({B: b})  # A was promoted to an active partition here
+    turns(follower, 3)
+    assert a.written == [(b"a0", b"v"), (b"a1", b"v")]
+    assert len(b.written) == 6
+
+
+def test_records_at_or_below_what_the_store_holds_are_skipped() -> None:
+    """A partition promoted and its store written further by the restore, then followed again
+    while a fetch of older records was on its way: they are not written over the newer."""
+    reader = Reader({A: log_of(6, "a")}, {A: 6})
+    a = Store(0)
+    follower = follower_with(reader)
+    follower.follow({A: a})
+    turns(follower, 1)  # a0, a1 written
+    a.offset = 4  # the restore of an active owner wrote through 4 meanwhile
+    follower._write(A, [(r.offset, r.key, r.value) for r in log_of(6, "a")[2:]])
+    assert a.written == [(b"a0", b"v"), (b"a1", b"v"), (b"a5", b"v")]
+
+
+def test_no_partition_followed_is_a_quiet_wait() -> None:
+    follower = follower_with(Reader({}, {}))
+
+    async def one() -> Any:
+        return await asyncio.wait_for(follower._turn(), timeout=5)
+
+    asyncio.run(one())
+    assert follower.status() == {}
