@@ -1,4 +1,5 @@
-"""``python -m app worker``: start a dedup worker (Faust's worker command line).
+"""``python -m app worker``: start a dedup worker (Faust's worker command line);
+``python -m app snapshot --to DIR`` / ``restore --from DIR``: state as files (app/snapshots.py).
 
 Settings come from the environment (docs/settings.md); an invalid one stops the worker at once
 with exit status 2 and a message naming the variable. The log level is DEDUPE_LOG_LEVEL unless
@@ -17,6 +18,14 @@ from app.settings import SettingsError
 
 
 def main() -> None:
+    if sys.argv[1:2] in (["snapshot"], ["restore"]):
+        from app.snapshots import main as snapshots
+
+        try:
+            raise SystemExit(snapshots(sys.argv[1:]))
+        except SettingsError as exc:
+            print(f"dedupe: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     try:
         from app.main import app, pipeline
     except SettingsError as exc:

@@ -20,6 +20,9 @@ so a worker that sat idle ran the check 0-5 s into its next takeover.
 
 - F20 kills the worker while the bulk restorer writes into an empty store without the
   write-ahead log: the restart must find the store marked, rebuild it, and hold every id.
+- F21 kills the owner while a warm standby follows its partition: the takeover restores only
+  the copy's lag. F22 moves the state as a snapshot (``python -m app snapshot``/``restore``):
+  the worker then reads only the changelog written after it.
 
 All check the store before the events go again (``ids_held`` per partition against the ids
 the changelog holds, and lookups of ids), then the clean topic: each id exactly once.
@@ -32,7 +35,10 @@ import random
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,7 +47,7 @@ from app.rules import partition_for
 from scripts.streams import Stream, build_stream, produce
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
-from tests.support import Broker, Names, Worker, get, wait_drained
+from tests.support import ROOT, Broker, Names, Worker, get, wait_drained
 
 pytestmark = pytest.mark.faults
 
@@ -335,3 +341,69 @@ def test_f21_a_warm_standby_takes_over_after_a_kill_9_replaying_seconds(
         # The partition's changelog holds some 40,000 ids by the kill; a cold takeover restores
         # all of them, the warm copy only its lag at that moment.
         assert takeover[p] < held[p] // 10, (takeover, held)
+
+
+def app_command(worker: Worker, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m app <args>`` with the worker's settings."""
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        env=worker.env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
+    broker: Broker, names: Names, workers: list[Worker], reliability: Reliability, tmp_path: Path
+) -> None:
+    """A snapshot of a running worker (``python -m app snapshot``), more events after it, the
+    worker killed and its disk lost; ``python -m app restore`` into a new data dir refuses a
+    damaged copy and restores a sound one, and the worker started on it reads only the
+    changelog written after the snapshot."""
+    partitions = 2
+    stream = build_stream(80_000 * SCALE, 0.0, seed=64)
+    cut = len(stream.records) * 3 // 4
+    first, later = stream.records[:cut], stream.records[cut:]
+    expected = ids_by_partition(stream, partitions)
+    worker = one_worker_processed(broker, names, workers, Stream(first, stream.unique), partitions)
+    snap = tmp_path / "snapshot"
+    taken = app_command(worker, "snapshot", "--to", str(snap))
+    assert taken.returncode == 0, taken.stdout + taken.stderr
+    assert "snapshot of " in taken.stdout
+    asyncio.run(produce(broker.bootstrap, names.input_topic, later))
+    wait_drained(broker, names, timeout=300, workers=workers)
+    worker.kill(signal.SIGKILL)
+    shutil.rmtree(worker.data_dir)
+    # A damaged copy is refused, and nothing is written.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(snap, damaged)
+    sst = sorted(damaged.glob("seen_ids-0.default.sst"))[0]
+    sst.write_bytes(sst.read_bytes()[:-10])
+    refused = app_command(worker, "restore", "--from", str(damaged))
+    assert refused.returncode == 1 and "seen_ids-0.default.sst is" in refused.stderr
+    assert not worker.data_dir.exists() or not any(worker.data_dir.rglob("*.db"))
+    restored = app_command(worker, "restore", "--from", str(snap))
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    before = worker.log_text()
+    worker.start()
+    wait_owning(worker, set(range(partitions)))
+    read = restores_logged(worker.log_text()[len(before) :])
+    assert set(read) == set(range(partitions)), read
+    for p in range(partitions):
+        # The changelog after the snapshot: about a quarter of the ids (plus commit markers),
+        # where an empty data dir reads all of them.
+        assert read[p] < len(expected[p]) // 2, (read, {q: len(v) for q, v in expected.items()})
+    assert_store_holds(worker, set(range(partitions)), expected, seed=6)
+    send_again_and_verify(
+        broker,
+        names,
+        workers,
+        stream,
+        partitions,
+        reliability,
+        "F22 state moved as a snapshot of a running worker (a damaged copy refused), more events, "
+        "kill -9 and disk lost, restored, then every event again",
+        1,
+    )

@@ -1,0 +1,94 @@
+"""``python -m app snapshot --to DIR`` and ``python -m app restore --from DIR``: move a worker's
+state to another machine as files (``tables/snapshot.py``) instead of rebuilding it from the
+changelog.
+
+    python -m app snapshot --to /backups/dedupe-2026-11-25      # the worker may keep running
+    python -m app restore --from /backups/dedupe-2026-11-25     # into an empty DEDUPE_DATA_DIR
+
+Both read the worker's settings from the environment (the same ``DEDUPE_*`` variables). You
+should see one line per partition database (keys, changelog offset) and a last line with the
+total. A worker started on the restored data dir reads only the changelog after each
+partition's offset. ``restore`` refuses, listing every problem, a snapshot of another pipeline
+(app id, input topic, partitions), one with a file missing, truncated or changed, or one older
+than ``--max-age`` (default 24h: Kafka's default ``delete.retention.ms``, after which a
+compacted changelog may have dropped deletes the snapshot does not know of; pass your
+changelog's value). Exit status 0 on success, 1 when refused, 2 on bad settings or arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from app.settings import Settings
+from envsettings import parse_duration
+from tables.rocks import PartitionDB, options_for
+from tables.seen_ids_table import rocks_tuning
+from tables.snapshot import Identity, problems, restore, take
+
+
+def tables_dir(settings: Settings) -> Path:
+    """Where the worker keeps its partition databases (Faust's ``tabledir``)."""
+    from app.factory import create_app
+
+    tabledir: Path = Path(create_app(settings).app.conf.tabledir)
+    return tabledir
+
+
+def identity(settings: Settings) -> Identity:
+    return Identity(settings.app_id, settings.input_topic, settings.partitions)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    snap = sub.add_parser("snapshot", help="write the worker's state into a new directory")
+    snap.add_argument("--to", type=Path, required=True, help="the snapshot directory (new)")
+    rest = sub.add_parser("restore", help="restore a snapshot into an empty data dir")
+    rest.add_argument("--from", dest="src", type=Path, required=True, help="a snapshot directory")
+    rest.add_argument(
+        "--max-age", default="24h", help="refuse older snapshots (a duration: 90s, 12h, 7d)"
+    )
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    where = tables_dir(settings)
+    started = time.monotonic()
+    if args.command == "snapshot":
+        try:
+            manifest = take(where, args.to, identity(settings), progress=print)
+        except (ValueError, FileExistsError) as exc:
+            print(f"dedupe snapshot: {exc}", file=sys.stderr)
+            return 1
+        print(
+            f"snapshot of {len(manifest.copies)} partition databases in {args.to} "
+            f"({time.monotonic() - started:.1f}s)"
+        )
+        return 0
+    try:
+        max_age = parse_duration(args.max_age)
+    except ValueError as exc:
+        print(f"dedupe restore: --max-age: {exc}", file=sys.stderr)
+        return 2
+    found = problems(args.src, identity(settings), max_age)
+    if found:
+        print(f"dedupe restore: refused, {args.src}:", file=sys.stderr)
+        for problem in found:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    options, family_options, _cache = options_for(rocks_tuning(settings))
+
+    def open_db(path: Path, extra: tuple[str, ...]) -> PartitionDB:
+        return PartitionDB(path, options, family_options, extra)
+
+    try:
+        manifest = restore(args.src, where, open_db, progress=print)
+    except ValueError as exc:
+        print(f"dedupe restore: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"restored {len(manifest.copies)} partition databases into {where} "
+        f"({time.monotonic() - started:.1f}s); start the worker"
+    )
+    return 0
