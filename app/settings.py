@@ -215,6 +215,14 @@ class Settings(KafkaSecuritySettings):
         "about 2 bytes per id held keeps every filter and index partition cached.",
         within=(2**20, 2**36),
     )
+    rocksdb_compression: str = setting(
+        "zstd",
+        "DEDUPE_ROCKSDB_COMPRESSION",
+        "Compression of the state's RocksDB blocks: zstd (about 64 bytes per id held, ids and "
+        "age-out index), lz4, snappy (RocksDB's default, about 103) or none. Applies to files "
+        "written from then on; older files keep theirs.",
+        one_of=("zstd", "lz4", "snappy", "none"),
+    )
     strategy: str = setting(
         "message_id",
         "DEDUPE_STRATEGY",

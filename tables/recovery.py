@@ -155,9 +155,10 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
     async def _seek_offsets(
         self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
     ) -> None:
-        """Faust's seek before reading; then every active partition already short of its end
-        by commit markers alone (a promoted standby copy holds the record before the marker;
-        no record will come to trigger the check) ends here, instead of after a 5 s wait."""
+        """Faust's seek before reading; then the active partitions of our tables go to the
+        restorer (Faust's consumer waits at their end), and any other active partition already
+        short of its end by commit markers alone (no record will come to trigger the check)
+        ends here, instead of after a 5 s wait."""
         await super()._seek_offsets(consumer, tps, offsets, title)
         if offsets is not self.active_offsets:
             return

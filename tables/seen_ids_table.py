@@ -65,6 +65,8 @@ class Settings(Protocol):
     def rocksdb_memtable_budget_bytes(self) -> int: ...
     @property
     def rocksdb_block_cache_bytes(self) -> int: ...
+    @property
+    def rocksdb_compression(self) -> str: ...
 
 
 def changelog_topic_name(settings: Settings) -> str:
@@ -73,11 +75,12 @@ def changelog_topic_name(settings: Settings) -> str:
 
 
 def rocks_tuning(settings: Settings) -> RocksTuning:
-    """The store's RocksDB memory knobs from the ``DEDUPE_ROCKSDB_*`` settings."""
+    """The store's RocksDB knobs from the ``DEDUPE_ROCKSDB_*`` settings."""
     return RocksTuning(
         write_buffer_bytes=settings.rocksdb_write_buffer_bytes,
         memtable_budget_bytes=settings.rocksdb_memtable_budget_bytes,
         block_cache_bytes=settings.rocksdb_block_cache_bytes,
+        compression=settings.rocksdb_compression,
     )
 
 
