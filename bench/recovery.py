@@ -17,7 +17,12 @@ times it from process start to ``GET /ready`` = 200:
   ``--skip-faust`` for large ``--ids``: some 10,000 records/s);
 - ``bulk``: the bulk restorer (``tables/restore.py``);
 - ``restart``: the bulk run's worker stopped (SIGTERM) and started again on its data dir: only
-  the tail after the offset the store holds (nothing) is read.
+  the tail after the offset the store holds (nothing) is read;
+- ``from-snapshot``: while the restarted worker runs, ``python -m app snapshot`` (timed, size per
+  id), then ``python -m app restore`` into a new data dir (timed) and a worker started on it.
+
+Beside them, ``limit``: a consumer with the restorer's settings reads the same changelog and
+writes nothing, in the bench's process (the restorer's ceiling).
 
 Restore seconds are the time to ready minus ``startup``; records/s are ids over those seconds
 (the bulk restorer's own figure, from its log, is printed too). The data dir's bytes per id are
@@ -43,8 +48,11 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import TopicPartition
 
+from app.factory import restore_reader
 from app.rules import partition_for
+from app.settings import Settings
 from bench.measure import disk_bytes
 from bench.throughput import free_port, machine, versions
 from tables.window import encode_entry
@@ -59,7 +67,7 @@ RESTORED = re.compile(r"restored \S+ through offset \d+: (\d+) records in ([\d.]
 @dataclass
 class Run:
     mode: str
-    ready_s: float
+    ready_s: float | None
     restore_s: float | None = None
     logged_rate: float | None = None
 
@@ -164,6 +172,36 @@ def worker_env(
     return env
 
 
+async def bare_read(bootstrap: str, topic: str, partitions: int) -> float:
+    """Seconds a consumer with the restorer's settings takes to read ``topic`` to its end,
+    partition after partition, writing nothing: the limit of a restore in this process."""
+    reader = restore_reader(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
+    await reader.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = await reader.end_offsets(tps)
+        started = time.monotonic()
+        for tp in tps:
+            reader.assign([tp])
+            reader.seek(tp, 0)
+            while await reader.position(tp) < ends[tp]:
+                await reader.getmany(tp, timeout_ms=500)
+        return time.monotonic() - started
+    finally:
+        await reader.stop()
+
+
+def app_command(env: dict[str, str], *args: str) -> float:
+    """Seconds ``python -m app <args>`` took (it must succeed)."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "app", *args], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"python -m app {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return time.monotonic() - started
+
+
 def logged_rate(log: Path) -> float | None:
     """The bulk restorer's own rate: records over the sum of its restore times."""
     found = RESTORED.findall(log.read_text(errors="replace"))
@@ -171,14 +209,15 @@ def logged_rate(log: Path) -> float | None:
     return sum(int(n) for n, _ in found) / seconds if found and seconds > 0 else None
 
 
-def run(args: argparse.Namespace) -> tuple[list[Run], float]:
+def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:39092")
     tag = f"benchrec-{int(time.time())}"
     root = DATA_ROOT / tag
     root.mkdir(parents=True, exist_ok=True)
     by_partition = ids_for(args.ids, args.partitions)
-    asyncio.run(write_changelog(bootstrap, f"{tag}-seen_ids-changelog", by_partition, args.txn))
-    runs: list[Run] = []
+    changelog = f"{tag}-seen_ids-changelog"
+    asyncio.run(write_changelog(bootstrap, changelog, by_partition, args.txn))
+    runs = [Run("limit", None, asyncio.run(bare_read(bootstrap, changelog, args.partitions)))]
 
     def start(
         mode: str, app_id: str, data: Path, **extra: str
@@ -203,16 +242,25 @@ def run(args: argparse.Namespace) -> tuple[list[Run], float]:
     ready_s, proc, log = start("bulk", tag, root / "bulk")
     stop(proc)
     runs.append(Run("bulk", ready_s, ready_s - base, logged_rate(log)))
-    per_id = disk_bytes(root / "bulk") / args.ids
+    sizes = {"data dir bytes per id": disk_bytes(root / "bulk") / args.ids}
     ready_s, proc, _ = start("restart", tag, root / "bulk")
+    # A snapshot of the running worker, restored into a new data dir, and a start on it.
+    env = worker_env(bootstrap, tag, args.partitions, root / "bulk", free_port())
+    sizes["snapshot seconds"] = app_command(env, "snapshot", "--to", str(root / "snapshot"))
     stop(proc)
     runs.append(Run("restart", ready_s, ready_s - base))
+    sizes["snapshot bytes per id"] = disk_bytes(root / "snapshot") / args.ids
+    env = worker_env(bootstrap, tag, args.partitions, root / "restored", free_port())
+    sizes["restore seconds"] = app_command(env, "restore", "--from", str(root / "snapshot"))
+    ready_s, proc, _ = start("from-snapshot", tag, root / "restored")
+    stop(proc)
+    runs.append(Run("from-snapshot", ready_s, ready_s - base))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
-    return runs, per_id
+    return runs, sizes
 
 
-def render(args: argparse.Namespace, runs: list[Run], per_id: float, cmdline: str) -> str:
+def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], cmdline: str) -> str:
     by = {r.mode: r for r in runs}
     lines = [
         f"## Recovery benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
@@ -220,26 +268,33 @@ def render(args: argparse.Namespace, runs: list[Run], per_id: float, cmdline: st
         f"`{cmdline}`: {args.ids:,} ids in {args.partitions} partitions, "
         f"{args.txn:,} records per transaction.",
         "",
-        "| run | ready after (s) | restore (s) | records/s | vs faust |",
-        "|---|---|---|---|---|",
+        "| run | ready after (s) | restore (s) | records/s | vs faust | vs limit |",
+        "|---|---|---|---|---|---|",
     ]
-    faust = by.get("faust")
-    faust_rate = faust.rate(args.ids) if faust else None
+    faust, limit = by.get("faust"), by["limit"]
+    faust_rate, limit_rate = (faust.rate(args.ids) if faust else None), limit.rate(args.ids)
     for r in runs:
-        rate = r.rate(args.ids) if r.mode in ("faust", "bulk") else None
+        rate = r.rate(args.ids) if r.mode in ("limit", "faust", "bulk") else None
         vs = f"{rate / faust_rate:.1f}x" if rate and faust_rate else ""
+        vs_limit = f"{rate / limit_rate:.2f}x" if rate and limit_rate else ""
+        ready = "" if r.ready_s is None else f"{r.ready_s:.1f}"
         restore = "" if r.restore_s is None else f"{max(r.restore_s, 0.0):.1f}"
-        lines.append(
-            f"| {r.mode} | {r.ready_s:.1f} | {restore} | {f'{rate:,.0f}' if rate else ''} | {vs} |"
-        )
+        shown = f"{rate:,.0f}" if rate else ""
+        lines.append(f"| {r.mode} | {ready} | {restore} | {shown} | {vs} | {vs_limit} |")
     bulk = by["bulk"]
     lines += [
         "",
+        "- limit: a consumer with the restorer's settings reading the changelog, writing nothing",
         f"- the bulk restorer's own figure (its log: records over its restore time): "
         f"{bulk.logged_rate:,.0f} records/s"
         if bulk.logged_rate
         else "- no bulk figure logged",
-        f"- data dir after the bulk restore: {per_id:.1f} bytes per id (not compacted)",
+        f"- data dir after the bulk restore: {sizes['data dir bytes per id']:.1f} bytes per id "
+        "(not compacted)",
+        f"- snapshot of the running worker (`python -m app snapshot`): "
+        f"{sizes['snapshot seconds']:.1f}s, {sizes['snapshot bytes per id']:.1f} bytes per id; "
+        f"`restore` into a new data dir: {sizes['restore seconds']:.1f}s (both include the "
+        "start of a Python process); from-snapshot: a worker started on it",
         "- machine: " + "; ".join(machine()),
         "- versions: " + "; ".join(versions()),
         "",
@@ -261,8 +316,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     cmdline = "python -m bench.recovery " + " ".join(argv if argv is not None else sys.argv[1:])
-    runs, per_id = run(args)
-    text = render(args, runs, per_id, cmdline.strip())
+    runs, sizes = run(args)
+    text = render(args, runs, sizes, cmdline.strip())
     print(text)
     with RESULTS.open("a") as out:
         if out.tell() == 0:

@@ -4,10 +4,10 @@ a manifest that says whose state it is and how far into each changelog it reache
 A snapshot reads each partition database of a data dir read-only (no lock: the worker may keep
 running; the view is the database at the moment it is opened, whole transactions only, since
 each commit is one atomic write batch) and writes every column family as one SST file in key
-order (``SstFileWriter``: a format independent of the options the database was written with).
-Restoring ingests those files into fresh databases, which RocksDB links in without rewriting a
-key, and the worker's bulk restorer then reads only the changelog after the offset each
-partition holds (``tables/restore.py``).
+order (``SstFileWriter``, Zstandard: a format independent of the options the database was
+written with). Restoring ingests those files into fresh databases, which RocksDB links in
+without rewriting a key, and the worker's bulk restorer then reads only the changelog after the
+offset each partition holds (``tables/restore.py``).
 
 The manifest is checked before anything is written: a snapshot of another pipeline (app id,
 input topic, partition count), with a file missing, truncated or changed (size and SHA-256 of
@@ -29,7 +29,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocksdict import AccessType, IngestExternalFileOptions, Options, Rdict, SstFileWriter
+from rocksdict import (
+    AccessType,
+    DBCompressionType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    SstFileWriter,
+)
 
 from tables.rocks import META_CF, OFFSET_KEY, RESTORING_KEY, PartitionDB
 
@@ -168,7 +175,9 @@ def _write_sst(items: Iterable[tuple[Any, Any]], target: Path) -> int:
     keys = 0
     for key, value in items:  # in key order: what an SST file needs
         if writer is None:
-            writer = SstFileWriter(options=Options(raw_mode=True))
+            options = Options(raw_mode=True)
+            options.set_compression_type(DBCompressionType.zstd())
+            writer = SstFileWriter(options=options)
             writer.open(str(target))
         writer[key] = value
         keys += 1
