@@ -248,19 +248,24 @@ def test_f20_kill_9_during_a_bulk_restore_without_the_write_ahead_log(
     # restore's flush. Small memtables flush some column families on their own meanwhile:
     # without the mark, the restart built on the ids flushed and undercounted them (ids held
     # 79,945 of 99,939 in partition 0, when the check of the mark was taken out).
+    # The rebuild after it is killed the same way again, 30,000 records in.
     shutil.rmtree(worker.data_dir)
-    worker.extra_env = {
-        "DEDUPE_FAULT_INJECTION": "restored=kill@60",
-        "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES": "262144",
-    }
-    worker.start()
-    deadline = time.monotonic() + 120
-    while worker.alive():
-        assert time.monotonic() < deadline, "the fault point was never reached"
-        time.sleep(0.2)
-    killed_in = worker.log_text().rsplit("===== start", 1)[-1]
-    assert "write-ahead log off" in killed_in, killed_in[-3000:]
-    assert "restored " not in killed_in  # no partition finished before the kill
+    for at in (60, 30):
+        worker.extra_env = {
+            "DEDUPE_FAULT_INJECTION": f"restored=kill@{at}",
+            "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES": "262144",
+        }
+        worker.start()
+        deadline = time.monotonic() + 120
+        while worker.alive():
+            assert time.monotonic() < deadline, "the fault point was never reached"
+            time.sleep(0.2)
+        killed_in = worker.log_text().rsplit("===== start", 1)[-1]
+        assert "write-ahead log off" in killed_in, killed_in[-3000:]
+        # No partition finished before the kill.
+        assert re.search(r"restored \S+ through offset", killed_in) is None
+        if at == 30:
+            assert "was being restored when the worker stopped" in killed_in
     worker.extra_env = {}
     worker.start()
     wait_owning(worker, set(range(partitions)))
@@ -274,9 +279,9 @@ def test_f20_kill_9_during_a_bulk_restore_without_the_write_ahead_log(
         stream,
         partitions,
         reliability,
-        "F20 kill -9 during a bulk restore without the write-ahead log, restarted, then every "
-        "event again",
-        1,
+        "F20 kill -9 during a bulk restore without the write-ahead log (x2: the restore, then "
+        "its rebuild), restarted, then every event again",
+        2,
     )
 
 
@@ -361,7 +366,8 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
     """A snapshot of a running worker (``python -m app snapshot``), more events after it, the
     worker killed and its disk lost; ``python -m app restore`` into a new data dir refuses a
     damaged copy and restores a sound one, and the worker started on it reads only the
-    changelog written after the snapshot."""
+    changelog written after the snapshot; then it is killed again while every event is sent
+    again."""
     partitions = 2
     stream = build_stream(80_000 * SCALE, 0.0, seed=64)
     cut = len(stream.records) * 3 // 4
@@ -396,14 +402,20 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
         # where an empty data dir reads all of them.
         assert read[p] < len(expected[p]) // 2, (read, {q: len(v) for q, v in expected.items()})
     assert_store_holds(worker, set(range(partitions)), expected, seed=6)
-    send_again_and_verify(
-        broker,
-        names,
-        workers,
-        stream,
-        partitions,
+    # Every event again, and the restored worker killed (kill -9) in the middle of it.
+    feeder = Feeder(broker, names, stream, seconds=8)
+    time.sleep(3)
+    feeder.assert_flowing()
+    worker.kill(signal.SIGKILL)
+    worker.start()
+    feeder.join()
+    report, waited = drain_and_verify(broker, names, workers, partitions=partitions)
+    record(
         reliability,
         "F22 state moved as a snapshot of a running worker (a damaged copy refused), more events, "
-        "kill -9 and disk lost, restored, then every event again",
-        1,
+        "kill -9 and disk lost, restored; every event again with a kill -9",
+        2 * len(stream.records),
+        2,
+        report,
+        waited,
     )
