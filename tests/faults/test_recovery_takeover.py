@@ -390,6 +390,10 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
     refused = app_command(worker, "restore", "--from", str(damaged))
     assert refused.returncode == 1 and "seen_ids-0.default.sst is" in refused.stderr
     assert not worker.data_dir.exists() or not any(worker.data_dir.rglob("*.db"))
+    # So is one older than the deletes the changelog keeps (here: more than 1 s old).
+    time.sleep(1.5)
+    too_old = app_command(worker, "restore", "--from", str(snap), "--max-age", "1s")
+    assert too_old.returncode == 1 and "more than the 1s allowed" in too_old.stderr, too_old
     restored = app_command(worker, "restore", "--from", str(snap))
     assert restored.returncode == 0, restored.stdout + restored.stderr
     before = worker.log_text()
@@ -412,8 +416,9 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
     report, waited = drain_and_verify(broker, names, workers, partitions=partitions)
     record(
         reliability,
-        "F22 state moved as a snapshot of a running worker (a damaged copy refused), more events, "
-        "kill -9 and disk lost, restored; every event again with a kill -9",
+        "F22 state moved as a snapshot of a running worker (a damaged and a too old copy "
+        "refused), more events, kill -9 and disk lost, restored; every event again with a "
+        "kill -9",
         2 * len(stream.records),
         2,
         report,
