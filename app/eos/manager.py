@@ -58,6 +58,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self.app.on_rebalance_complete.connect(self._rebalance_complete)
         #: First offset processed per source partition since the last rebalance (for the log).
         self.first_offsets: dict[TopicPartition, int] = {}
+        #: The consumer generation of the last assignment this worker took part in.
+        self._generation: int | None = None
         s = self.settings
         self.faults = faults.parse(s.fault_injection)
         self.producers = TransactionalProducers(s, lambda: bool(self.should_stop))
@@ -187,6 +189,21 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             self.faults.reach("rebalance")
         for p in sorted(set(self.tasks) - wanted):
             await self.life.drop(self.tasks[p])
+        generation: int = self.app.consumer_generation_id
+        if self._generation is not None and generation > self._generation + 1 and self.tasks:
+            # A generation passed without this worker (its session expired): another member may
+            # have owned the partitions kept here meanwhile and fenced their producers, which
+            # would fail at the next commit and cost one more rebalance. Start them again.
+            log.warning(
+                "consumer generation %d follows %d: partitions %s may have had another owner "
+                "meanwhile; starting their transactional producers again",
+                generation,
+                self._generation,
+                sorted(self.tasks),
+            )
+            for p in sorted(self.tasks):
+                await self.life.drop(self.tasks[p])
+        self._generation = generation
         self.first_offsets.clear()
         to_start = [p for p in sorted(wanted) if p not in self.tasks]
         if to_start:
