@@ -18,6 +18,7 @@ changelog's value). Exit status 0 on success, 1 when refused, 2 on bad settings 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -60,6 +61,10 @@ def main(argv: list[str]) -> int:
             manifest = take(where, args.to, identity(settings), progress=print)
         except (ValueError, FileExistsError) as exc:
             print(f"dedupe snapshot: {exc}", file=sys.stderr)
+            return 1
+        except Exception as exc:  # RocksDB's errors (a file gone under a busy worker)
+            shutil.rmtree(args.to, ignore_errors=True)
+            print(f"dedupe snapshot: failed ({exc}); nothing kept, try again", file=sys.stderr)
             return 1
         print(
             f"snapshot of {len(manifest.copies)} partition databases in {args.to} "

@@ -146,6 +146,9 @@ def take(
 def _copy_partition(table: str, partition: int, path: Path, dest: Path) -> PartitionCopy:
     names = Rdict.list_cf(str(path), Options(raw_mode=True))
     options = Options(raw_mode=True)
+    # Every table file opened at once: the running worker's compactions may delete files this
+    # read-only view still lists (an open file stays readable).
+    options.set_max_open_files(-1)
     families = {name: Options(raw_mode=True) for name in names if name != "default"}
     db = Rdict(str(path), options, column_families=families, access_type=AccessType.read_only())
     try:
