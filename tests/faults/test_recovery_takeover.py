@@ -304,7 +304,7 @@ def test_f21_a_warm_standby_takes_over_after_a_kill_9_replaying_seconds(
     """Two workers with ``DEDUPE_STANDBY_REPLICAS=1``: each follows the other's changelog
     partitions (tables/follow.py), its lag in ``/stats``. The owner of a partition dies in the
     middle of a steady stream; the standby's worker takes it over and restores only what its
-    copy had not followed yet: a small part of the partition, not all of it."""
+    copy had not followed yet: the last seconds of the partition, not all of it."""
     partitions = 2
     env = {"DEDUPE_STANDBY_REPLICAS": "1"}
     a, b = (Worker(broker, names, index=i, partitions=partitions, extra_env=env) for i in range(2))
@@ -343,9 +343,11 @@ def test_f21_a_warm_standby_takes_over_after_a_kill_9_replaying_seconds(
     print(f"\nstandby lag before the kill {lags}; offsets restored at the takeover {takeover}")
     assert set(takeover) >= owned_a, takeover  # each taken-over partition went through it
     for p in owned_a:
-        # The partition's changelog holds some 40,000 ids by the kill; a cold takeover restores
-        # all of them, the warm copy only its lag at that moment.
-        assert takeover[p] < held[p] // 10, (takeover, held)
+        # The stream brings held[p] ids to the partition over 20 s, some 45,000 by the kill at
+        # 12 s; a cold takeover restores all of them. The warm copy restores only what it had not
+        # followed yet, and the owner's last open transaction: at most 5 s of the stream (a
+        # run here restored 495 offsets).
+        assert takeover[p] < held[p] * 5 // 20, (takeover, held)
 
 
 def app_command(worker: Worker, *args: str) -> subprocess.CompletedProcess[str]:
