@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from tables.restore import BATCH_RECORDS, BulkTarget
+from tables.restore import BATCH_RECORDS, BulkTarget, LazyReader
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,7 @@ class Follower:
     """Follows standby changelog partitions into their stores (see the module docstring)."""
 
     def __init__(self, new_reader: Callable[[], AIOKafkaConsumer]) -> None:
-        self._new_reader = new_reader
-        self._reader: AIOKafkaConsumer | None = None
+        self._reader = LazyReader(new_reader)
         self.followed: dict[TopicPartition, Followed] = {}
         self._changed = asyncio.Event()
 
@@ -60,9 +59,7 @@ class Follower:
         return dict(self.followed)
 
     async def close(self) -> None:
-        if self._reader is not None:
-            reader, self._reader = self._reader, None
-            await reader.stop()
+        await self._reader.close()
 
     async def run(self, should_stop: Callable[[], bool]) -> None:
         """Follow until ``should_stop()``; errors are logged and the partitions read again."""
@@ -83,7 +80,7 @@ class Follower:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=1.0)
             return
-        reader = await self._started()
+        reader = await self._reader.get()
         if self._changed.is_set():
             self._changed.clear()
             tps = sorted(self.followed)
@@ -115,10 +112,3 @@ class Follower:
                 tp.partition, [(k, v) for _, k, v in chunk], chunk[-1][0], wal=True
             )
         followed.held = store.restored_offset(tp.partition)
-
-    async def _started(self) -> AIOKafkaConsumer:
-        if self._reader is None:
-            reader = self._new_reader()
-            await reader.start()
-            self._reader = reader
-        return self._reader

@@ -112,14 +112,11 @@ class Restorer:
         new_reader: Callable[[], AIOKafkaConsumer],
         on_progress: OnProgress | None = None,
     ) -> None:
-        self._new_reader = new_reader
-        self._reader: AIOKafkaConsumer | None = None
+        self._reader = LazyReader(new_reader)
         self._on_progress = on_progress
 
     async def close(self) -> None:
-        if self._reader is not None:
-            reader, self._reader = self._reader, None
-            await reader.stop()
+        await self._reader.close()
 
     async def restore(
         self,
@@ -139,7 +136,7 @@ class Restorer:
                 "%s-%d: nothing to restore (the store holds it through offset %d)", *tp, end - 1
             )
             return True
-        reader = await self._started()
+        reader = await self._reader.get()
         reader.assign([tp])
         reader.seek(tp, start)
         wal = not store.begin_bulk(tp.partition)
@@ -195,9 +192,23 @@ class Restorer:
         )
         return True
 
-    async def _started(self) -> AIOKafkaConsumer:
+
+class LazyReader:
+    """A consumer made by ``new_reader`` and started on first use, then kept until closed (the
+    restorer's and the standby follower's)."""
+
+    def __init__(self, new_reader: Callable[[], AIOKafkaConsumer]) -> None:
+        self._new_reader = new_reader
+        self._reader: AIOKafkaConsumer | None = None
+
+    async def get(self) -> AIOKafkaConsumer:
         if self._reader is None:
             reader = self._new_reader()
             await reader.start()
             self._reader = reader
         return self._reader
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            await reader.stop()
