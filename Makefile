@@ -40,10 +40,10 @@ install: $(STAMP) ## Create .venv and install the project with its dev tools
 kafka-jars: ## Resolve the Kafka broker and tools jars from Maven Central (cached in .cache/)
 	$(KAFKA) fetch
 
-kafka-up: $(STAMP) kafka-jars ## Start a local single-node KRaft broker on 127.0.0.1:$KAFKA_PORT (9092)
+kafka-up: $(STAMP) kafka-jars ## Start a local single-node KRaft broker on 127.0.0.1:$KAFKA_PORT (9092), its controller on +1
 	$(KAFKA) up
 
-kafka-down: ## Stop the local broker on $KAFKA_PORT (9092)
+kafka-down: ## Stop the local broker on $KAFKA_PORT (9092) and its controller
 	$(KAFKA) down
 
 kafka-acls: $(STAMP) kafka-jars ## Print each component's Kafka ACLs; with KAFKA_SECURITY=sasl_ssl also add them to the local broker

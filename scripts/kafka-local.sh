@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# kafka-local.sh — a real single-node Apache Kafka broker (KRaft, transactions on) for local
-# runs and tests, from Maven Central jars: no Docker, no tarball.
+# kafka-local.sh — a real single-node Apache Kafka cluster (KRaft, transactions on) for local
+# runs and tests, from Maven Central jars: no Docker, no tarball. One KRaft controller and one
+# broker, each in its own JVM, as Kafka advises for production (see "Why two JVMs" below).
 #
 # Run from anywhere (paths are relative to the repo root = this script's dir/..):
 #
@@ -8,10 +9,13 @@
 #   scripts/kafka-local.sh up        # start broker on 127.0.0.1:${KAFKA_PORT:-9092}, wait until ready
 #   scripts/kafka-local.sh status    # "running pid=... port=..." (exit 0) or "not running" (exit 3)
 #   scripts/kafka-local.sh pid       # the broker JVM's pid (for SIGKILL/SIGSTOP fault tests)
+#   scripts/kafka-local.sh controller-pid   # the controller JVM's pid
 #   scripts/kafka-local.sh console-consumer --bootstrap-server 127.0.0.1:9092 --topic t \
 #       --from-beginning --isolation-level read_committed --timeout-ms 5000
 #   scripts/kafka-local.sh transactions --bootstrap-server 127.0.0.1:9092 list
 #   scripts/kafka-local.sh topics --bootstrap-server 127.0.0.1:9092 --list
+#   scripts/kafka-local.sh configs --bootstrap-server 127.0.0.1:9092 --alter --entity-type topics \
+#       --entity-name t --add-config delete.retention.ms=3600000
 #   (also: consumer-groups, get-offsets; `bootstrap` prints 127.0.0.1:$KAFKA_PORT)
 #
 # Secured (KAFKA_SECURITY=sasl_ssl, see scripts/kafka/secure.sh and docs/security.md):
@@ -20,7 +24,7 @@
 #   ... client-config              # path of the super user's configs (tools' --command-config)
 #   ... acls --list                # kafka-acls, as the super user (make kafka-acls adds them)
 #   ... add-acls <file>            # many ACLs in one call (scripts/kafka/AddAcls.java)
-#   scripts/kafka-local.sh down      # SIGTERM (SIGKILL after 30 s) the broker of this data dir
+#   scripts/kafka-local.sh down      # SIGTERM (SIGKILL after 30 s) the broker, then the controller
 #   scripts/kafka-local.sh wipe      # down + delete the data dir
 #
 # What you should see from `up`: a few "kafka-local: ..." progress lines ending in
@@ -35,11 +39,13 @@
 #   KAFKA_PORT             broker port, default 9092 (PLAINTEXT, or SASL_SSL when secured)
 #   KAFKA_SECURITY         plaintext (default) or sasl_ssl; fixed for a data dir when formatted
 #   KAFKA_CONTROLLER_PORT  KRaft controller port, default KAFKA_PORT+1
-#   KAFKA_DATA_DIR         default .cache/kafka-run/$KAFKA_PORT; holds logs/ (the Kafka log dir),
-#                          server.properties, log4j config, broker.log, broker.pid
+#   KAFKA_DATA_DIR         default .cache/kafka-run/$KAFKA_PORT; holds logs/ (the broker's log
+#                          dir), controller/ (the controller's metadata log), server.properties,
+#                          controller.properties, log4j config, broker.log, controller.log, *.pid
 #   KAFKA_CACHE_DIR        jar cache root, default .cache/kafka
 #   KAFKA_START_TIMEOUT    seconds `up` waits for readiness, default 90
 #   KAFKA_HEAP_OPTS        broker heap, default "-Xms512m -Xmx512m"
+#   KAFKA_CONTROLLER_HEAP_OPTS  controller heap, default "-Xms192m -Xmx192m"
 #   KAFKA_EXTRA_LISTENERS  extra PLAINTEXT listeners "NAME:listen_port:advertised_port,..."
 #                          (the network fault tests put a proxy on each advertised port)
 #   KAFKA_FORMAT_ARGS      arguments for the first `kafka-storage format` of a data dir; default
@@ -55,6 +61,16 @@
 # __consumer_offsets; the group commits nothing). The broker runs in its own session (setsid),
 # so Ctrl-C in the caller's terminal does not reach it; only `down` (or a signal to `pid`)
 # stops it. One data dir belongs to one Kafka version: switching versions needs `wipe`.
+#
+# Why two JVMs: in KRaft's combined mode (one JVM as broker and controller) a kill -9 takes the
+# controller down with the broker, so nothing fences the dead broker. On restart the node
+# replays a metadata log in which it still leads every partition; it takes the transaction
+# coordinator role from that stale state, rolls back transactions that timed out while it was
+# down, and a moment later fences its old registration (every partition leaderless until it
+# is unfenced). Markers queued in that moment are dropped as "likely deleted" (Kafka's
+# TransactionMarkerChannelManager), leaving hanging transactions: read_committed readers stop
+# at them for good (seen in fault test F7 on Kafka 4.3.1; docs/reliability.md). With its own
+# controller the broker is fenced while it is down and becomes coordinator only when unfenced.
 set -euo pipefail
 
 DEFAULT_KAFKA_VERSION=4.3.1
@@ -69,6 +85,7 @@ KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 KAFKA_START_TIMEOUT=${KAFKA_START_TIMEOUT:-90}
 KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms512m -Xmx512m}
+KAFKA_CONTROLLER_HEAP_OPTS=${KAFKA_CONTROLLER_HEAP_OPTS:--Xms192m -Xmx192m}
 BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 
 abspath() { # absolute path without requiring it to exist; relative paths are from $PWD
@@ -87,6 +104,12 @@ LOG_DIR="$DATA_DIR/logs"
 SERVER_PROPS="$DATA_DIR/server.properties"
 BROKER_LOG="$DATA_DIR/broker.log"
 PID_FILE="$DATA_DIR/broker.pid"
+# The controller: its own node id, metadata log dir, config, log and pid file.
+CONTROLLER_ID=1000
+CONTROLLER_DIR="$DATA_DIR/controller"
+CONTROLLER_PROPS="$DATA_DIR/controller.properties"
+CONTROLLER_LOG="$DATA_DIR/controller.log"
+CONTROLLER_PID_FILE="$DATA_DIR/controller.pid"
 KAFKA_SECURITY=${KAFKA_SECURITY:-plaintext}
 # shellcheck source=kafka/secure.sh
 source "$SCRIPT_DIR/kafka/secure.sh"
@@ -167,6 +190,7 @@ tool_class() { # short tool name -> main class (checked against the index of the
     topics) cls=org.apache.kafka.tools.TopicCommand ;;
     consumer-groups) cls=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
     get-offsets) cls=org.apache.kafka.tools.GetOffsetShell ;;
+    configs) cls=kafka.admin.ConfigCommand ;;
     *) die "unknown tool name '$1'" ;;
   esac
   ensure_fetched
@@ -181,9 +205,9 @@ write_configs() {
   mkdir -p "$LOG_DIR"
   {
     echo "# Written by scripts/kafka-local.sh (rewritten on every start)."
-    echo "process.roles=broker,controller"
+    echo "process.roles=broker"
     echo "node.id=1"
-    echo "controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    echo "controller.quorum.voters=$CONTROLLER_ID@127.0.0.1:$KAFKA_CONTROLLER_PORT"
     if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
       secure_server_props
     else
@@ -193,7 +217,7 @@ write_configs() {
       while IFS=: read -r name lport aport; do
         xl+=",$name://127.0.0.1:$lport" xa+=",$name://127.0.0.1:$aport" xm+=",$name:PLAINTEXT"
       done < <(tr ',' '\n' <<<"${KAFKA_EXTRA_LISTENERS:-}" | grep .)
-      echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT$xl"
+      echo "listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT$xl"
       echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT$xa"
       echo "controller.listener.names=CONTROLLER"
       echo "inter.broker.listener.name=PLAINTEXT"
@@ -221,12 +245,30 @@ write_configs() {
     echo "num.recovery.threads.per.data.dir=1"
     echo "log.cleaner.threads=1"
     echo "log.cleaner.dedupe.buffer.size=16777216"
-    echo "# after a kill -9 the new incarnation cannot register until the old registration's"
-    echo "# session expires (default 9 s): shorten it so restarts after crashes are quicker"
-    echo "broker.session.timeout.ms=4000"
     echo "broker.heartbeat.interval.ms=500"
   } >"$SERVER_PROPS"
   chmod 600 "$SERVER_PROPS" # secured: holds the keystore and the broker's SCRAM password
+
+  mkdir -p "$CONTROLLER_DIR"
+  {
+    echo "# Written by scripts/kafka-local.sh (rewritten on every start)."
+    echo "process.roles=controller"
+    echo "node.id=$CONTROLLER_ID"
+    echo "controller.quorum.voters=$CONTROLLER_ID@127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    echo "listeners=CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
+    echo "controller.listener.names=CONTROLLER"
+    echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT"
+    echo "log.dirs=$CONTROLLER_DIR"
+    echo "# topic defaults are applied by the controller"
+    echo "num.partitions=8"
+    echo "default.replication.factor=1"
+    echo "# a broker that stops heartbeating (kill -9) is fenced after 4 s (default 9 s), and its"
+    echo "# next incarnation may register then"
+    echo "broker.session.timeout.ms=4000"
+    if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
+      secure_controller_props
+    fi
+  } >"$CONTROLLER_PROPS"
 
   cat >"$BROKER_LOG_CONFIG" <<'EOF'
 # Broker logging (log4j2); stdout goes to broker.log.
@@ -264,13 +306,14 @@ EOF
 # --------------------------------------------------------------------------------------------
 # process helpers
 
-# Is $1 a live broker JVM of *this* data dir? (guards against pid reuse by another program)
+# Is $1 a live Kafka JVM started with config file $2 (default: the broker's) of *this* data
+# dir? (guards against pid reuse by another program)
 is_our_broker() {
-  local pid=$1 cmdline
+  local pid=$1 props=${2:-$SERVER_PROPS} cmdline
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [[ -r /proc/$pid/cmdline ]] || return 1
   cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-  [[ $cmdline == *kafka.Kafka* && $cmdline == *"$SERVER_PROPS"* ]]
+  [[ $cmdline == *kafka.Kafka* && $cmdline == *"$props"* ]]
 }
 
 proc_state() { # R/S/D/T/Z... of a pid, empty if gone
@@ -280,24 +323,28 @@ proc_state() { # R/S/D/T/Z... of a pid, empty if gone
   echo "${stat%% *}"
 }
 
-# Pid of the running broker of this data dir (from broker.pid), or nothing.
+# Pid of the running broker of this data dir (from broker.pid), or nothing. With
+# "$CONTROLLER_PID_FILE" "$CONTROLLER_PROPS": the controller's.
 running_pid() {
-  [[ -f $PID_FILE ]] || return 0
-  local pid
-  pid=$(tr -dc '0-9' <"$PID_FILE" 2>/dev/null || true)
-  if [[ -n $pid ]] && is_our_broker "$pid" && [[ $(proc_state "$pid") != Z ]]; then
+  local pid_file=${1:-$PID_FILE} props=${2:-$SERVER_PROPS} pid
+  [[ -f $pid_file ]] || return 0
+  pid=$(tr -dc '0-9' <"$pid_file" 2>/dev/null || true)
+  if [[ -n $pid ]] && is_our_broker "$pid" "$props" && [[ $(proc_state "$pid") != Z ]]; then
     echo "$pid"
   fi
 }
 
-# A broker JVM started with this data dir's server.properties but without (valid) pid file.
+controller_pid() { running_pid "$CONTROLLER_PID_FILE" "$CONTROLLER_PROPS"; }
+
+# A Kafka JVM started with config $1 (default: the broker's) of this data dir but without (valid)
+# pid file.
 orphan_pid() {
-  local d pid cmdline
+  local props=${1:-$SERVER_PROPS} d pid cmdline
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
     [[ -r $d/cmdline ]] || continue
     cmdline=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
-    if [[ $cmdline == *kafka.Kafka* && $cmdline == *"$SERVER_PROPS"* ]]; then
+    if [[ $cmdline == *kafka.Kafka* && $cmdline == *"$props"* ]]; then
       echo "$pid"
       return 0
     fi
@@ -418,22 +465,90 @@ tail_log() {
   fi
 }
 
-# Stop pid $1: SIGTERM (+SIGCONT in case it is SIGSTOPped), wait up to 30 s, then SIGKILL.
+# Stop pid $1 (a JVM of config $2, default the broker's): SIGTERM (+SIGCONT in case it is
+# SIGSTOPped), wait up to 30 s, then SIGKILL.
 stop_pid() {
-  local pid=$1 i
+  local pid=$1 props=${2:-$SERVER_PROPS} i
   kill -TERM "$pid" 2>/dev/null || true
   kill -CONT "$pid" 2>/dev/null || true
   for ((i = 0; i < 300; i++)); do
-    is_our_broker "$pid" && [[ $(proc_state "$pid") != Z ]] || return 0
+    is_our_broker "$pid" "$props" && [[ $(proc_state "$pid") != Z ]] || return 0
     sleep 0.1
   done
-  say "broker pid $pid did not stop within 30s after SIGTERM; sending SIGKILL"
+  say "pid $pid did not stop within 30s after SIGTERM; sending SIGKILL"
   kill -KILL "$pid" 2>/dev/null || true
   for ((i = 0; i < 100; i++)); do
-    is_our_broker "$pid" && [[ $(proc_state "$pid") != Z ]] || return 0
+    is_our_broker "$pid" "$props" && [[ $(proc_state "$pid") != Z ]] || return 0
     sleep 0.1
   done
-  die "broker pid $pid survived SIGKILL"
+  die "pid $pid survived SIGKILL"
+}
+
+# Start a Kafka JVM: `launch_jvm <heap opts> <config> <log>`; its pid in LAUNCHED_PID.
+# setsid: own session, so terminal signals to the caller do not reach it. Without job control
+# the background child is not a group leader, so setsid/nohup exec in place and $! is the JVM's
+# pid (checked below).
+launch_jvm() {
+  local heap=$1 props=$2 log=$3 pid i
+  # shellcheck disable=SC2086
+  setsid nohup "$JAVA" $heap \
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
+    -Dkafka.logs.dir="$DATA_DIR" "-Dlog4j2.configurationFile=file:$BROKER_LOG_CONFIG" \
+    -cp "$LIBS/*" kafka.Kafka "$props" >"$log" 2>&1 </dev/null 9>&- &
+  pid=$!
+  # Between fork and exec the child still shows this script's command line: wait for the exec.
+  for ((i = 0; i < 100; i++)); do
+    is_our_broker "$pid" "$props" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  LAUNCHED_PID=$pid
+}
+
+# Start the controller unless it runs; wait until it serves its port.
+start_controller() {
+  local t_start=$SECONDS cpid state
+  cpid=$(controller_pid)
+  if [[ -z $cpid ]]; then
+    cpid=$(orphan_pid "$CONTROLLER_PROPS" || true)
+    if [[ -n $cpid ]]; then
+      say "found controller pid $cpid for $DATA_DIR without a pid file; adopting it"
+      echo "$cpid" >"$CONTROLLER_PID_FILE"
+    fi
+  fi
+  if [[ -n $cpid ]]; then
+    [[ $(proc_state "$cpid") != T ]] || die "controller pid $cpid is stopped (SIGSTOP); send it SIGCONT or run 'down' first"
+    return 0
+  fi
+  rm -f "$CONTROLLER_PID_FILE"
+  find "$CONTROLLER_DIR" -maxdepth 1 -name .lock -type f -delete 2>/dev/null || true
+  if port_in_use "$KAFKA_CONTROLLER_PORT"; then
+    local owner
+    owner=$(port_owner "$KAFKA_CONTROLLER_PORT" || true)
+    die "port 127.0.0.1:$KAFKA_CONTROLLER_PORT is already in use by another program${owner:+ ($owner)}; pick other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+  fi
+  [[ -f $CONTROLLER_LOG ]] && mv -f "$CONTROLLER_LOG" "$CONTROLLER_LOG.prev"
+  say "starting the KRaft controller on 127.0.0.1:$KAFKA_CONTROLLER_PORT"
+  launch_jvm "$KAFKA_CONTROLLER_HEAP_OPTS" "$CONTROLLER_PROPS" "$CONTROLLER_LOG"
+  cpid=$LAUNCHED_PID
+  echo "$cpid" >"$CONTROLLER_PID_FILE"
+  while ((SECONDS - t_start < KAFKA_START_TIMEOUT)); do
+    state=$(proc_state "$cpid")
+    if [[ -z $state || $state == Z ]]; then
+      rm -f "$CONTROLLER_PID_FILE"
+      tail -n 40 "$CONTROLLER_LOG" >&2 || true
+      die "controller JVM exited during start-up (see $CONTROLLER_LOG)"
+    fi
+    if grep -q "Kafka Server started" "$CONTROLLER_LOG" 2>/dev/null && port_in_use "$KAFKA_CONTROLLER_PORT"; then
+      return 0
+    fi
+    sleep 0.3
+  done
+  tail -n 40 "$CONTROLLER_LOG" >&2 || true
+  stop_pid "$cpid" "$CONTROLLER_PROPS"
+  rm -f "$CONTROLLER_PID_FILE"
+  die "controller did not start within ${KAFKA_START_TIMEOUT}s"
 }
 
 # --------------------------------------------------------------------------------------------
@@ -462,6 +577,7 @@ cmd_up() {
     if [[ $(proc_state "$pid") == T ]]; then
       die "broker pid $pid is stopped (SIGSTOP); send it SIGCONT or run 'down' first"
     fi
+    start_controller
     if admin_probe; then
       say "already running and answering on $BOOTSTRAP (pid $pid, data $DATA_DIR)"
       return 0
@@ -485,16 +601,16 @@ cmd_up() {
     find "$LOG_DIR" -maxdepth 1 -name .lock -type f -delete
   fi
 
-  local p
-  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
-    if port_in_use "$p"; then
-      local owner
-      owner=$(port_owner "$p" || true)
-      die "port 127.0.0.1:$p is already in use by another program${owner:+ ($owner)}; pick other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
-    fi
-  done
+  if port_in_use "$KAFKA_PORT"; then
+    local owner
+    owner=$(port_owner "$KAFKA_PORT" || true)
+    die "port 127.0.0.1:$KAFKA_PORT is already in use by another program${owner:+ ($owner)}; pick other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+  fi
 
   mkdir -p "$DATA_DIR"
+  if [[ -f $LOG_DIR/meta.properties && ! -f $CONTROLLER_DIR/meta.properties ]]; then
+    die "$DATA_DIR was formatted as one combined broker+controller JVM by an older kafka-local.sh (see \"Why two JVMs\" in this script): run 'wipe' once, or use another KAFKA_PORT / KAFKA_DATA_DIR"
+  fi
   if [[ -f $LOG_DIR/meta.properties ]]; then
     local formatted_as
     formatted_as=$(cat "$DATA_DIR/security" 2>/dev/null || echo plaintext)
@@ -510,7 +626,7 @@ cmd_up() {
   fi
   write_configs
 
-  if [[ ! -f $LOG_DIR/meta.properties ]]; then
+  if [[ ! -f $CONTROLLER_DIR/meta.properties ]]; then
     local cluster_id storage_tool
     cluster_id=$(new_cluster_id)
     storage_tool=$(tool_class storage-tool)
@@ -531,12 +647,20 @@ cmd_up() {
     local format_args=${KAFKA_FORMAT_ARGS-"--feature transaction.version=1 --feature eligible.leader.replicas.version=0"}
     local -a scram_args=()
     [[ $KAFKA_SECURITY == sasl_ssl ]] && mapfile -t scram_args < <(secure_format_args)
-    say "formatting storage in $LOG_DIR (cluster id $cluster_id) $format_args"
+    say "formatting storage in $CONTROLLER_DIR and $LOG_DIR (cluster id $cluster_id) $format_args"
+    # The controller's metadata log holds the features and the SCRAM users; the broker's log
+    # dir only its identity.
     if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
-      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args "${scram_args[@]}" \
+      -t "$cluster_id" -c "$CONTROLLER_PROPS" --ignore-formatted $format_args "${scram_args[@]}" \
       >"$DATA_DIR/format.log" 2>&1; then
       cat "$DATA_DIR/format.log" >&2
-      die "formatting storage failed"
+      die "formatting the controller's storage failed"
+    fi
+    if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
+      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args \
+      >"$DATA_DIR/format-broker.log" 2>&1; then
+      cat "$DATA_DIR/format-broker.log" >&2
+      die "formatting the broker's storage failed"
     fi
     echo "$KAFKA_VERSION" >"$DATA_DIR/kafka.version"
     echo "$KAFKA_SECURITY" >"$DATA_DIR/security"
@@ -546,26 +670,12 @@ cmd_up() {
       "run 'wipe' once to reformat it"
   fi
 
+  start_controller
   [[ -f $BROKER_LOG ]] && mv -f "$BROKER_LOG" "$BROKER_LOG.prev"
   say "starting Kafka $KAFKA_VERSION on $BOOTSTRAP (controller :$KAFKA_CONTROLLER_PORT, data $DATA_DIR)"
-  # setsid: own session, so terminal signals to the caller do not reach the broker. Without job
-  # control the background child is not a group leader, so setsid/nohup exec in place and $! is
-  # the JVM's pid (checked below).
-  # shellcheck disable=SC2086
-  setsid nohup "$JAVA" $KAFKA_HEAP_OPTS \
-    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-    -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
-    -Dkafka.logs.dir="$DATA_DIR" "-Dlog4j2.configurationFile=file:$BROKER_LOG_CONFIG" \
-    -cp "$LIBS/*" kafka.Kafka "$SERVER_PROPS" >"$BROKER_LOG" 2>&1 </dev/null 9>&- &
-  pid=$!
+  launch_jvm "$KAFKA_HEAP_OPTS" "$SERVER_PROPS" "$BROKER_LOG"
+  pid=$LAUNCHED_PID
   echo "$pid" >"$PID_FILE"
-  # Between fork and exec the child still shows this script's command line: wait for the exec.
-  local i
-  for ((i = 0; i < 100; i++)); do
-    is_our_broker "$pid" && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
 
   if ! wait_ready "$pid" "$t_start"; then
     tail_log
@@ -621,42 +731,48 @@ wait_ready() {
 }
 
 cmd_down() {
-  local pid
+  local pid cpid
   if [[ ! -d $DATA_DIR ]]; then
     say "not running (no data dir $DATA_DIR)"
     return 0
   fi
   lock_data_dir
   pid=$(running_pid)
-  if [[ -z $pid ]]; then
-    if [[ -f $PID_FILE ]]; then
-      rm -f "$PID_FILE"
-      say "not running (removed stale pid file)"
+  cpid=$(controller_pid)
+  if [[ -z $pid && -z $cpid ]]; then
+    if [[ -f $PID_FILE || -f $CONTROLLER_PID_FILE ]]; then
+      rm -f "$PID_FILE" "$CONTROLLER_PID_FILE"
+      say "not running (removed stale pid files)"
     else
       say "not running"
     fi
     return 0
   fi
-  say "stopping broker pid $pid ($BOOTSTRAP)"
-  stop_pid "$pid"
+  # The broker first: its controlled shutdown needs the controller.
+  if [[ -n $pid ]]; then
+    say "stopping broker pid $pid ($BOOTSTRAP)"
+    stop_pid "$pid"
+  fi
   rm -f "$PID_FILE"
+  if [[ -n $cpid ]]; then
+    say "stopping controller pid $cpid (:$KAFKA_CONTROLLER_PORT)"
+    stop_pid "$cpid" "$CONTROLLER_PROPS"
+  fi
+  rm -f "$CONTROLLER_PID_FILE"
   say "stopped"
 }
 
 cmd_status() {
-  local pid
+  local pid cpid paused
   pid=$(running_pid)
+  cpid=$(controller_pid)
   if [[ -n $pid ]]; then
-    local state
-    state=$(proc_state "$pid")
-    if [[ $state == T ]]; then
-      echo "running (stopped by SIGSTOP) pid=$pid port=$KAFKA_PORT controller_port=$KAFKA_CONTROLLER_PORT version=$KAFKA_VERSION data=$DATA_DIR"
-    else
-      echo "running pid=$pid port=$KAFKA_PORT controller_port=$KAFKA_CONTROLLER_PORT version=$KAFKA_VERSION data=$DATA_DIR"
-    fi
+    paused=""
+    [[ $(proc_state "$pid") == T ]] && paused=" (stopped by SIGSTOP)"
+    echo "running$paused pid=$pid controller_pid=${cpid:-none} port=$KAFKA_PORT controller_port=$KAFKA_CONTROLLER_PORT version=$KAFKA_VERSION data=$DATA_DIR"
     return 0
   fi
-  echo "not running port=$KAFKA_PORT data=$DATA_DIR"
+  echo "not running port=$KAFKA_PORT controller_pid=${cpid:-none} data=$DATA_DIR"
   return 3
 }
 
@@ -664,6 +780,13 @@ cmd_pid() {
   local pid
   pid=$(running_pid)
   [[ -n $pid ]] || die "broker not running (data $DATA_DIR)"
+  echo "$pid"
+}
+
+cmd_controller_pid() {
+  local pid
+  pid=$(controller_pid)
+  [[ -n $pid ]] || die "controller not running (data $DATA_DIR)"
   echo "$pid"
 }
 
@@ -692,6 +815,7 @@ main() {
     down) cmd_down ;;
     status) cmd_status ;;
     pid) cmd_pid ;;
+    controller-pid) cmd_controller_pid ;;
     wipe) cmd_wipe ;;
     bootstrap) echo "$BOOTSTRAP" ;;
     client-env | client-config | acls | add-acls)
@@ -705,7 +829,7 @@ main() {
           [[ -f ${1:-} ]] || die "usage: $0 add-acls <file of principal, OPERATION, RESOURCE_TYPE, name, PATTERN_TYPE lines>"
           run_tool "$SCRIPT_DIR/kafka/AddAcls.java" "$BOOTSTRAP" "$ADMIN_PROPS" "$1" ;;
       esac ;;
-    console-consumer | transactions | topics | consumer-groups | get-offsets)
+    console-consumer | transactions | topics | consumer-groups | get-offsets | configs)
       local cls
       cls=$(tool_class "$cmd")
       run_tool "$cls" "$@" ;;

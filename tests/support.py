@@ -27,6 +27,8 @@ from scripts.topic_reader import committed_offsets, end_offsets, read_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SCRIPT = ROOT / "scripts" / "kafka-local.sh"
+#: The test workers' DEDUPE_TRANSACTION_TIMEOUT (seconds).
+WORKER_TRANSACTION_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ class Worker:
             "DEDUPE_DATA_DIR": str(self.data_dir),
             "DEDUPE_WEB_PORT": str(self.web_port),
             "DEDUPE_SESSION_TIMEOUT": "3s",
-            "DEDUPE_TRANSACTION_TIMEOUT": "10s",
+            "DEDUPE_TRANSACTION_TIMEOUT": f"{WORKER_TRANSACTION_TIMEOUT:g}s",
             **self.extra_env,
         }
 

@@ -74,7 +74,7 @@ secure_init() {
 
 # Lines of server.properties for the SASL_SSL listener, SCRAM and the authorizer.
 secure_server_props() {
-  echo "listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT"
+  echo "listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT"
   echo "advertised.listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT"
   echo "controller.listener.names=CONTROLLER"
   echo "inter.broker.listener.name=SASL_SSL"
@@ -89,6 +89,14 @@ secure_server_props() {
   echo "ssl.truststore.type=PEM"
   echo "ssl.truststore.location=$TLS_DIR/ca.pem"
   echo "ssl.endpoint.identification.algorithm=https"
+  echo "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+  echo "allow.everyone.if.no.acl.found=false"
+  echo "super.users=User:admin;User:ANONYMOUS"
+}
+
+# Lines of controller.properties: ACLs live in the metadata log, and the controller checks the
+# requests the broker forwards (CreateAcls, CreateTopics) with the same authorizer.
+secure_controller_props() {
   echo "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
   echo "allow.everyone.if.no.acl.found=false"
   echo "super.users=User:admin;User:ANONYMOUS"

@@ -4,6 +4,7 @@ F11 a damaged store, F12 poison input: each during a flowing stream, each ending
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from app.topics import ensure_topics
 from scripts.streams import build_stream, produce
@@ -25,7 +26,8 @@ from tables.seen_ids_table import changelog_topic_name
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream, settings_of
 from tests.integration.test_input_contract import BAD
-from tests.support import Broker, Names, Worker
+from tests.integration.test_pipelines import create_topic
+from tests.support import WORKER_TRANSACTION_TIMEOUT, Broker, Names, Worker
 
 pytestmark = pytest.mark.faults
 
@@ -245,7 +247,10 @@ def test_f6_f7_broker_restarts(
     started(broker, names, workers)
     stream = scaled_stream(15_000, seed=67)
     # Each restart meets a flowing stream: a quarter of it fed steadily over 6 s (the feed
-    # stalls while the broker is down and goes on after), then the restart.
+    # stalls while the broker is down and goes on after), then the restart. The second kill
+    # keeps the broker down past the transaction timeout, so the worker's open transactions
+    # have timed out when it comes back (a combined broker+controller JVM that rolled such
+    # transactions back itself lost their markers: F7a, scripts/kafka-local.sh "Why two JVMs").
     for i in range(3):
         feeder = Feeder(broker, names, stream, seconds=6, part=(i, 4))
         time.sleep(2.5)
@@ -255,14 +260,80 @@ def test_f6_f7_broker_restarts(
         else:
             pid = int(broker.script("pid").stdout.strip())
             os.kill(pid, signal.SIGKILL)
-            time.sleep(1)
+            time.sleep(WORKER_TRANSACTION_TIMEOUT + 2 if i == 1 else 1)
         up = broker.script("up", timeout=300)
         assert up.returncode == 0, up.stdout + up.stderr
         feeder.join()
     Feeder(broker, names, stream, part=(3, 4)).join()
     report, waited = drain_and_verify(broker, names, workers)
-    fault = "F6 broker graceful restart" if how == "graceful" else "F7 broker kill -9"
+    fault = (
+        "F6 broker graceful restart"
+        if how == "graceful"
+        else "F7 broker kill -9 (one outage past the transaction timeout)"
+    )
     record(reliability, fault, len(stream.records), 3, report, waited)
+
+
+def test_f7a_a_broker_back_from_kill_9_finishes_timed_out_transactions(
+    broker: Broker, names: Names
+) -> None:
+    """Transactions open when the broker is killed (kill -9) and down past their timeout are
+    rolled back by the restarted broker, markers included, so read_committed readers go on.
+    On a combined broker+controller JVM the markers were dropped (the restarted node took the
+    coordinator role from stale metadata, then fenced itself: "Couldn't find leader endpoint
+    ... likely deleted"), leaving every such partition's last stable offset stuck for good:
+    11 of 12 partitions in 3 of 3 runs here, 0 of 20 with the controller in its own JVM."""
+    tps = [TopicPartition(names.input_topic, p) for p in range(4)]
+
+    async def open_transactions() -> list[AIOKafkaProducer]:
+        await create_topic(broker, names.input_topic, len(tps))
+        producers = []
+        for tp in tps:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=broker.bootstrap,
+                transactional_id=f"{names.app_id}-{tp.partition}",
+                transaction_timeout_ms=5_000,
+            )
+            await producer.start()
+            await producer.begin_transaction()
+            await producer.send_and_wait(tp.topic, b"v", key=b"k", partition=tp.partition)
+            producers.append(producer)
+        return producers
+
+    async def unsettled(wait: float) -> dict[int, tuple[int, int]]:
+        stable = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, isolation_level="read_committed"
+        )
+        ends = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
+        await stable.start()
+        await ends.start()
+        try:
+            deadline = time.monotonic() + wait
+            while True:
+                lso, end = await stable.end_offsets(tps), await ends.end_offsets(tps)
+                left = {tp.partition: (lso[tp], end[tp]) for tp in tps if lso[tp] < end[tp]}
+                if not left or time.monotonic() > deadline:
+                    return left
+                await asyncio.sleep(0.5)
+        finally:
+            await stable.stop()
+            await ends.stop()
+
+    loop = asyncio.new_event_loop()
+    producers: list[AIOKafkaProducer] = []
+    try:
+        producers = loop.run_until_complete(open_transactions())
+        os.kill(int(broker.script("pid").stdout.strip()), signal.SIGKILL)
+        time.sleep(8)  # past the transactions' 5 s timeout
+        up = broker.script("up", timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        # The broker rolls timed-out transactions back within a second or two of starting.
+        assert loop.run_until_complete(unsettled(wait=30)) == {}
+    finally:
+        for producer in producers:  # their transactions were rolled back under them
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(producer.stop())
+        loop.close()
 
 
 @pytest.mark.parametrize("damage", ["wal-deleted", "manifest-truncated", "wiped"])
