@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -21,6 +22,7 @@ from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport
 from app.metrics import RebalanceSensor, restore_progress
 from app.settings import Settings
+from app.snapshot_schedule import SnapshotSchedule
 from app.topics import ensure_topics
 from app.web import register_views
 from tables.follow import Follower
@@ -200,4 +202,7 @@ def create_app(settings: Settings) -> Pipeline:
     register_agents(app, source)
     app.batch_handler = batch_handler(app, dedup)
     register_views(app, dedup)
+    if settings.snapshot_dir:
+        schedule = SnapshotSchedule(Path(settings.snapshot_dir), settings.snapshot_keep)
+        app.timer(settings.snapshot_interval)(schedule.take)
     return Pipeline(app, settings, seen_ids, dedup)

@@ -297,6 +297,25 @@ class Settings(KafkaSecuritySettings):
         "tables/restore.py); false: Faust's per-record recovery, some 20x slower (kept as a "
         "fallback and as the recovery benchmark's baseline).",
     )
+    snapshot_dir: str = setting(
+        "",
+        "DEDUPE_SNAPSHOT_DIR",
+        "Scheduled snapshots: every DEDUPE_SNAPSHOT_INTERVAL the worker writes a snapshot of "
+        "its state (as `python -m app snapshot` does) into a new directory below this one and "
+        "keeps the newest DEDUPE_SNAPSHOT_KEEP. Empty: none.",
+    )
+    snapshot_interval: float = setting(
+        3600.0,
+        "DEDUPE_SNAPSHOT_INTERVAL",
+        "Time between scheduled snapshots (the first one this long after start-up).",
+        within=(10.0, 7 * 86400.0),
+    )
+    snapshot_keep: int = setting(
+        3,
+        "DEDUPE_SNAPSHOT_KEEP",
+        "How many scheduled snapshots to keep (the oldest are deleted after a new one).",
+        within=(1, 1000),
+    )
     fault_injection: str = setting(
         "",
         "DEDUPE_FAULT_INJECTION",

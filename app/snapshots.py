@@ -10,24 +10,27 @@ should see one line per partition database (keys, changelog offset) and a last l
 total. A worker started on the restored data dir reads only the changelog after each
 partition's offset. ``restore`` refuses, listing every problem, a snapshot of another pipeline
 (app id, input topic, partitions), one with a file missing, truncated or changed, or one older
-than ``--max-age`` (default 24h: Kafka's default ``delete.retention.ms``, after which a
-compacted changelog may have dropped deletes the snapshot does not know of; pass your
-changelog's value). Exit status 0 on success, 1 when refused, 2 on bad settings or arguments.
+than the changelogs' ``delete.retention.ms`` (read from the broker; after it a compacted
+changelog may have dropped deletes the snapshot does not know of; ``--max-age`` sets the limit
+without asking the broker). Exit status 0 on success, 1 when refused, 2 on bad settings or
+arguments, or when the broker cannot say the retention.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from app.settings import Settings
+from app.topics import TopicMismatch, delete_retention_ms
 from envsettings import parse_duration
 from tables.rocks import PartitionDB, options_for
-from tables.seen_ids_table import rocks_tuning
-from tables.snapshot import Identity, problems, restore, take
+from tables.seen_ids_table import TABLE_NAME, rocks_tuning
+from tables.snapshot import MANIFEST, Identity, Manifest, problems, restore, take
 
 
 def tables_dir(settings: Settings) -> Path:
@@ -42,6 +45,26 @@ def identity(settings: Settings) -> Identity:
     return Identity(settings.app_id, settings.input_topic, settings.partitions)
 
 
+def snapshot_tables(src: Path) -> list[str]:
+    """The tables a snapshot holds (the seen ids' when its manifest is unreadable: the
+    restore then refuses it anyway)."""
+    try:
+        manifest = Manifest.decode((src / MANIFEST).read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return [TABLE_NAME]
+    return sorted({copy.table for copy in manifest.copies}) or [TABLE_NAME]
+
+
+async def tombstone_retention_s(settings: Settings, tables: list[str]) -> float:
+    """How long the tables' changelogs keep a delete (the shortest ``delete.retention.ms``):
+    a snapshot older than that may miss deletes the compacted changelog no longer has."""
+    retentions = [
+        await delete_retention_ms(settings, f"{settings.app_id}-{table}-changelog")
+        for table in tables
+    ]
+    return min(retentions) / 1000
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m app", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,7 +73,10 @@ def main(argv: list[str]) -> int:
     rest = sub.add_parser("restore", help="restore a snapshot into an empty data dir")
     rest.add_argument("--from", dest="src", type=Path, required=True, help="a snapshot directory")
     rest.add_argument(
-        "--max-age", default="24h", help="refuse older snapshots (a duration: 90s, 12h, 7d)"
+        "--max-age",
+        default=None,
+        help="refuse older snapshots (a duration: 90s, 12h, 7d); default: the changelogs' "
+        "delete.retention.ms, read from the broker",
     )
     args = parser.parse_args(argv)
     settings = Settings.from_env()
@@ -71,11 +97,22 @@ def main(argv: list[str]) -> int:
             f"({time.monotonic() - started:.1f}s)"
         )
         return 0
-    try:
-        max_age = parse_duration(args.max_age)
-    except ValueError as exc:
-        print(f"dedupe restore: --max-age: {exc}", file=sys.stderr)
-        return 2
+    if args.max_age is not None:
+        try:
+            max_age = parse_duration(args.max_age)
+        except ValueError as exc:
+            print(f"dedupe restore: --max-age: {exc}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            max_age = asyncio.run(tombstone_retention_s(settings, snapshot_tables(args.src)))
+        except TopicMismatch as exc:
+            print(
+                f"dedupe restore: {exc}; --max-age sets the limit without asking the broker",
+                file=sys.stderr,
+            )
+            return 2
+        print(f"the changelogs keep deletes for {max_age:,.0f}s (delete.retention.ms)")
     found = problems(args.src, identity(settings), max_age)
     if found:
         print(f"dedupe restore: refused, {args.src}:", file=sys.stderr)

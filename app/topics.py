@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from app import access
@@ -208,3 +209,41 @@ async def ensure_topics(
         await access.check_read_write(settings, read, write)
     finally:
         await admin.close()
+
+
+#: Kafka's default ``delete.retention.ms`` (24 h), for a topic that does not override it.
+DEFAULT_DELETE_RETENTION_MS = 86_400_000
+
+
+async def delete_retention_ms(settings: Settings, topic: str, timeout_ms: int = 30_000) -> int:
+    """The topic's ``delete.retention.ms`` as the broker reports it (its own value, the
+    broker's default, or Kafka's): how long a compacted topic keeps a tombstone. Raises
+    :class:`TopicMismatch` when the broker cannot be reached or does not know the topic."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        request_timeout_ms=timeout_ms,
+        **settings.kafka_client_kwargs(),
+    )
+    try:
+        await admin.start()
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    except KafkaError as exc:
+        raise TopicMismatch(
+            f"cannot read the configuration of topic {topic!r} at "
+            f"{settings.bootstrap_servers}: {exc!r}"
+        ) from exc
+    finally:
+        await admin.close()
+    for response in responses:
+        for error_code, error_message, _type, name, entries in response.resources:
+            if name != topic:
+                continue
+            if error_code:
+                raise TopicMismatch(
+                    f"cannot read the configuration of topic {topic!r}: error {error_code} "
+                    f"{error_message or ''}".rstrip()
+                )
+            for entry in entries:
+                if entry[0] == "delete.retention.ms" and entry[1] is not None:
+                    return int(entry[1])
+    return DEFAULT_DELETE_RETENTION_MS

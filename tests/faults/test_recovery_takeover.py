@@ -44,7 +44,9 @@ from typing import Any
 import pytest
 
 from app.rules import partition_for
+from app.snapshot_schedule import scheduled
 from scripts.streams import Stream, build_stream, produce
+from tables.snapshot import Identity, problems
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.support import ROOT, Broker, Names, Worker, get, wait_drained
@@ -113,10 +115,15 @@ def send_again_and_verify(
 
 
 def one_worker_processed(
-    broker: Broker, names: Names, workers: list[Worker], stream: Stream, partitions: int
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    stream: Stream,
+    partitions: int,
+    extra_env: dict[str, str] | None = None,
 ) -> Worker:
     """A worker that owns every partition and has processed all of ``stream``."""
-    worker = Worker(broker, names, index=0, partitions=partitions)
+    worker = Worker(broker, names, index=0, partitions=partitions, extra_env=extra_env or {})
     workers.append(worker)
     worker.start()
     worker.wait_ready()
@@ -375,13 +382,33 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
     cut = len(stream.records) * 3 // 4
     first, later = stream.records[:cut], stream.records[cut:]
     expected = ids_by_partition(stream, partitions)
-    worker = one_worker_processed(broker, names, workers, Stream(first, stream.unique), partitions)
+    scheduled_dir = tmp_path / "scheduled"
+    worker = one_worker_processed(
+        broker,
+        names,
+        workers,
+        Stream(first, stream.unique),
+        partitions,
+        extra_env={
+            "DEDUPE_SNAPSHOT_DIR": str(scheduled_dir),
+            "DEDUPE_SNAPSHOT_INTERVAL": "10s",
+            "DEDUPE_SNAPSHOT_KEEP": "2",
+        },
+    )
     snap = tmp_path / "snapshot"
     taken = app_command(worker, "snapshot", "--to", str(snap))
     assert taken.returncode == 0, taken.stdout + taken.stderr
     assert "snapshot of " in taken.stdout
     asyncio.run(produce(broker.bootstrap, names.input_topic, later))
     wait_drained(broker, names, timeout=300, workers=workers)
+    # The scheduled snapshots (every 10 s, the newest 2 kept) are sound snapshots too.
+    deadline = time.monotonic() + 60
+    while len(scheduled(scheduled_dir)[0]) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+    complete, _ = scheduled(scheduled_dir)
+    assert len(complete) == 2, worker.log_text()[-3000:]
+    identity = Identity(names.app_id, names.input_topic, partitions)
+    assert problems(complete[-1], identity, max_age_s=600) == []
     worker.kill(signal.SIGKILL)
     shutil.rmtree(worker.data_dir)
     # A damaged copy is refused, and nothing is written.
@@ -392,12 +419,25 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
     refused = app_command(worker, "restore", "--from", str(damaged))
     assert refused.returncode == 1 and "seen_ids-0.default.sst is" in refused.stderr
     assert not worker.data_dir.exists() or not any(worker.data_dir.rglob("*.db"))
-    # So is one older than the deletes the changelog keeps (here: more than 1 s old).
+
+    # So is one older than the deletes the changelog keeps (its delete.retention.ms, read from
+    # the broker: 1 s here for a moment, then Kafka's default 24 h again).
+    def set_delete_retention(ms: int) -> None:
+        changed = broker.script(
+            "configs", "--bootstrap-server", broker.bootstrap, "--alter", "--entity-type",
+            "topics", "--entity-name", names.changelog_topic, "--add-config",
+            f"delete.retention.ms={ms}",
+        )  # fmt: skip
+        assert changed.returncode == 0, changed.stdout + changed.stderr
+
+    set_delete_retention(1_000)
     time.sleep(1.5)
-    too_old = app_command(worker, "restore", "--from", str(snap), "--max-age", "1s")
+    too_old = app_command(worker, "restore", "--from", str(snap))
     assert too_old.returncode == 1 and "more than the 1s allowed" in too_old.stderr, too_old
+    set_delete_retention(86_400_000)
     restored = app_command(worker, "restore", "--from", str(snap))
     assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert "the changelogs keep deletes for 86,400s" in restored.stdout, restored.stdout
     before = worker.log_text()
     worker.start()
     wait_owning(worker, set(range(partitions)))

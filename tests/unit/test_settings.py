@@ -60,6 +60,9 @@ DEFAULTS: dict[str, Any] = {
     "session_timeout": 10.0,
     "standby_replicas": 0,
     "bulk_restore": True,
+    "snapshot_dir": "",
+    "snapshot_interval": 3600.0,
+    "snapshot_keep": 3,
     "fault_injection": "",
     "log_level": "info",
 }
@@ -147,6 +150,9 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "session_timeout": ("20", 20.0),
     "standby_replicas": ("1", 1),
     "bulk_restore": ("false", False),
+    "snapshot_dir": ("/backups/dedupe", "/backups/dedupe"),
+    "snapshot_interval": ("30m", 1800.0),
+    "snapshot_keep": ("7", 7),
     "fault_injection": ("commit=kill@3", "commit=kill@3"),
     "log_level": ("debug", "debug"),
 }
