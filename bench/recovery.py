@@ -19,7 +19,11 @@ times it from process start to ``GET /ready`` = 200:
 - ``restart``: the bulk run's worker stopped (SIGTERM) and started again on its data dir: only
   the tail after the offset the store holds (nothing) is read;
 - ``from-snapshot``: while the restarted worker runs, ``python -m app snapshot`` (timed, size per
-  id), then ``python -m app restore`` into a new data dir (timed) and a worker started on it.
+  id), then ``python -m app restore`` into a new data dir (timed) and a worker started on it;
+- standby takeover: a second worker with ``DEDUPE_STANDBY_REPLICAS=1`` joins the restarted one,
+  and once its standby copies are caught up the first is killed (kill -9): seconds from the
+  kill until the second is ready with every partition (the session timeout included), and the
+  changelog offsets it restored.
 
 Beside them, ``limit``: a consumer with the restorer's settings reads the same changelog and
 writes nothing, in the bench's process (the restorer's ceiling).
@@ -41,10 +45,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -61,6 +68,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results-recovery.md")
 DATA_ROOT = ROOT / "data" / "bench-recovery"
 T0 = 1_790_000_000_000
+#: The workers' DEDUPE_SESSION_TIMEOUT: a killed worker's partitions move after it.
+SESSION_TIMEOUT = "6s"
 RESTORED = re.compile(r"restored \S+ through offset \d+: (\d+) records in ([\d.]+)s")
 
 
@@ -145,6 +154,72 @@ def ready_after(
     raise RuntimeError(f"the worker was not ready after {timeout}s; see {log}")
 
 
+def web(port: int, path: str) -> tuple[int, Any]:
+    """(status, JSON body) of the worker's ``path``; (0, None) while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+    except OSError:
+        return 0, None
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until ``check()`` holds (polled every 50 ms); RuntimeError after ``timeout``."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"{what}: not after {timeout}s")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def standby_takeover(
+    owner: subprocess.Popen[bytes],
+    owner_port: int,
+    env: dict[str, str],
+    port: int,
+    log: Path,
+    partitions: int,
+    timeout: float,
+) -> tuple[float, int]:
+    """A second worker (``env``, standbys on) joins ``owner``; once its standby copies of the
+    owner's partitions are caught up, the owner is killed (kill -9). Seconds from the kill to
+    the second worker ready with every partition, and the changelog offsets it restored then."""
+    _, second = ready_after(env, port, log, timeout)
+
+    def standing_by() -> bool:
+        owner_status, owner_body = web(owner_port, "/ready")
+        _, stats = web(port, "/stats")
+        if owner_status != 200 or not stats:
+            return False
+        followed = {s["partition"] for s in stats["standbys"].values() if s["lag"] == 0}
+        return set(owner_body["partitions"]) <= followed and len(owner_body["partitions"]) > 0
+
+    wait_for(standing_by, timeout, "the second worker's standbys caught up")
+    before = log.stat().st_size
+    owner.kill()
+    killed = time.monotonic()
+    owner.wait(30)
+    everything = list(range(partitions))
+
+    def owning_all() -> bool:
+        status, body = web(port, "/ready")
+        return status == 200 and sorted(body["partitions"]) == everything
+
+    wait_for(owning_all, timeout, "the standby's takeover")
+    took = time.monotonic() - killed
+    with log.open("rb") as f:
+        f.seek(before)
+        tail = f.read().decode(errors="replace")
+    restored = sum(
+        int(n) for n in re.findall(r"restoring \S+ from offset \d+ to \d+ \((\d+)", tail)
+    )
+    stop(second)
+    return took, restored
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
@@ -167,7 +242,7 @@ def worker_env(
         DEDUPE_PARTITIONS=str(partitions),
         DEDUPE_DATA_DIR=str(data),
         DEDUPE_WEB_PORT=str(port),
-        DEDUPE_SESSION_TIMEOUT="6s",
+        DEDUPE_SESSION_TIMEOUT=SESSION_TIMEOUT,
     )
     return env
 
@@ -221,14 +296,16 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
 
     def start(
         mode: str, app_id: str, data: Path, **extra: str
-    ) -> tuple[float, subprocess.Popen[bytes], Path]:
+    ) -> tuple[float, subprocess.Popen[bytes], int]:
         port = free_port()
         env = worker_env(bootstrap, app_id, args.partitions, data, port)
         env.update(extra)
-        log = root / f"worker-{mode}.log"
-        ready_s, proc = ready_after(env, port, log, args.timeout)
+        ready_s, proc = ready_after(env, port, log_of(mode), args.timeout)
         print(f"{mode}: ready after {ready_s:.1f}s", flush=True)
-        return ready_s, proc, log
+        return ready_s, proc, port
+
+    def log_of(mode: str) -> Path:
+        return root / f"worker-{mode}.log"
 
     ready_s, proc, _ = start("startup", f"{tag}-empty", root / "startup")
     stop(proc)
@@ -239,16 +316,26 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
         stop(proc)
         runs.append(Run("faust", ready_s, ready_s - base))
         shutil.rmtree(root / "faust", ignore_errors=True)
-    ready_s, proc, log = start("bulk", tag, root / "bulk")
+    ready_s, proc, _ = start("bulk", tag, root / "bulk")
     stop(proc)
-    runs.append(Run("bulk", ready_s, ready_s - base, logged_rate(log)))
+    runs.append(Run("bulk", ready_s, ready_s - base, logged_rate(log_of("bulk"))))
     sizes = {"data dir bytes per id": disk_bytes(root / "bulk") / args.ids}
-    ready_s, proc, _ = start("restart", tag, root / "bulk")
+    # Standbys on (a second worker follows), which changes nothing for one worker alone.
+    ready_s, proc, port = start("restart", tag, root / "bulk", DEDUPE_STANDBY_REPLICAS="1")
+    runs.append(Run("restart", ready_s, ready_s - base))
     # A snapshot of the running worker, restored into a new data dir, and a start on it.
     env = worker_env(bootstrap, tag, args.partitions, root / "bulk", free_port())
     sizes["snapshot seconds"] = app_command(env, "snapshot", "--to", str(root / "snapshot"))
-    stop(proc)
-    runs.append(Run("restart", ready_s, ready_s - base))
+    # A second worker with standbys joins; the first is killed once they are caught up.
+    second_port = free_port()
+    env = worker_env(bootstrap, tag, args.partitions, root / "standby", second_port)
+    env.update(DEDUPE_STANDBY_REPLICAS="1")
+    took, replayed = standby_takeover(
+        proc, port, env, second_port, root / "worker-standby.log", args.partitions, args.timeout
+    )
+    print(f"standby takeover: ready {took:.1f}s after the kill, {replayed:,} offsets restored")
+    sizes["takeover seconds"], sizes["takeover offsets"] = took, replayed
+    sizes["session timeout"] = float(SESSION_TIMEOUT.rstrip("s"))
     sizes["snapshot bytes per id"] = disk_bytes(root / "snapshot") / args.ids
     env = worker_env(bootstrap, tag, args.partitions, root / "restored", free_port())
     sizes["restore seconds"] = app_command(env, "restore", "--from", str(root / "snapshot"))
@@ -295,6 +382,11 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
         f"{sizes['snapshot seconds']:.1f}s, {sizes['snapshot bytes per id']:.1f} bytes per id; "
         f"`restore` into a new data dir: {sizes['restore seconds']:.1f}s (both include the "
         "start of a Python process); from-snapshot: a worker started on it",
+        f"- standby takeover: a second worker (`DEDUPE_STANDBY_REPLICAS=1`) joins the restarted "
+        f"one; once its standby copies are caught up the first is killed (kill -9); the second "
+        f"is ready with every partition {sizes['takeover seconds']:.1f}s after the kill, the "
+        f"session timeout ({sizes['session timeout']:g}s) included, having restored "
+        f"{sizes['takeover offsets']:,.0f} changelog offsets (of {args.ids:,})",
         "- machine: " + "; ".join(machine()),
         "- versions: " + "; ".join(versions()),
         "",
