@@ -243,7 +243,8 @@ class BrokerReader:
                         "a transaction stays open on %s: the broker neither committed nor "
                         "aborted it (a hanging transaction, e.g. after an unclean broker "
                         "shutdown, or a broker still recovering). Still waiting; if it lasts, "
-                        "find and abort it with kafka-transactions.sh find-hanging / abort",
+                        "kafka-transactions.sh find-hanging lists it: abort it only if the "
+                        "broker rolled it back (docs/operations.md, a hanging transaction)",
                         described,
                     )
                     deadline = time.monotonic() + patience
