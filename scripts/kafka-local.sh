@@ -648,19 +648,12 @@ cmd_up() {
     local -a scram_args=()
     [[ $KAFKA_SECURITY == sasl_ssl ]] && mapfile -t scram_args < <(secure_format_args)
     say "formatting storage in $CONTROLLER_DIR and $LOG_DIR (cluster id $cluster_id) $format_args"
-    # The controller's metadata log holds the features and the SCRAM users; the broker's log
-    # dir only its identity.
+    # The controller's metadata log holds the features and the SCRAM users.
     if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
       -t "$cluster_id" -c "$CONTROLLER_PROPS" --ignore-formatted $format_args "${scram_args[@]}" \
       >"$DATA_DIR/format.log" 2>&1; then
       cat "$DATA_DIR/format.log" >&2
       die "formatting the controller's storage failed"
-    fi
-    if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$storage_tool" format \
-      -t "$cluster_id" -c "$SERVER_PROPS" --ignore-formatted $format_args \
-      >"$DATA_DIR/format-broker.log" 2>&1; then
-      cat "$DATA_DIR/format-broker.log" >&2
-      die "formatting the broker's storage failed"
     fi
     echo "$KAFKA_VERSION" >"$DATA_DIR/kafka.version"
     echo "$KAFKA_SECURITY" >"$DATA_DIR/security"
@@ -668,6 +661,17 @@ cmd_up() {
     say "WARNING: $DATA_DIR was formatted with eligible leader replicas on: after a kill -9 this" \
       "single broker comes back through an unclean leader election (see 'format' in this script);" \
       "run 'wipe' once to reformat it"
+  fi
+  if [[ ! -f $LOG_DIR/meta.properties ]]; then
+    # The broker's log dir: only its identity in the controller's cluster.
+    local broker_cluster_id
+    broker_cluster_id=$(sed -n 's/^cluster\.id=//p' "$CONTROLLER_DIR/meta.properties")
+    if ! "$JAVA" "${TOOL_OPTS[@]}" -cp "$LIBS/*" "$(tool_class storage-tool)" format \
+      -t "$broker_cluster_id" -c "$SERVER_PROPS" --ignore-formatted \
+      >"$DATA_DIR/format-broker.log" 2>&1; then
+      cat "$DATA_DIR/format-broker.log" >&2
+      die "formatting the broker's storage failed"
+    fi
   fi
 
   start_controller
