@@ -20,6 +20,10 @@ times it from process start to ``GET /ready`` = 200:
   the tail after the offset the store holds (nothing) is read;
 - ``from-snapshot``: while the restarted worker runs, ``python -m app snapshot`` (timed, size per
   id), then ``python -m app restore`` into a new data dir (timed) and a worker started on it;
+- ``quix``: Quix Streams (``bench/contenders/quix_dedup.py``, the throughput benchmark's
+  exactly-once contender) deduplicates every id once, which fills its changelog, then starts
+  on an empty state dir and rebuilds it (skip with ``--skip-quix``: it fills at some 30,000
+  ids/s);
 - standby takeover: a second worker with ``DEDUPE_STANDBY_REPLICAS=1`` joins the restarted one,
   and once its standby copies are caught up the first is killed (kill -9): seconds from the
   kill until the second is ready with every partition (the session timeout included), and the
@@ -62,6 +66,7 @@ from app.rules import partition_for
 from app.settings import Settings
 from bench.measure import disk_bytes
 from bench.throughput import free_port, machine, versions
+from scripts.topic_reader import committed_offsets, end_offsets
 from tables.window import encode_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,6 +225,72 @@ def standby_takeover(
     return took, restored
 
 
+async def produce_keys(bootstrap: str, topic: str, by_partition: dict[int, list[bytes]]) -> None:
+    """Each id once into a new topic, on the partition the worker's partitioner gives it."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, len(by_partition), 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        for partition, keys in sorted(by_partition.items()):
+            for key in keys:
+                await producer.send(topic, b"{}", key=key, partition=partition)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def quix_recovery(
+    bootstrap: str, tag: str, by_partition: dict[int, list[bytes]], root: Path, timeout: float
+) -> tuple[float, float]:
+    """Quix Streams' recovery of the same ids: the throughput benchmark's Quix contender
+    (bench/contenders/quix_dedup.py, exactly-once, RocksDB state) deduplicates every id once,
+    which fills its changelog; then it starts again on an empty state dir and rebuilds its
+    store from that changelog. Seconds of that recovery (its log's "Beginning recovery
+    check" to "Recovery process complete"), and from the process start to the latter."""
+    source, group = f"{tag}-quix-in", f"{tag}-quix"
+    asyncio.run(produce_keys(bootstrap, source, by_partition))
+    ends = asyncio.run(end_offsets(bootstrap, source))
+    state = root / "quix-state"
+    command = [
+        sys.executable, "-m", "bench.contenders.quix_dedup", "--bootstrap", bootstrap,
+        "--input", source, "--output", f"{tag}-quix-out", "--partitions",
+        str(len(by_partition)), "--state-dir", str(state), "--group", group,
+    ]  # fmt: skip
+
+    def caught_up() -> bool:
+        done = asyncio.run(committed_offsets(bootstrap, group))
+        return all(done.get(TopicPartition(source, p), -1) >= end for p, end in ends.items())
+
+    with (root / "quix-fill.log").open("ab") as out:
+        fill = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    filled = wait_for(caught_up, timeout, "Quix's deduplication of every id")
+    stop(fill)
+    print(f"quix: every id deduplicated (its changelog filled) in {filled:.1f}s", flush=True)
+    shutil.rmtree(state)
+    log = root / "quix-recovery.log"
+    begun: list[float] = []
+
+    def recovered() -> bool:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if not begun and "Beginning recovery check" in text:
+            begun.append(time.monotonic())
+        return "Recovery process complete" in text
+
+    with log.open("ab") as out:
+        started = time.monotonic()
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    total = wait_for(recovered, timeout, "Quix's recovery")
+    stop(proc)
+    recovery = started + total - (begun[0] if begun else started)
+    print(f"quix: recovered in {recovery:.1f}s ({total:.1f}s after its start)", flush=True)
+    return recovery, total
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
@@ -342,6 +413,9 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     ready_s, proc, _ = start("from-snapshot", tag, root / "restored")
     stop(proc)
     runs.append(Run("from-snapshot", ready_s, ready_s - base))
+    if not args.skip_quix:
+        recovery, _total = quix_recovery(bootstrap, tag, by_partition, root, args.timeout)
+        runs.append(Run("quix", None, recovery))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return runs, sizes
@@ -361,7 +435,7 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
     faust, limit = by.get("faust"), by["limit"]
     faust_rate, limit_rate = (faust.rate(args.ids) if faust else None), limit.rate(args.ids)
     for r in runs:
-        rate = r.rate(args.ids) if r.mode in ("limit", "faust", "bulk") else None
+        rate = r.rate(args.ids) if r.mode in ("limit", "faust", "bulk", "quix") else None
         vs = f"{rate / faust_rate:.1f}x" if rate and faust_rate else ""
         vs_limit = f"{rate / limit_rate:.2f}x" if rate and limit_rate else ""
         ready = "" if r.ready_s is None else f"{r.ready_s:.1f}"
@@ -372,6 +446,11 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
     lines += [
         "",
         "- limit: a consumer with the restorer's settings reading the changelog, writing nothing",
+        "- quix: Quix Streams (the throughput benchmark's exactly-once contender) rebuilding its "
+        "RocksDB state of the same ids from its own changelog on an empty state dir (its log's "
+        "recovery start to end)"
+        if "quix" in by
+        else "- quix: not run (--skip-quix)",
         f"- the bulk restorer's own figure (its log: records over its restore time): "
         f"{bulk.logged_rate:,.0f} records/s"
         if bulk.logged_rate
@@ -401,6 +480,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--txn", type=int, default=10_000, help="records per transaction")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to ready, at most")
     parser.add_argument("--skip-faust", action="store_true", help="no per-record recovery run")
+    parser.add_argument(
+        "--skip-quix", action="store_true", help="no Quix Streams recovery run (some 30k ids/s)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     return parser.parse_args(argv)
 
