@@ -78,7 +78,13 @@ class SnapshotSchedule:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await child.communicate()
+        try:
+            out, err = await child.communicate()
+        except asyncio.CancelledError:  # the worker stops: no snapshot outlives it
+            child.kill()
+            await child.wait()
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
         if child.returncode != 0:
             reason = (err or out).decode(errors="replace").strip().splitlines()
             log.error(

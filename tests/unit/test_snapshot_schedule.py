@@ -88,3 +88,27 @@ def test_scheduled_snapshots_are_real_snapshots_and_only_the_newest_are_kept(
     assert asyncio.run(schedule.take()) is None
     assert "scheduled snapshot" in caplog.text and "failed (exit 1" in caplog.text
     assert scheduled(root) == (complete, [])
+
+
+def test_a_snapshot_cut_short_by_a_stopping_worker_leaves_nothing(tmp_path: Path) -> None:
+    """Faust cancels its timers when the worker stops: the child is killed, nothing is kept."""
+    root = tmp_path / "snapshots"
+
+    async def cancel_one() -> None:
+        task = asyncio.create_task(SnapshotSchedule(root, keep=2).take())
+        await asyncio.sleep(0.3)  # the child is still starting Python
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_one())
+    assert scheduled(root) == ([], [])
+    children = [p for p in Path("/proc").glob("[0-9]*/cmdline") if str(root).encode() in _read(p)]
+    assert children == []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process ended meanwhile
+        return b""
