@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,10 +43,33 @@ def names(tmp_path: Path) -> Names:
     return Names(unique_suffix(), tmp_path)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keep each phase's report on the test item (``item.rep_call``) for fixtures' teardown."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-def workers(broker: Broker, names: Names) -> Iterator[list[Worker]]:
-    """A list to append workers to; every one still running is killed after the test."""
+def workers(broker: Broker, names: Names, request: pytest.FixtureRequest) -> Iterator[list[Worker]]:
+    """A list to append workers to; every one still running is killed after the test. When
+    the test failed, each worker still running first prints every thread's stack and asyncio
+    task (SIGUSR1, Faust's mode) into its log, and the log's tail goes to the test's report:
+    a worker that hung in CI says where."""
     started: list[Worker] = []
     yield started
+    report = getattr(request.node, "rep_call", None)
+    alive = [w for w in started if w.alive()]
+    if report is not None and report.failed and alive:
+        for w in alive:
+            assert w.proc is not None
+            w.proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        for w in alive:
+            tail = "\n".join(w.log_text().splitlines()[-400:])
+            print(
+                f"\n===== worker {w.index} (still running at the failure): log tail =====\n{tail}"
+            )
     for w in started:
         w.kill()
