@@ -148,12 +148,9 @@ def ready_after(
     while time.monotonic() - started < timeout:
         if proc.poll() is not None:
             raise RuntimeError(f"the worker exited; see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as reply:
-                if reply.status == 200 and json.loads(reply.read())["partitions"]:
-                    return time.monotonic() - started, proc
-        except OSError:
-            pass
+        status, body = web(port, "/ready")
+        if status == 200 and body["partitions"]:
+            return time.monotonic() - started, proc
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"the worker was not ready after {timeout}s; see {log}")

@@ -355,6 +355,14 @@ port_in_use() { # is something listening on 127.0.0.1:$1 ?
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# Die when something other than a JVM of this data dir listens on 127.0.0.1:$1.
+refuse_taken_port() {
+  port_in_use "$1" || return 0
+  local owner
+  owner=$(port_owner "$1" || true)
+  die "port 127.0.0.1:$1 is already in use by another program${owner:+ ($owner)}; pick other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+}
+
 port_owner() {
   if command -v ss >/dev/null; then
     ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:(\(.*\))/\1/p' | head -1
@@ -523,11 +531,7 @@ start_controller() {
   fi
   rm -f "$CONTROLLER_PID_FILE"
   find "$CONTROLLER_DIR" -maxdepth 1 -name .lock -type f -delete 2>/dev/null || true
-  if port_in_use "$KAFKA_CONTROLLER_PORT"; then
-    local owner
-    owner=$(port_owner "$KAFKA_CONTROLLER_PORT" || true)
-    die "port 127.0.0.1:$KAFKA_CONTROLLER_PORT is already in use by another program${owner:+ ($owner)}; pick other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
-  fi
+  refuse_taken_port "$KAFKA_CONTROLLER_PORT"
   [[ -f $CONTROLLER_LOG ]] && mv -f "$CONTROLLER_LOG" "$CONTROLLER_LOG.prev"
   say "starting the KRaft controller on 127.0.0.1:$KAFKA_CONTROLLER_PORT"
   launch_jvm "$KAFKA_CONTROLLER_HEAP_OPTS" "$CONTROLLER_PROPS" "$CONTROLLER_LOG"
@@ -601,11 +605,7 @@ cmd_up() {
     find "$LOG_DIR" -maxdepth 1 -name .lock -type f -delete
   fi
 
-  if port_in_use "$KAFKA_PORT"; then
-    local owner
-    owner=$(port_owner "$KAFKA_PORT" || true)
-    die "port 127.0.0.1:$KAFKA_PORT is already in use by another program${owner:+ ($owner)}; pick other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
-  fi
+  refuse_taken_port "$KAFKA_PORT"
 
   mkdir -p "$DATA_DIR"
   if [[ -f $LOG_DIR/meta.properties && ! -f $CONTROLLER_DIR/meta.properties ]]; then
