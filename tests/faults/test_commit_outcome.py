@@ -23,7 +23,7 @@ import pytest
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
 from scripts.verify import check
-from tests.faults.conftest import Reliability
+from tests.faults.conftest import SCALE, Reliability
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.faults
@@ -55,10 +55,10 @@ def test_a_commit_with_unknown_outcome_is_resolved_not_aborted(
     workers.append(worker)
     worker.start()
     worker.wait_ready()
-    stream = build_stream(30_000, 0.1, seed=13)
+    stream = build_stream(30_000 * SCALE, 0.1, seed=13)
     # A steady feed (~11 s) makes many commits, so the 30th is one in the middle of the stream:
     # at full speed the worker may finish the stream in fewer commits than that.
-    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records, rate=3_000))
+    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records, rate=3_000 * SCALE))
     wait_drained(broker, names, timeout=300, workers=workers)
     log = worker.log_text()
     assert log.count("commit outcome unknown") == 1
@@ -90,13 +90,15 @@ def test_broker_pauses_keep_exactly_once(
     workers.append(worker)
     worker.start()
     worker.wait_ready()
-    stream = build_stream(60_000, 0.1, seed=12)
+    stream = build_stream(60_000 * SCALE, 0.1, seed=12)
     done: list[int] = []
     # A steady feed (~22 s at 3,000/s) keeps transactions open through the pauses: the worker
     # processes faster than that, so a feed as fast as can be was done before the first pause.
     feeder = threading.Thread(
         target=lambda: done.append(
-            asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records, rate=3_000))
+            asyncio.run(
+                produce(broker.bootstrap, names.input_topic, stream.records, rate=3_000 * SCALE)
+            )
         )
     )
     feeder.start()

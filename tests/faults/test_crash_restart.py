@@ -15,7 +15,7 @@ import pytest
 from scripts.streams import build_stream
 from scripts.topic_reader import read_topic
 from scripts.verify import check
-from tests.faults.conftest import Reliability
+from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder
 from tests.support import Broker, Names, Worker, drained, wait_drained
 
@@ -33,7 +33,7 @@ def test_kill_9_at_random_moments(
     wipe_on_restart: int | None,
 ) -> None:
     rng = random.Random(20261121 + (wipe_on_restart or 0))
-    stream = build_stream(200_000, 0.05, seed=11)
+    stream = build_stream(200_000 * SCALE, 0.05, seed=11)
     worker = Worker(broker, names)
     workers.append(worker)
     worker.start()
@@ -41,7 +41,8 @@ def test_kill_9_at_random_moments(
 
     started = time.monotonic()
     # Steady over ~50 s, longer than the six kills (12-36 s of sleeps): at full speed the
-    # worker caught up after three of them and the rest met no work (a CI run: 3 of 6).
+    # worker caught up after three of them and the rest met no work (a CI run: 3 of 6). The
+    # soak feeds its 10x in the same 50 s: a backlog the kills land in.
     feeder = Feeder(broker, names, stream, seconds=50)
     kills_mid_stream = 0
     for kill in range(KILLS):
@@ -67,7 +68,7 @@ def test_kill_9_at_random_moments(
         f"elapsed={elapsed:.0f}s drain_after_last_restart={waited:.0f}s"
     )
     reliability.record(
-        "F1 kill -9 at random moments (x6, 200k events)"
+        f"F1 kill -9 at random moments (x6, {200 * SCALE}k events)"
         + (", data dir wiped on one restart" if wipe_on_restart is not None else ""),
         events=len(stream.records),
         injected=KILLS,

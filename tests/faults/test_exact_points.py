@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import time
 import zlib
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names, Worker, get
 
 pytestmark = pytest.mark.faults
 
@@ -26,6 +27,9 @@ POINTS = [
     ("committed", 12),
     ("rebalance", 2),
 ]
+#: The stream is fed over about this long; at 100 ms per commit and 4 partitions that is some
+#: 200 commits, and the rebalance point's second worker joins 2 s in, while it flows.
+FEED_SECONDS = 5.0
 
 
 # At CI size each point restarts once, on the same dir or a wiped one in turn; the soak
@@ -54,14 +58,22 @@ def test_kill_at_an_exact_point(
     worker.start()
     worker.wait_ready()
     stream = scaled_stream(10_000, seed=zlib.crc32(point.encode()) % 1000)
-    feeder = Feeder(broker, names, stream)
+    # A steady feed, so the point is reached while the stream flows. At full speed the worker
+    # took the whole stream in 16-30 commits (6 rounds measured), and one CI run in about 20
+    # got through it in fewer than the 12 that "commit@12" and "committed@12" wait for: the
+    # worker went idle, alive, and the test waited out its 300 s.
+    feeder = Feeder(broker, names, stream, seconds=FEED_SECONDS)
     if point == "rebalance":
         time.sleep(2)
         helper = Worker(broker, names, index=1)
         workers.append(helper)
         helper.start()  # joining makes the first worker rebalance
     assert worker.proc is not None
-    code = worker.proc.wait(300)
+    try:
+        code = worker.proc.wait(300)
+    except subprocess.TimeoutExpired:
+        _, stats = get(worker, "/stats")
+        pytest.fail(f"the worker never reached {fault}; its /stats: {stats}")
     assert code == -signal.SIGKILL, f"the worker did not die at {fault}: exit {code}"
     if wipe:
         shutil.rmtree(worker.data_dir)
