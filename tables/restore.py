@@ -39,6 +39,10 @@ PROGRESS_EVERY = 5.0
 FETCH_BYTES = 8 * 1024 * 1024
 #: Records of a fetch are written in batches of at most this many.
 BATCH_RECORDS = 20_000
+#: Longest wait (ms) for fetched records before the position is looked at again. A changelog
+#: partition ends with a commit marker, a control record the consumer moves past without
+#: returning anything, so a longer wait for records is paid in full at the end of a restore.
+POLL_MS = 50
 
 
 class BulkTarget(Protocol):
@@ -139,6 +143,21 @@ class Restorer:
         reader = await self._reader.get()
         reader.assign([tp])
         reader.seek(tp, start)
+        try:
+            return await self._read(store, reader, tp, progress, still_wanted)
+        finally:
+            # Nothing assigned: an idle reader does not go on fetching the partition's end.
+            reader.assign([])
+
+    async def _read(
+        self,
+        store: BulkTarget,
+        reader: AIOKafkaConsumer,
+        tp: TopicPartition,
+        progress: Progress,
+        still_wanted: Callable[[], bool],
+    ) -> bool:
+        start, end = progress.start, progress.end
         wal = not store.begin_bulk(tp.partition)
         log.info(
             "restoring %s-%d from offset %d to %d (%d offsets%s)",
@@ -154,7 +173,7 @@ class Restorer:
             if not still_wanted():
                 log.info("restore of %s-%d stopped at offset %d", *tp, progress.position)
                 return False
-            fetched = await reader.getmany(tp, timeout_ms=500)
+            fetched = await reader.getmany(tp, timeout_ms=POLL_MS)
             records = [r for r in fetched.get(tp, ()) if r.offset < end]
             for i in range(0, len(records), BATCH_RECORDS):
                 chunk = records[i : i + BATCH_RECORDS]

@@ -42,6 +42,9 @@ class BrokerReader:
         self._task_partitions = task_partitions
         self._admin: AIOKafkaAdminClient | None = None
         self._reader: AIOKafkaConsumer | None = None
+        #: Offset readers (last stable offsets, log ends and starts), kept between rebalances:
+        #: starting a pair for every rebalance cost a takeover some 0.2 s.
+        self._ends: tuple[AIOKafkaConsumer, AIOKafkaConsumer] | None = None
         #: The range reader is shared by the agent's gap checks, the recovery and the stall
         #: watchdog: one user at a time.
         self._lock = asyncio.Lock()
@@ -53,6 +56,7 @@ class BrokerReader:
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None
+        await self._drop_end_readers()
 
     # -- the first committed record in a range ---------------------------------------------
 
@@ -167,17 +171,13 @@ class BrokerReader:
         return starts
 
     async def _starts(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        reader = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            **self.settings.kafka_client_kwargs(),
-        )
         try:
-            await reader.start()
-            await asyncio.sleep(0)
-            starts: dict[TopicPartition, int] = await reader.beginning_offsets(tps)
-            return starts
-        finally:
-            await reader.stop()
+            readers = await self._end_readers()
+            starts: dict[TopicPartition, int] = await readers[1].beginning_offsets(tps)
+        except BaseException:
+            await self._drop_end_readers()
+            raise
+        return starts
 
     async def _retrying(
         self, what: str, ask: Callable[[], Awaitable[dict[TopicPartition, int]]]
@@ -208,60 +208,63 @@ class BrokerReader:
         s = self.settings
         patience = 2 * s.transaction_timeout + 30
         deadline = time.monotonic() + patience
-        readers: tuple[AIOKafkaConsumer, AIOKafkaConsumer] | None = None
-        try:
-            warned = False
-            while True:
-                try:
-                    if readers is None:
-                        readers = await self._end_readers()
-                    stable = await readers[0].end_offsets(tps)
-                    ends = await readers[1].end_offsets(tps)
-                except (KafkaError, TimeoutError, OSError) as exc:
-                    # No answer is no evidence of a hanging transaction: wait for the broker.
-                    log.warning("reading end offsets failed (%r); retrying", exc)
-                    if readers is not None:
-                        await _stop_all(readers)
-                        readers = None
-                    deadline = time.monotonic() + patience
-                    await asyncio.sleep(1)
-                    continue
-                unsettled = {tp: (stable[tp], ends[tp]) for tp in tps if stable[tp] < ends[tp]}
-                if not unsettled:
-                    if warned:
-                        log.warning("the open transactions settled; going on")
-                    return
-                described = ", ".join(
-                    f"{tp.topic}-{tp.partition} (stable {lso} < end {end})"
-                    for tp, (lso, end) in sorted(unsettled.items())
+        warned = False
+        while True:
+            try:
+                readers = await self._end_readers()
+                stable = await readers[0].end_offsets(tps)
+                ends = await readers[1].end_offsets(tps)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                # No answer is no evidence of a hanging transaction: wait for the broker.
+                log.warning("reading end offsets failed (%r); retrying", exc)
+                await self._drop_end_readers()
+                deadline = time.monotonic() + patience
+                await asyncio.sleep(1)
+                continue
+            unsettled = {tp: (stable[tp], ends[tp]) for tp in tps if stable[tp] < ends[tp]}
+            if not unsettled:
+                if warned:
+                    log.warning("the open transactions settled; going on")
+                return
+            described = ", ".join(
+                f"{tp.topic}-{tp.partition} (stable {lso} < end {end})"
+                for tp, (lso, end) in sorted(unsettled.items())
+            )
+            if time.monotonic() > deadline:
+                # Never give up: a worker stopped here would wait the same way after its
+                # restart, and a broker still recovering its logs after a kill -9 (1,000+
+                # partitions on a loaded machine) settles later than this (CI, F7).
+                log.error(
+                    "a transaction stays open on %s: the broker neither committed nor "
+                    "aborted it (a hanging transaction, e.g. after an unclean broker "
+                    "shutdown, or a broker still recovering). Still waiting; if it lasts, "
+                    "kafka-transactions.sh find-hanging lists it: abort it only if the "
+                    "broker rolled it back (docs/operations.md, a hanging transaction)",
+                    described,
                 )
-                if time.monotonic() > deadline:
-                    # Never give up: a worker stopped here would wait the same way after its
-                    # restart, and a broker still recovering its logs after a kill -9 (1,000+
-                    # partitions on a loaded machine) settles later than this (CI, F7).
-                    log.error(
-                        "a transaction stays open on %s: the broker neither committed nor "
-                        "aborted it (a hanging transaction, e.g. after an unclean broker "
-                        "shutdown, or a broker still recovering). Still waiting; if it lasts, "
-                        "kafka-transactions.sh find-hanging lists it: abort it only if the "
-                        "broker rolled it back (docs/operations.md, a hanging transaction)",
-                        described,
-                    )
-                    deadline = time.monotonic() + patience
-                if not warned:
-                    log.warning(
-                        "a transaction is still open on %s: waiting for the broker to finish "
-                        "it before reading committed offsets",
-                        described,
-                    )
-                    warned = True
-                await asyncio.sleep(0.5)
-        finally:
-            if readers is not None:
-                await _stop_all(readers)
+                deadline = time.monotonic() + patience
+            if not warned:
+                log.warning(
+                    "a transaction is still open on %s: waiting for the broker to finish "
+                    "it before reading committed offsets",
+                    described,
+                )
+                warned = True
+            await asyncio.sleep(0.5)
 
     async def _end_readers(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
-        """Two started readers: one sees the last stable offsets, the other the log ends."""
+        """Two started readers, kept until an error or :meth:`close`: one sees the last stable
+        offsets, the other the log ends."""
+        if self._ends is None:
+            self._ends = await self._new_end_readers()
+        return self._ends
+
+    async def _drop_end_readers(self) -> None:
+        readers, self._ends = self._ends, None
+        if readers is not None:
+            await _stop_all(readers)
+
+    async def _new_end_readers(self) -> tuple[AIOKafkaConsumer, AIOKafkaConsumer]:
         s = self.settings
         started: list[AIOKafkaConsumer] = []
         try:

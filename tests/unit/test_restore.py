@@ -35,6 +35,7 @@ class ScriptedReader:
     position_: int = 0
     started: bool = False
     stopped: bool = False
+    assigned: list[TopicPartition] = field(default_factory=list)
 
     async def start(self) -> None:
         self.started = True
@@ -43,7 +44,8 @@ class ScriptedReader:
         self.stopped = True
 
     def assign(self, tps: list[TopicPartition]) -> None:
-        assert tps == [TP]
+        assert tps in ([TP], [])
+        self.assigned = tps
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.position_ = offset
@@ -111,6 +113,7 @@ def test_an_empty_store_is_restored_to_the_end_without_the_wal() -> None:
     assert [off for _, off, _ in store.writes[:-1]] == [records[i].offset for i in (2, 5, 8, 9)]
     assert store.offset == end - 1
     assert sum(n for _, n in seen) == len(records) and seen[-1] == (end, 0)
+    assert reader.assigned == []  # an idle reader does not go on fetching the partition
 
 
 def test_a_store_holding_a_prefix_reads_only_the_tail_with_the_wal() -> None:
