@@ -28,6 +28,7 @@ from pathlib import Path
 from app.settings import Settings
 from app.topics import TopicMismatch, delete_retention_ms
 from envsettings import parse_duration
+from tables.protocol import changelog_topic
 from tables.rocks import PartitionDB, options_for
 from tables.seen_ids_table import TABLE_NAME, rocks_tuning
 from tables.snapshot import MANIFEST, Identity, Manifest, problems, restore, take
@@ -59,7 +60,7 @@ async def tombstone_retention_s(settings: Settings, tables: list[str]) -> float:
     """How long the tables' changelogs keep a delete (the shortest ``delete.retention.ms``):
     a snapshot older than that may miss deletes the compacted changelog no longer has."""
     retentions = [
-        await delete_retention_ms(settings, f"{settings.app_id}-{table}-changelog")
+        await delete_retention_ms(settings, changelog_topic(settings.app_id, table))
         for table in tables
     ]
     return min(retentions) / 1000

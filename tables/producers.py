@@ -34,6 +34,7 @@ from typing import Protocol
 
 import faust
 
+from tables.protocol import changelog_topic
 from tables.rocks import RocksTuning
 from tables.store import TransactionalStore
 from tables.transactional import TransactionalTable
@@ -57,7 +58,7 @@ class Settings(Protocol):
 
 
 def changelog_topic_name(settings: Settings) -> str:
-    return f"{settings.app_id}-{TABLE_NAME}-changelog"
+    return changelog_topic(settings.app_id, TABLE_NAME)
 
 
 @dataclass(frozen=True, slots=True)

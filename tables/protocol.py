@@ -11,6 +11,12 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Protocol
 
+
+def changelog_topic(app_id: str, table: str) -> str:
+    """The changelog topic of ``table`` (Faust's name for it: ``<app id>-<table>-changelog``)."""
+    return f"{app_id}-{table}-changelog"
+
+
 #: The partition whose records are being processed (set by the transaction layer around a
 #: batch; tables are co-partitioned with the source topics, so a write goes to this partition).
 processing_partition: ContextVar[int | None] = ContextVar("dedupe_batch_partition", default=None)

@@ -32,6 +32,7 @@ from typing import Protocol
 
 import faust
 
+from tables.protocol import changelog_topic
 from tables.rocks import RocksTuning
 from tables.seen_ids_index import SeenIdsStore
 from tables.transactional import TransactionalTable
@@ -71,7 +72,7 @@ class Settings(Protocol):
 
 def changelog_topic_name(settings: Settings) -> str:
     """Faust's name for the table's changelog topic."""
-    return f"{settings.app_id}-{TABLE_NAME}-changelog"
+    return changelog_topic(settings.app_id, TABLE_NAME)
 
 
 def rocks_tuning(settings: Settings) -> RocksTuning:
