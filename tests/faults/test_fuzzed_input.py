@@ -191,8 +191,8 @@ def test_f12a_ten_thousand_generated_records_each_end_in_exactly_one_place(
     )
     record(
         reliability,
-        "F12a fuzzed input (10,000 generated records: repeats, misplaced keys, bad input of "
-        "every kind)",
+        f"F12a fuzzed input ({RECORDS:,} generated records: repeats, misplaced keys, bad input "
+        "of every kind)",
         len(records),
         invalid,
         report,
