@@ -102,7 +102,7 @@ test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses
 	$(call pytest_tier,tests/faults,-q -s)
 
-soak: $(STAMP) kafka-jars ## The fault tier at 10x the events (writes docs/reliability.md)
+soak: $(STAMP) kafka-jars ## The fault tier at 10x the events, about an hour, not in make test (writes docs/soak.md)
 	DEDUPE_FAULT_SCALE=10 $(MAKE) test-faults
 
 test-spark: $(STAMP) kafka-jars spark-jars ## Spark tests: transforms, audit, worker -> Spark -> lake, kill -9
