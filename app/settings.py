@@ -218,10 +218,19 @@ class Settings(KafkaSecuritySettings):
     rocksdb_compression: str = setting(
         "zstd",
         "DEDUPE_ROCKSDB_COMPRESSION",
-        "Compression of the state's RocksDB blocks: zstd (about 64 bytes per id held, ids and "
-        "age-out index), lz4, snappy (RocksDB's default, about 103) or none. Applies to files "
-        "written from then on; older files keep theirs.",
+        "Compression of the state's RocksDB blocks: zstd (about 50 bytes per UUID id held, ids "
+        "and age-out index), lz4, snappy (RocksDB's default) or none. Applies to files written "
+        "from then on; older files keep theirs.",
         one_of=("zstd", "lz4", "snappy", "none"),
+    )
+    rocksdb_block_bytes: int = setting(
+        16 * 1024,
+        "DEDUPE_ROCKSDB_BLOCK_BYTES",
+        "Size of the state's RocksDB data blocks (before compression). Larger blocks compress "
+        "better (16 KiB: about 3 bytes per id fewer than RocksDB's 4 KiB) and a lookup of a "
+        "held id that misses the block cache reads and decompresses one whole block. Applies "
+        "to files written from then on.",
+        within=(1024, 1024 * 1024),
     )
     strategy: str = setting(
         "message_id",

@@ -310,7 +310,7 @@ def run(
         for p in range(partitions):
             db = store.db(p)
             for key in warm[p]:
-                db.get(key)
+                db.get(store.disk_key(key))
         print("measuring lookups", flush=True)
         table = _Table(store)
         seen = SeenIds(table, settings)  # type: ignore[arg-type]
@@ -326,10 +326,13 @@ def run(
                     keys = pass_keys[p]
                     current[0] = p
                     db = store.db(p)
+                    # The raw gets use the database's own key form (``tables/keys.py``),
+                    # encoded before the clock starts.
+                    disk_keys = [store.disk_key(k) for k in keys]
                     read_before = read_bytes()
                     t = time.perf_counter()
                     if method == "raw rocksdict get":
-                        for key in keys:
+                        for key in disk_keys:
                             if db.get(key) is not None:
                                 found += 1
                     elif method == "table lookup":
@@ -398,6 +401,7 @@ def run(
         rows += [
             (
                 "RocksDB options (tables/rocks.py)",
+                f"{tuning.compression}, {tuning.block_bytes // 1024} KiB data blocks, "
                 f"block cache {mib(tuning.block_cache_bytes)} shared, memtables "
                 f"{mib(tuning.memtable_budget_bytes)} for all partitions (write-buffer manager), "
                 f"at most {mib(tuning.write_buffer_bytes)} each, bloom "
@@ -469,6 +473,12 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="DEDUPE_ROCKSDB_BLOCK_CACHE_BYTES for this run (default: the setting's default)",
     )
+    parser.add_argument(
+        "--block-bytes",
+        type=int,
+        default=None,
+        help="DEDUPE_ROCKSDB_BLOCK_BYTES for this run (default: the setting's default)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data dir")
     parser.add_argument("--no-results", action="store_true", help="do not append to the results")
     args = parser.parse_args(argv)
@@ -476,6 +486,7 @@ def main(argv: list[str] | None = None) -> None:
         "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES": args.write_buffer_bytes,
         "DEDUPE_ROCKSDB_MEMTABLE_BUDGET_BYTES": args.memtable_budget_bytes,
         "DEDUPE_ROCKSDB_BLOCK_CACHE_BYTES": args.block_cache_bytes,
+        "DEDUPE_ROCKSDB_BLOCK_BYTES": args.block_bytes,
     }
     environ = {name: str(value) for name, value in flags.items() if value is not None}
     rows = run(args.ids, args.partitions, args.lookups, args.batch, args.keep, environ)

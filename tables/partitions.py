@@ -1,5 +1,6 @@
 """The per-partition RocksDB databases of one table: where they live, opening them (a damaged
-one is set aside and rebuilt from the changelog), closing them, removing them."""
+one is set aside and rebuilt from the changelog, and so is one whose keys are in another disk
+form than the store writes), closing them, removing them."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ class PartitionSet:
         options: Options,
         family_options: Options,
         extra_cfs: tuple[str, ...],
+        key_format: int = 0,
     ) -> None:
         self.directory = directory
+        self._key_format = key_format
         self._table_name = table_name
         self._options = options
         self._family_options = family_options
@@ -49,7 +52,7 @@ class PartitionSet:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(partition)
         try:
-            pdb = PartitionDB(path, self._options, self._family_options, self._extra_cfs)
+            pdb = self._new(path)
         except Exception as exc:
             if "lock" in str(exc).lower():
                 raise  # another process uses this data dir: never touch its files
@@ -64,22 +67,32 @@ class PartitionSet:
                 aside.name,
             )
             path.rename(aside)
-            return PartitionDB(path, self._options, self._family_options, self._extra_cfs)
+            return self._new(path)
+        why = None
         if pdb.restoring():
             # A bulk restore wrote without the write-ahead log and stopped before its flush:
             # what it wrote may be partly lost. Start the partition again from the changelog.
-            log.warning(
-                "partition %d: %s was being restored when the worker stopped; rebuilding it "
-                "from the changelog",
-                partition,
-                path,
+            why = "was being restored when the worker stopped"
+        elif pdb.stored_key_format() != self._key_format and pdb.holds_data():
+            # Written by a version that kept keys in another form (``tables/keys.py``): its
+            # lookups would miss them. The changelog's records are the same in every version.
+            why = (
+                f"holds keys in disk form {pdb.stored_key_format()}, this worker's is "
+                f"{self._key_format}"
             )
-            pdb.close()
-            # The column family handles keep RocksDB's lock until the object is gone.
-            del pdb
-            shutil.rmtree(path)
-            return PartitionDB(path, self._options, self._family_options, self._extra_cfs)
-        return pdb
+        if why is None:
+            return pdb
+        log.warning("partition %d: %s %s; rebuilding it from the changelog", partition, path, why)
+        pdb.close()
+        # The column family handles keep RocksDB's lock until the object is gone.
+        del pdb
+        shutil.rmtree(path)
+        return self._new(path)
+
+    def _new(self, path: Path) -> PartitionDB:
+        return PartitionDB(
+            path, self._options, self._family_options, self._extra_cfs, self._key_format
+        )
 
     def held(self) -> list[int]:
         """The partitions whose databases are open."""

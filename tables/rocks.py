@@ -9,7 +9,8 @@ ids and partitions a worker holds (instead of Faust's 2 GiB block cache per part
 - one write-buffer manager shared by all partitions: the memtables of every partition database
   together stay near its budget (RocksDB flushes one early when they reach it), so memtable
   memory does not grow with the number of partitions held;
-- Zstandard compression of every block by default (about 40% fewer bytes per id than Snappy);
+- Zstandard compression of every block by default (about 40% fewer bytes per id than Snappy),
+  in 16 KiB data blocks (zstd finds more to share in a larger block);
 - bloom filters of 10 bits/key on the ids (lookups of new ids mostly miss), *partitioned* with
   a two-level index in 4 KiB blocks whose top levels stay pinned in the cache: a cache miss
   reads one small filter or index partition, not a whole-file filter block (about 1.5 MB per
@@ -44,6 +45,11 @@ OFFSET_KEY = b"changelog-offset"
 #: Key (in :data:`META_CF`) present while a bulk restore writes without the write-ahead log
 #: (``tables/restore.py``): a database opened with it lost writes in a crash.
 RESTORING_KEY = b"bulk-restore-in-progress"
+
+#: Key (in :data:`META_CF`) of the form the database's keys are in (one byte; absent: 0, the
+#: keys as written). A store whose keys have another disk form (``tables/keys.py``) writes it
+#: with the database's first write, and reopens one in another form only after a rebuild.
+KEY_FORMAT_KEY = b"key-format"
 
 #: Write options of a bulk restore into an empty database, and of the marks around it.
 NO_WAL = WriteOptions()
@@ -83,13 +89,15 @@ class RocksTuning:
     block_cache_bytes: int = 128 * 1024 * 1024
     #: Compression of the blocks: zstd, lz4, snappy or none.
     compression: str = "zstd"
+    #: Size of a data block before compression.
+    block_bytes: int = 16 * 1024
 
 
 class PartitionDB:
     """One partition's database: the table's keys in the default column family, the store's
     bookkeeping in :data:`META_CF`, and any column families a subclass derives locally."""
 
-    __slots__ = ("db", "extra", "handles", "meta", "meta_handle")
+    __slots__ = ("_format_stored", "db", "extra", "handles", "key_format", "meta", "meta_handle")
 
     def __init__(
         self,
@@ -97,13 +105,28 @@ class PartitionDB:
         options: Options,
         family_options: Options,
         extra_cfs: tuple[str, ...] = (),
+        key_format: int = 0,
     ) -> None:
         families = {name: family_options for name in (META_CF, *extra_cfs)}
         self.db = Rdict(str(path), options, column_families=families)
+        self.key_format = key_format
         self.meta = self.db.get_column_family(META_CF)
         self.meta_handle = self.db.get_column_family_handle(META_CF)
         self.extra = {name: self.db.get_column_family(name) for name in extra_cfs}
         self.handles = {name: self.db.get_column_family_handle(name) for name in extra_cfs}
+        self._format_stored = self.stored_key_format() == key_format
+
+    def stored_key_format(self) -> int:
+        raw = self.meta.get(KEY_FORMAT_KEY)
+        return 0 if raw is None else raw[0]
+
+    def holds_data(self) -> bool:
+        """True when anything was ever written (a changelog offset, or any key)."""
+        if self.offset() is not None or self.restoring():
+            return True
+        it = self.db.iter()
+        it.seek_to_first()
+        return bool(it.valid())
 
     def offset(self) -> int | None:
         raw = self.meta.get(OFFSET_KEY)
@@ -118,10 +141,13 @@ class PartitionDB:
         ``wal=False``: without the write-ahead log (a bulk restore, see :meth:`restoring`)."""
         if offset is not None:
             batch.put(OFFSET_KEY, offset.to_bytes(8, "big"), self.meta_handle)
+        if not self._format_stored:
+            batch.put(KEY_FORMAT_KEY, bytes((self.key_format,)), self.meta_handle)
         if wal:
             self.db.write(batch)
         else:
             self.db.write(batch, NO_WAL)
+        self._format_stored = True
 
     def restoring(self) -> bool:
         """True while a bulk restore writes without the write-ahead log: opened in this state,
@@ -197,11 +223,14 @@ def family_options(
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     # Zstandard (the default): 63.3 bytes per id on disk (ids and age-out index, after
-    # compaction) against 103.4 with RocksDB's default Snappy (1M uuid-shaped ids). Blocks are
-    # compressed at flush and compaction, in RocksDB's own threads, and decompressed only on
-    # block cache misses.
+    # compaction) against 103.4 with RocksDB's default Snappy (1M uuid-shaped ids, keys as
+    # text, 4 KiB blocks). Blocks are compressed at flush and compaction, in RocksDB's own
+    # threads, and decompressed only on block cache misses.
     opts.set_compression_type(COMPRESSION[tuning.compression]())
     table = BlockBasedOptions()
+    # 16 KiB blocks (the default): 51.9 bytes per id against 54.7 with RocksDB's 4 KiB (1M
+    # uuid-shaped ids over 8 partitions, keys in their 16-byte form; bench/results-scale.md).
+    table.set_block_size(tuning.block_bytes)
     if bloom:
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
     table.set_block_cache(cache)

@@ -195,7 +195,7 @@ class SeenIds:
 
     def committed_entry(self, partition: int, id_bytes: bytes) -> Entry | None:
         """What the committed state holds for an id (what read_committed readers can see)."""
-        raw = self.store.db(partition).get(id_bytes)
+        raw = self.store.committed_get(partition, id_bytes)
         return None if raw is None else Entry.decode(raw)
 
     def status(self, partition: int) -> dict[str, int | None]:

@@ -15,11 +15,12 @@ from typing import Any
 
 from rocksdict import WriteBatch
 
+from tables import keys as key_forms
 from tables.rocks import PartitionDB
 from tables.store import TransactionalStore
 from tables.window import index_key_of
 
-#: Column family of the local age-out index: index key -> messageId.
+#: Column family of the local age-out index: index key -> the id's key (in its disk form).
 INDEX_CF = "dedupe-age-index"
 #: Key (in META_CF) of the partition's summary: ids held, next sequence, newest first sighting,
 #: seek hint.
@@ -57,9 +58,13 @@ class Summary:
 
 
 class SeenIdsStore(TransactionalStore):
-    """The transactional store plus the local age-out index and per-partition summary."""
+    """The transactional store plus the local age-out index and per-partition summary. Keys
+    are on disk in their compact form (``tables/keys.py``), in the ids and in the index."""
 
     extra_cfs = (INDEX_CF,)
+    key_format = key_forms.FORMAT
+    disk_key = staticmethod(key_forms.to_disk)
+    written_key = staticmethod(key_forms.from_disk)
 
     def __init__(self, *args: Any, bucket_ms: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,11 +85,12 @@ class SeenIdsStore(TransactionalStore):
         self._pending_hints[partition] = hint
 
     def index(self, partition: int, start: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Committed index entries ``(index key, messageId)`` from ``start`` on."""
+        """Committed index entries ``(index key, the id's key as written)`` from ``start`` on."""
         it = self.partition_db(partition).extra[INDEX_CF].iter()
         it.seek(start)
+        from_disk = key_forms.from_disk
         while it.valid():
-            yield it.key(), it.value()
+            yield it.key(), from_disk(it.value())
             it.next()
 
     def extend_batch(
@@ -109,6 +115,9 @@ class SeenIdsStore(TransactionalStore):
             summary.hint,
         )
         bucket_ms = self.bucket_ms
+        to_disk = key_forms.to_disk
+        # The disk forms of the keys the transaction read (prefetched): not encoded again.
+        encoded = self._staging.disk.get(partition) or {}
         handle = pdb.handles[INDEX_CF]
         put, delete = batch.put, batch.delete
         keys: list[Any] = [k for k, _ in writes]
@@ -117,22 +126,23 @@ class SeenIdsStore(TransactionalStore):
         lowest_put: bytes | None = None
         for (key, new), committed in zip(writes, olds, strict=True):
             old = current.get(key, committed)
+            disk_key = encoded.get(key) or to_disk(key)
             if old is not None and new is not None and old[:16] == new[:16]:
                 # A repeat counted: same first sighting and sequence, so the same index entry
                 # (already in the index or put earlier in this loop) and the same summary.
-                put(key, new)
+                put(disk_key, new)
                 current[key] = new
                 continue
             if old is not None:
                 delete(index_key_of(old, bucket_ms), handle)
                 held -= 1
             if new is None:
-                delete(key)
+                delete(disk_key)
             else:
-                put(key, new)
+                put(disk_key, new)
                 first_seen = int.from_bytes(new[:8], "big")
                 ik = (first_seen - first_seen % bucket_ms).to_bytes(8, "big") + new[8:16]
-                put(ik, key, handle)
+                put(ik, disk_key, handle)
                 held += 1
                 seq = int.from_bytes(new[8:16], "big")
                 if seq >= next_seq:

@@ -3,7 +3,8 @@ retention. The decisions and the age-out over it are ``tables/seen_ids.py``'s.
 
 The table (replicated through its changelog, inside each partition's transaction):
 
-- Key: the ``messageId`` as UTF-8 bytes (at most ``DEDUPE_MAX_MESSAGE_ID_BYTES``).
+- Key: the ``messageId`` as UTF-8 bytes (at most ``DEDUPE_MAX_MESSAGE_ID_BYTES``); in the local
+  databases a canonical UUID takes its 16-byte form (``tables/keys.py``), in the changelog not.
 - Value: :class:`tables.window.Entry`: the first-seen time (ms, the record time of the forwarded
   copy), the id's insertion sequence number in its partition and the repeats dropped; 20 bytes.
 - Partitioning: co-partitioned with the input and repartition topics (same partition count, key
@@ -68,6 +69,8 @@ class Settings(Protocol):
     def rocksdb_block_cache_bytes(self) -> int: ...
     @property
     def rocksdb_compression(self) -> str: ...
+    @property
+    def rocksdb_block_bytes(self) -> int: ...
 
 
 def changelog_topic_name(settings: Settings) -> str:
@@ -82,6 +85,7 @@ def rocks_tuning(settings: Settings) -> RocksTuning:
         memtable_budget_bytes=settings.rocksdb_memtable_budget_bytes,
         block_cache_bytes=settings.rocksdb_block_cache_bytes,
         compression=settings.rocksdb_compression,
+        block_bytes=settings.rocksdb_block_bytes,
     )
 
 

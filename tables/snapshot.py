@@ -42,7 +42,9 @@ from tables.rocks import META_CF, OFFSET_KEY, RESTORING_KEY, PartitionDB
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+#: 2: ``seen_ids`` keys in their compact disk form (``tables/keys.py``); 1: every key as written.
+#: A snapshot's files hold the databases' keys as they are, so another format is refused.
+FORMAT = 2
 MANIFEST = "manifest.json"
 _DB = re.compile(r"(?P<table>[a-z_]+)-(?P<partition>\d+)\.db")
 
@@ -202,7 +204,10 @@ def problems(
         return [f"{manifest_path} is unreadable ({exc!r})"]
     found: list[str] = []
     if manifest.format != FORMAT:
-        found.append(f"snapshot format {manifest.format}, this worker reads {FORMAT}")
+        found.append(
+            f"snapshot format {manifest.format}, this worker reads {FORMAT}: take a new "
+            "snapshot with this version, or start without one (the changelog rebuilds the state)"
+        )
     theirs, ours = manifest.identity, identity
     for name in ("app_id", "input_topic", "partitions"):
         if getattr(theirs, name) != getattr(ours, name):

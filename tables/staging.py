@@ -3,7 +3,10 @@
 ``staged[p]`` maps key -> value (None: delete), one entry per key, in first-write order: the
 transaction's changelog records. ``read[p]`` caches committed values read during the open
 transaction; nothing else writes a partition's database while its transaction is open, so they
-stay true until the next write or discard."""
+stay true until the next write or discard: the commit's own write uses them (the index upkeep
+needs the values it replaces) and then forgets them (:meth:`forget_reads`). With a key
+``encode`` (a store whose keys have a compact disk form), ``disk[p]`` keeps the disk form of
+every key read, so the commit's write does not encode them again."""
 
 from __future__ import annotations
 
@@ -17,9 +20,12 @@ from tables.rocks import SOURCE_OFFSETS_KEY, multi_get
 class Staging:
     """The staged writes and read cache of every partition of one store."""
 
-    __slots__ = ("read", "staged")
+    __slots__ = ("_encode", "disk", "read", "staged")
 
-    def __init__(self) -> None:
+    def __init__(self, encode: Callable[[bytes], bytes] | None = None) -> None:
+        """``encode``: a key's disk form, for the reads (None: keys are stored as written)."""
+        self._encode = encode
+        self.disk: dict[int, dict[bytes, bytes]] = {}
         self.staged: dict[int, dict[bytes, bytes | None]] = {}
         self.read: dict[int, dict[bytes, bytes | None]] = {}
 
@@ -31,14 +37,18 @@ class Staging:
         staged[key] = value
 
     def take(self, partition: int) -> dict[bytes, bytes | None] | None:
-        """Remove and return ``partition``'s staged writes (None: none were staged); the cached
-        reads go with them (the committed values are about to change)."""
-        self.read.pop(partition, None)
+        """Remove and return ``partition``'s staged writes (None: none were staged). The cached
+        reads stay until the write that applies them calls :meth:`forget_reads`."""
         return self.staged.pop(partition, None)
+
+    def forget_reads(self, partition: int) -> None:
+        """The committed values are about to change: drop what was read of them."""
+        self.read.pop(partition, None)
+        self.disk.pop(partition, None)
 
     def discard(self, partition: int) -> None:
         self.staged.pop(partition, None)
-        self.read.pop(partition, None)
+        self.forget_reads(partition)
 
     def changelog_records(self, partition: int) -> list[tuple[bytes, bytes | None]]:
         """The staged writes, one per key (the source-offsets record is not among them: the
@@ -61,7 +71,10 @@ class Staging:
         staged = self.staged.get(partition, {})
         todo = [k for k in keys if k not in read and k not in staged]
         if todo:
-            read.update(zip(todo, multi_get(db(), todo), strict=True))
+            on_disk = self._on_disk(todo)
+            read.update(zip(todo, multi_get(db(), on_disk), strict=True))
+            if on_disk is not todo:
+                self.disk.setdefault(partition, {}).update(zip(todo, on_disk, strict=True))
 
     def committed_values(
         self, partition: int, keys: list[bytes], db: Callable[[], Rdict]
@@ -72,5 +85,9 @@ class Staging:
         missing = [k for k in keys if k not in read]
         if not missing:
             return [read[k] for k in keys]
-        fetched = dict(zip(missing, multi_get(db(), missing), strict=True))
+        fetched = dict(zip(missing, multi_get(db(), self._on_disk(missing)), strict=True))
         return [read[k] if k in read else fetched[k] for k in keys]
+
+    def _on_disk(self, keys: list[bytes]) -> list[bytes]:
+        encode = self._encode
+        return keys if encode is None else [encode(k) for k in keys]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from faust.stores.base import SerializedStore
 from faust.types import TP, EventT
@@ -51,6 +51,18 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     """
 
     extra_cfs: tuple[str, ...] = ()
+    #: The disk form of the keys (:data:`tables.rocks.KEY_FORMAT_KEY`); 0: as written.
+    key_format = 0
+
+    @staticmethod
+    def disk_key(key: bytes) -> bytes:
+        """``key`` as the databases hold it (subclasses with a compact form override both)."""
+        return key
+
+    @staticmethod
+    def written_key(raw: bytes) -> bytes:
+        """A key read from a database, as it was written (the inverse of :meth:`disk_key`)."""
+        return raw
 
     def __init__(
         self,
@@ -64,7 +76,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     ) -> None:
         super().__init__(url, app, table, **kwargs)
         self._partition_of = partition_of
-        self._staging = Staging()
+        self._staging = Staging(None if self.key_format == 0 else self.disk_key)
         # The staging's dicts, bound here for the per-record lookup (:meth:`get_in`).
         self._staged = self._staging.staged
         self._read = self._staging.read
@@ -73,7 +85,12 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         options, family_options, self._cache = options_for(tuning)
         self.directory = Path(app.conf.tabledir)
         self._partitions = PartitionSet(
-            self.directory, self.table_name, options, family_options, self.extra_cfs
+            self.directory,
+            self.table_name,
+            options,
+            family_options,
+            self.extra_cfs,
+            self.key_format,
         )
 
     # -- partitions ----------------------------------------------------------------------------
@@ -150,8 +167,10 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         """
         staged = self._staging.take(partition)
         if not staged and changelog_offset is None:
+            self._staging.forget_reads(partition)
             return
         if self._store_stopped or (staged is None and changelog_offset is not None):
+            self._staging.forget_reads(partition)
             # The writes are gone (the store stopped, or the partition was closed meanwhile):
             # recording the offset alone would make recovery skip them for good. Leave the
             # database at its older offset: recovery replays the committed changelog records.
@@ -182,7 +201,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
             if key == SOURCE_OFFSETS_KEY and value is not None:
                 batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
         self.extend_batch(partition, pdb, batch, ids)
-        self._read.pop(partition, None)  # committed values change with this write
+        self._staging.forget_reads(partition)  # committed values change with this write
         pdb.write(batch, offset, wal=wal)
 
     def extend_batch(
@@ -193,11 +212,12 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         writes: list[tuple[bytes, bytes | None]],
     ) -> None:
         """Put ``writes`` into ``batch``; subclasses add their derived writes."""
+        disk_key = self.disk_key
         for key, value in writes:
             if value is None:
-                batch.delete(key)
+                batch.delete(disk_key(key))
             else:
-                batch.put(key, value)
+                batch.put(disk_key(key), value)
 
     def changelog_records(self, partition: int) -> list[tuple[bytes, bytes | None]]:
         """The open transaction's writes to ``partition``, one per key: its changelog records
@@ -304,8 +324,13 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
             read = self._read[partition] = {}
         elif key in read:
             return read[key]
-        value: bytes | None = self.db(partition).get(key)
+        value: bytes | None = self.db(partition).get(self.disk_key(key))
         read[key] = value
+        return value
+
+    def committed_get(self, partition: int, key: bytes) -> bytes | None:
+        """``key``'s committed value in ``partition``, read from the database now."""
+        value: bytes | None = self.db(partition).get(self.disk_key(key))
         return value
 
     def _set(self, key: bytes, value: bytes | None) -> None:
@@ -326,8 +351,10 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         return self._get(key) is not None
 
     def _committed_items(self) -> Iterator[tuple[bytes, bytes]]:
+        written_key = self.written_key
         for pdb in self._partitions.opened():
-            yield from pdb.db.items()
+            for key, value in pdb.db.items():
+                yield written_key(cast(bytes, key)), cast(bytes, value)
 
     def _iterkeys(self) -> Iterator[bytes]:
         return (k for k, _ in self._committed_items())

@@ -23,6 +23,7 @@ from rocksdict import AccessType, Options, Rdict
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets, read_topic
 from scripts.verify import check
+from tables.keys import from_disk
 from tables.rocks import META_CF, SOURCE_OFFSETS_KEY, decode_source_offsets
 from tests.support import Broker, Names, Worker, wait_drained
 
@@ -138,7 +139,8 @@ def test_a_fenced_partition_stops_and_the_worker_rejoins(
 
 
 def local_store(data_dir: Path) -> tuple[dict[bytes, bytes], dict[int, dict[str, int]]]:
-    """Every id in the worker's RocksDB databases (opened read-only after it stopped), and per
+    """Every id in the worker's RocksDB databases (opened read-only after it stopped), as
+    written, and per
     partition the source offsets of the last transaction each database holds."""
     opts = Options(raw_mode=True)
     out: dict[bytes, bytes] = {}
@@ -152,7 +154,8 @@ def local_store(data_dir: Path) -> tuple[dict[bytes, bytes], dict[int, dict[str,
             column_families={META_CF: Options(raw_mode=True)},
             access_type=AccessType.read_only(),
         )
-        out.update(db.items())  # the default column family holds the ids only
+        # The default column family holds the ids only, UUIDs in their 16-byte form.
+        out.update((from_disk(k), v) for k, v in db.items())
         meta = db.get_column_family(META_CF)
         raw = meta.get(SOURCE_OFFSETS_KEY)
         sources[int(path.name.split("-")[-1].removesuffix(".db"))] = (

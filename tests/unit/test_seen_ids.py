@@ -264,3 +264,63 @@ def test_the_source_offsets_record_is_neither_an_id_nor_indexed(world: World) ->
         assert len(world.index(store)) == 1
         assert store.summary(0).held == 1
         assert store.source_offsets(0) == {"in": 3}
+
+
+def test_uuid_ids_are_held_in_their_16_byte_form_and_read_back_as_written(world: World) -> None:
+    """Canonical UUIDs are 17 bytes on disk, as the ids' keys and as the index's values
+    (tables/keys.py); lookups, age-out, tombstones, items() and the index give the text."""
+    uuids = [f"00000000-0000-4000-8000-{i:012x}".encode() for i in range(20)]
+    for i, u in enumerate(uuids):
+        assert world.seen.first_sighting(u, 100 + i)
+    assert not world.seen.first_sighting(uuids[3], 200)  # a staged id, looked up
+    world.commit()
+    assert not world.seen.first_sighting(uuids[4], 300)  # a committed id, looked up
+    world.commit()
+    db = world.store.db(0)
+    assert {len(k) for k, _ in db.items()} == {17} and db.get(uuids[0]) is None
+    assert {len(v) for _, v in world.store.partition_db(0).extra[INDEX_CF].items()} == {17}
+    assert {id_ for _, id_ in world.store.index(0, b"")} == set(uuids)
+    assert set(world.store._iterkeys()) == set(uuids)
+    assert world.seen.committed_entry(0, uuids[4]) is not None
+    world.record("late", 2 * BUCKET_MS + WINDOW_MS)  # ages all twenty out
+    world.commit()
+    assert [k for k, _ in db.items()] == [b"late"]
+    assert sorted(k for _, k, v in world.table.changelog if v is None) == sorted(uuids)
+    assert world.store.partition_db(0).stored_key_format() == 1
+
+
+def test_a_uuid_state_rebuilt_from_the_changelog_is_the_same_on_disk(world: World) -> None:
+    for i in range(30):
+        world.seen.first_sighting(f"00000000-0000-4000-8000-{i:012x}".encode(), 100 * i)
+        world.seen.age_out(100 * i)
+        world.commit()
+    replica = world.new_store("seen_ids_replica")
+    for n, (_, key, value) in enumerate(world.table.changelog):
+        replica.write_partition(0, [(key, value)], n)  # the changelog holds the text keys
+    assert dict(replica.db(0).items()) == dict(world.store.db(0).items())
+    index = replica.partition_db(0).extra[INDEX_CF]
+    assert dict(index.items()) == dict(world.store.partition_db(0).extra[INDEX_CF].items())
+
+
+def test_a_commit_reuses_what_its_transaction_read_and_encoded(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit's index upkeep needs the committed values its writes replace, and the keys'
+    disk forms: a prefetched batch has both already, so the commit neither reads the database
+    nor encodes a key again (before: one more multi-get and two more encodings per id)."""
+    from tables import keys, staging
+
+    uuids = [f"00000000-0000-4000-8000-{i:012x}".encode() for i in range(10)]
+    world.store.prefetch(0, uuids)
+    for i, u in enumerate(uuids):
+        assert world.seen.first_sighting(u, 100 + i)
+    reads: list[int] = []
+    encodings: list[bytes] = []
+    real_multi_get, real_to_disk = staging.multi_get, keys.to_disk
+    monkeypatch.setattr(
+        staging, "multi_get", lambda db, ks: reads.append(len(ks)) or real_multi_get(db, ks)
+    )
+    monkeypatch.setattr(keys, "to_disk", lambda k: encodings.append(k) or real_to_disk(k))
+    world.commit()
+    assert reads == [] and encodings == []
+    assert set(world.store._iterkeys()) == set(uuids)

@@ -97,6 +97,20 @@ def test_another_pipelines_damaged_or_old_snapshot_is_refused_with_every_problem
     assert len(found) == 4
 
 
+def test_a_snapshot_of_an_older_format_is_refused(tables_dir: Path, tmp_path: Path) -> None:
+    """Format 1 held seen_ids keys as written; this version's databases hold UUIDs in 16
+    bytes (tables/keys.py), so its files would not match the lookups."""
+    snap = tmp_path / "snap"
+    take(tables_dir, snap, IDENTITY, progress=lambda _: None)
+    raw = json.loads((snap / MANIFEST).read_text())
+    raw["format"] = 1
+    (snap / MANIFEST).write_text(json.dumps(raw))
+    assert problems(snap, IDENTITY, None) == [
+        "snapshot format 1, this worker reads 2: take a new snapshot with this version, or "
+        "start without one (the changelog rebuilds the state)"
+    ]
+
+
 def test_a_truncated_file_or_no_manifest_is_refused(tables_dir: Path, tmp_path: Path) -> None:
     snap = tmp_path / "snap"
     take(tables_dir, snap, IDENTITY, progress=lambda _: None)

@@ -1,0 +1,83 @@
+"""The on-disk form of ``seen_ids`` keys: UUID-shaped message ids in 16 bytes instead of 36.
+
+Most message ids are UUIDs in their canonical text form (``analytics.js`` and the Segment SDKs
+send them so), and an id is stored twice on disk: as the key of the ids and as the value of
+the age-out index. Their 16-byte binary form cuts the state from 67.0 to 54.7 bytes per id
+(1M uuid-shaped ids over 8 partitions, Zstandard, 4 KiB blocks; ``python -m bench.scale``):
+zstd packs hex digits into about 4.5 bits each, but not into 4. Only the local databases use it:
+changelog records keep the text key, so a changelog written by any version restores into any
+version, and compaction keeps superseding records by the same key.
+
+Disk form of a key (pure functions, ``tests/unit/test_keys.py``):
+
+- a message id that is a canonical UUID (36 characters, lowercase hex, hyphens at 8, 13, 18
+  and 23): ``0xFD`` and its 16 bytes;
+- a source-scoped key (``0xFE``, the source's length and name, then the id; ``app/strategy.py``)
+  whose id is such a UUID: the same prefix, then ``0xFD`` and the 16 bytes;
+- every other key as it is (other ids, upper-case UUIDs, fingerprints).
+
+``0xFD`` never occurs in UTF-8, and message ids are UTF-8, so no key of one form equals one of
+another, and :func:`from_disk` gives back the exact text. Both functions map a key already in
+disk form to itself (``to_disk(to_disk(k)) == to_disk(k)``).
+
+The databases record which form they hold (:data:`tables.rocks.KEY_FORMAT_KEY`); one written in
+another form is rebuilt from the changelog when opened (``tables/partitions.py``).
+"""
+
+from __future__ import annotations
+
+from binascii import Error as HexError
+from binascii import unhexlify
+
+#: First byte of a UUID in its 16-byte form.
+UUID_TAG = b"\xfd"
+#: First byte of a source-scoped key (``app.strategy``'s ``_SCOPED``).
+SCOPED = 0xFE
+#: ``KEY_FORMAT_KEY``'s value in a database that holds keys in this module's form.
+FORMAT = 1
+
+
+def _uuid16(text: bytes) -> bytes | None:
+    """The 16 bytes of a canonical lowercase UUID, or None when ``text`` is not one."""
+    if text[8:24:5] != b"----" or len(text) != 36:
+        return None
+    digits = text.replace(b"-", b"")
+    # Exactly 32 hex digits, none of them "A-F" (those would not come back as written).
+    if len(digits) != 32 or not (digits.islower() or digits.isdigit()):
+        return None
+    try:
+        return unhexlify(digits)
+    except HexError:
+        return None
+
+
+def _uuid_text(raw: bytes) -> bytes:
+    h = raw.hex().encode()
+    return h[:8] + b"-" + h[8:12] + b"-" + h[12:16] + b"-" + h[16:20] + b"-" + h[20:]
+
+
+def to_disk(key: bytes) -> bytes:
+    """The key as the databases hold it."""
+    n = len(key)
+    if n == 36:
+        raw = _uuid16(key)
+        return key if raw is None else UUID_TAG + raw
+    if n > 38 and key[0] == SCOPED:
+        start = 2 + key[1]
+        if n - start == 36:
+            raw = _uuid16(key[start:])
+            if raw is not None:
+                return key[:start] + UUID_TAG + raw
+    return key
+
+
+def from_disk(raw: bytes) -> bytes:
+    """The key as written (the inverse of :func:`to_disk`)."""
+    n = len(raw)
+    if n == 17 and raw[0] == 0xFD:
+        return _uuid_text(raw[1:])
+    if n > 19 and raw[0] == SCOPED:
+        start = 2 + raw[1]
+        if n - start == 17 and raw[start] == 0xFD:
+            return raw[:start] + _uuid_text(raw[start + 1 :])
+    return raw

@@ -1,0 +1,67 @@
+"""The disk form of ``seen_ids`` keys (tables/keys.py): canonical UUIDs in 17 bytes, every key
+back exactly as written, no two keys the same on disk."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.strategy import fingerprint_key, scoped_key
+from tables.keys import UUID_TAG, from_disk, to_disk
+
+UUIDS = st.uuids().map(lambda u: str(u).encode())
+TEXT_IDS = st.text(min_size=1, max_size=80).map(lambda s: s.encode("utf-8", "surrogatepass"))
+SOURCES = st.text(min_size=1, max_size=20).map(lambda s: s.encode("utf-8", "surrogatepass"))
+FINGERPRINTS = st.binary(min_size=16, max_size=16).map(lambda b: fingerprint_key(b.hex()))
+IDS = st.one_of(UUIDS, TEXT_IDS, UUIDS.map(bytes.upper))
+KEYS = st.one_of(IDS, FINGERPRINTS, st.tuples(IDS, SOURCES).map(lambda t: scoped_key(t[0], t[1])))
+
+
+def test_a_canonical_uuid_takes_17_bytes() -> None:
+    text = b"0f8fad5b-d9cb-469f-a165-70867728950e"
+    disk = to_disk(text)
+    assert disk == UUID_TAG + uuid.UUID(text.decode()).bytes
+    assert from_disk(disk) == text
+
+
+def test_a_scoped_uuid_keeps_its_source_and_takes_17_bytes_after_it() -> None:
+    text = scoped_key(b"0f8fad5b-d9cb-469f-a165-70867728950e", b"web")
+    disk = to_disk(text)
+    assert disk == text[:5] + UUID_TAG + bytes.fromhex("0f8fad5bd9cb469fa16570867728950e")
+    assert from_disk(disk) == text
+
+
+def test_what_is_not_a_canonical_uuid_stays_as_written() -> None:
+    for text in (
+        b"0F8FAD5B-D9CB-469F-A165-70867728950E",  # upper case would not come back as written
+        b"0f8fad5b-d9cb-469f-a165-70867728950",  # 35 characters
+        b"0f8fad5bd9cb-469f-a165-70867728950e-",  # hyphens elsewhere
+        b"0f8fad5b-d9cb-469f-a165-70867728950g",  # not hex
+        b"0f8fad5b-d9cb-469f-a165-7086-728950e",  # a fifth hyphen
+        b"order-42",
+        fingerprint_key("00" * 16),
+    ):
+        assert to_disk(text) == text and from_disk(text) == text
+
+
+@given(KEYS)
+def test_every_key_comes_back_exactly(key: bytes) -> None:
+    assert from_disk(to_disk(key)) == key
+
+
+@given(KEYS)
+def test_the_disk_form_is_a_fixed_point(key: bytes) -> None:
+    disk = to_disk(key)
+    assert to_disk(disk) == disk and from_disk(disk) == key
+
+
+@given(KEYS, KEYS)
+def test_two_keys_never_share_a_disk_form(a: bytes, b: bytes) -> None:
+    assert (to_disk(a) == to_disk(b)) == (a == b)
+
+
+@given(UUIDS)
+def test_every_canonical_uuid_is_compact(text: bytes) -> None:
+    assert len(to_disk(text)) == 17
