@@ -88,9 +88,9 @@ class SeenIdsStore(TransactionalStore):
         """Committed index entries ``(index key, the id's key as written)`` from ``start`` on."""
         it = self.partition_db(partition).extra[INDEX_CF].iter()
         it.seek(start)
-        from_disk = key_forms.from_disk
+        written_key = self.written_key
         while it.valid():
-            yield it.key(), from_disk(it.value())
+            yield it.key(), written_key(it.value())
             it.next()
 
     def extend_batch(
@@ -115,7 +115,7 @@ class SeenIdsStore(TransactionalStore):
             summary.hint,
         )
         bucket_ms = self.bucket_ms
-        to_disk = key_forms.to_disk
+        to_disk = self.disk_key
         # The disk forms of the keys the transaction read (prefetched): not encoded again.
         encoded = self._staging.disk.get(partition) or {}
         handle = pdb.handles[INDEX_CF]

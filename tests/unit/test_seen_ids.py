@@ -320,7 +320,9 @@ def test_a_commit_reuses_what_its_transaction_read_and_encoded(
     monkeypatch.setattr(
         staging, "multi_get", lambda db, ks: reads.append(len(ks)) or real_multi_get(db, ks)
     )
-    monkeypatch.setattr(keys, "to_disk", lambda k: encodings.append(k) or real_to_disk(k))
+    monkeypatch.setattr(
+        SeenIdsStore, "disk_key", staticmethod(lambda k: encodings.append(k) or real_to_disk(k))
+    )
     world.commit()
     assert reads == [] and encodings == []
     assert set(world.store._iterkeys()) == set(uuids)
