@@ -14,6 +14,7 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer
+from aiokafka.client import AIOKafkaClient
 from yarl import URL
 
 from app import faults
@@ -25,6 +26,7 @@ from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule
 from app.topics import ensure_topics
 from app.web import register_views
+from tables.batch_reader import BatchReader
 from tables.follow import Follower
 from tables.producers import ProducerSeqs, declare_producer_seqs
 from tables.producers import changelog_topic_name as producers_changelog_name
@@ -112,12 +114,33 @@ class Pipeline:
     dedup: Deduplicator
 
 
-#: The bulk restorer's ``fetch_max_wait_ms``.
+#: How long (ms) the broker may hold a changelog fetch for records it does not have yet.
 RESTORE_FETCH_WAIT_MS = 20
 
 
-def restore_reader(settings: Settings) -> AIOKafkaConsumer:
-    """The bulk restorer's consumer: committed records only, large fetches, no group."""
+def changelog_client(settings: Settings) -> AIOKafkaClient:
+    """The bulk restorer's client (``tables/batch_reader.py`` sends its fetches through it)."""
+    return AIOKafkaClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id=f"{settings.app_id}-restorer",
+        **settings.kafka_client_kwargs(),
+    )
+
+
+def changelog_reader(settings: Settings) -> BatchReader:
+    """The bulk restorer's reader: committed records only, large fetches."""
+    return BatchReader(
+        partial(changelog_client, settings),
+        fetch_bytes=FETCH_BYTES,
+        # A fetch at a partition's end waits this long for records the broker does not have,
+        # and the next partition's first fetch waits for it: at aiokafka's 500 ms every
+        # restore after the first began half a second late (standby takeovers included).
+        max_wait_ms=RESTORE_FETCH_WAIT_MS,
+    )
+
+
+def changelog_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """The standby follower's consumer: committed records only, large fetches, no group."""
     return AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers,
         **settings.kafka_client_kwargs(),
@@ -126,9 +149,6 @@ def restore_reader(settings: Settings) -> AIOKafkaConsumer:
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=FETCH_BYTES,
         fetch_max_bytes=FETCH_BYTES,
-        # A fetch at a partition's end waits this long for records the broker does not have,
-        # and the next partition's first fetch waits for it: at aiokafka's 500 ms every
-        # restore after the first began half a second late (standby takeovers included).
         fetch_max_wait_ms=RESTORE_FETCH_WAIT_MS,
     )
 
@@ -190,8 +210,11 @@ def create_app(settings: Settings) -> Pipeline:
         app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
     )
     if settings.bulk_restore:
-        reader = partial(restore_reader, settings)
-        use_restorer(app, Restorer(reader, on_restore(settings)), Follower(reader))
+        use_restorer(
+            app,
+            Restorer(changelog_reader(settings), on_restore(settings)),
+            Follower(partial(changelog_consumer, settings)),
+        )
     seen_ids = declare_seen_ids(app, settings)
     producer_seqs = declare_producer_seqs(app, settings, rocks_tuning(settings))
     source = app.topic(

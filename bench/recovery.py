@@ -29,8 +29,9 @@ times it from process start to ``GET /ready`` = 200:
   kill until the second is ready with every partition (the session timeout included), and the
   changelog offsets it restored.
 
-Beside them, ``limit``: a consumer with the restorer's settings reads the same changelog and
-writes nothing, in the bench's process (the restorer's ceiling).
+Beside them, in the bench's process, writing nothing: ``limit``, a bare aiokafka consumer
+(``read_committed``, the restorer's fetch sizes) reading the same changelog, the issue's limit;
+and ``reader``, the restorer's own reader (``tables/batch_reader.py``), its ceiling.
 
 Restore seconds are the time to ready minus ``startup``; records/s are ids over those seconds
 (the bulk restorer's own figure, from its log, is printed too). The data dir's bytes per id are
@@ -61,7 +62,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
-from app.factory import restore_reader
+from app.factory import changelog_consumer, changelog_reader
 from app.rules import partition_for
 from app.settings import Settings
 from bench.measure import disk_bytes
@@ -330,7 +331,7 @@ def worker_env(
 async def bare_read(bootstrap: str, topic: str, partitions: int) -> float:
     """Seconds a consumer with the restorer's settings takes to read ``topic`` to its end,
     partition after partition, writing nothing: the limit of a restore in this process."""
-    reader = restore_reader(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
+    reader = changelog_consumer(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
     await reader.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -344,6 +345,26 @@ async def bare_read(bootstrap: str, topic: str, partitions: int) -> float:
         return time.monotonic() - started
     finally:
         await reader.stop()
+
+
+async def batch_read(bootstrap: str, topic: str, partitions: int) -> float:
+    """Seconds the bulk restorer's own reader (``tables/batch_reader.py``) takes to read
+    ``topic`` to its end, partition after partition, writing nothing."""
+    reader = changelog_reader(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
+    consumer = changelog_consumer(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = await consumer.end_offsets(tps)
+        started = time.monotonic()
+        for tp in tps:
+            offset = 0
+            while offset < ends[tp]:
+                offset = (await reader.fetch(tp, offset, ends[tp])).next_offset
+        return time.monotonic() - started
+    finally:
+        await consumer.stop()
+        await reader.close()
 
 
 def app_command(env: dict[str, str], *args: str) -> float:
@@ -372,7 +393,10 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     by_partition = ids_for(args.ids, args.partitions)
     changelog = f"{tag}-seen_ids-changelog"
     asyncio.run(write_changelog(bootstrap, changelog, by_partition, args.txn))
-    runs = [Run("limit", None, asyncio.run(bare_read(bootstrap, changelog, args.partitions)))]
+    runs = [
+        Run("limit", None, asyncio.run(bare_read(bootstrap, changelog, args.partitions))),
+        Run("reader", None, asyncio.run(batch_read(bootstrap, changelog, args.partitions))),
+    ]
 
     def start(
         mode: str, app_id: str, data: Path, **extra: str
@@ -450,7 +474,7 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
     faust, limit = by.get("faust"), by["limit"]
     faust_rate, limit_rate = (faust.rate(args.ids) if faust else None), limit.rate(args.ids)
     for r in runs:
-        rate = r.rate(args.ids) if r.mode in ("limit", "faust", "bulk", "quix") else None
+        rate = r.rate(args.ids) if r.mode in ("limit", "reader", "faust", "bulk", "quix") else None
         vs = f"{rate / faust_rate:.1f}x" if rate and faust_rate else ""
         vs_limit = f"{rate / limit_rate:.2f}x" if rate and limit_rate else ""
         ready = "" if r.ready_s is None else f"{r.ready_s:.1f}"
@@ -460,7 +484,9 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
     bulk = by["bulk"]
     lines += [
         "",
-        "- limit: a consumer with the restorer's settings reading the changelog, writing nothing",
+        "- limit: a bare aiokafka consumer (read_committed, the restorer's fetch sizes) reading "
+        "the changelog, writing nothing; reader: the restorer's own reader "
+        "(tables/batch_reader.py) reading it, writing nothing",
         "- quix: Quix Streams (the throughput benchmark's exactly-once contender) rebuilding its "
         "RocksDB state of the same ids from its own changelog on an empty state dir (its log's "
         "recovery start to end)"

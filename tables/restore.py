@@ -1,9 +1,10 @@
 """Bulk restore: a changelog partition read straight into its store in large write batches.
 
 Faust's recovery hands every changelog record through its consumer, a queue and a per-record
-loop (some 6,000-13,000 records/s here). The restorer reads one partition with a consumer of its
-own (``read_committed``: aborted transactions never reach it; large fetches), and writes each
-fetch as one RocksDB write batch through the store's own write path, so the age-out index, the
+loop (some 6,000-13,000 records/s here). The restorer reads one partition with a reader of its
+own (``tables/batch_reader.py``: ``read_committed``, so aborted transactions never reach it;
+large fetches, no per-record objects), and writes each fetch in large RocksDB write batches
+through the store's own write path, so the age-out index, the
 summary and the source-offsets record are rebuilt in the same pass, exactly as a live commit
 derives them. Each batch carries the changelog offset it brings the store to, so a restore
 stopped at any point resumes after the last batch written.
@@ -31,18 +32,17 @@ from typing import Protocol
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from tables.batch_reader import Fetched
+
 log = logging.getLogger(__name__)
 
 #: A restore logs its progress this often (seconds) while it runs.
 PROGRESS_EVERY = 5.0
 #: Most bytes one fetch brings back per partition (aiokafka's ``max_partition_fetch_bytes``).
 FETCH_BYTES = 8 * 1024 * 1024
-#: Records of a fetch are written in batches of at most this many.
+#: Records of a fetch are written in batches of about this many (a write ends where a record
+#: batch of the fetch ends, so it may hold one record batch more).
 BATCH_RECORDS = 20_000
-#: Longest wait (ms) for fetched records before the position is looked at again. A changelog
-#: partition ends with a commit marker, a control record the consumer moves past without
-#: returning anything, so a longer wait for records is paid in full at the end of a restore.
-POLL_MS = 50
 
 
 class BulkTarget(Protocol):
@@ -105,18 +105,22 @@ class Progress:
 OnProgress = Callable[[Progress, int], None]
 
 
+class ChangelogReader(Protocol):
+    """Reads committed changelog records (``tables.batch_reader.BatchReader``)."""
+
+    async def fetch(self, tp: TopicPartition, offset: int, end: int) -> Fetched:
+        """The committed records of ``tp`` from ``offset`` on, below ``end`` (one fetch)."""
+
+    async def close(self) -> None:
+        """Close its connections."""
+
+
 class Restorer:
-    """Restores changelog partitions into their stores (see the module docstring).
+    """Restores changelog partitions into their stores (see the module docstring) with
+    ``reader``, which it closes in :meth:`close`."""
 
-    ``new_reader`` makes an unstarted ``read_committed`` consumer with the cluster's client
-    settings (security included); the restorer starts it on first use and keeps it."""
-
-    def __init__(
-        self,
-        new_reader: Callable[[], AIOKafkaConsumer],
-        on_progress: OnProgress | None = None,
-    ) -> None:
-        self._reader = LazyReader(new_reader)
+    def __init__(self, reader: ChangelogReader, on_progress: OnProgress | None = None) -> None:
+        self._reader = reader
         self._on_progress = on_progress
 
     async def close(self) -> None:
@@ -140,24 +144,6 @@ class Restorer:
                 "%s-%d: nothing to restore (the store holds it through offset %d)", *tp, end - 1
             )
             return True
-        reader = await self._reader.get()
-        reader.assign([tp])
-        reader.seek(tp, start)
-        try:
-            return await self._read(store, reader, tp, progress, still_wanted)
-        finally:
-            # Nothing assigned: an idle reader does not go on fetching the partition's end.
-            reader.assign([])
-
-    async def _read(
-        self,
-        store: BulkTarget,
-        reader: AIOKafkaConsumer,
-        tp: TopicPartition,
-        progress: Progress,
-        still_wanted: Callable[[], bool],
-    ) -> bool:
-        start, end = progress.start, progress.end
         wal = not store.begin_bulk(tp.partition)
         log.info(
             "restoring %s-%d from offset %d to %d (%d offsets%s)",
@@ -173,21 +159,11 @@ class Restorer:
             if not still_wanted():
                 log.info("restore of %s-%d stopped at offset %d", *tp, progress.position)
                 return False
-            fetched = await reader.getmany(tp, timeout_ms=POLL_MS)
-            records = [r for r in fetched.get(tp, ()) if r.offset < end]
-            for i in range(0, len(records), BATCH_RECORDS):
-                chunk = records[i : i + BATCH_RECORDS]
-                if not still_wanted():  # checked right before writing: the store may be closed
-                    return False
-                store.write_restored(
-                    tp.partition, [(r.key, r.value) for r in chunk], chunk[-1].offset, wal=wal
-                )
-                progress.records += len(chunk)
-                progress.position = chunk[-1].offset + 1
-                if self._on_progress is not None:
-                    self._on_progress(progress, len(chunk))
+            fetched = await self._reader.fetch(tp, progress.position, end)
+            if not self._write(store, tp, fetched, progress, still_wanted, wal=wal):
+                return False
             # Past control records (commit markers) and aborted batches too.
-            progress.position = await reader.position(tp)
+            progress.position = max(progress.position, fetched.next_offset)
             if time.monotonic() - logged_at >= PROGRESS_EVERY:
                 log.info("%s", progress.describe())
                 logged_at = time.monotonic()
@@ -209,6 +185,32 @@ class Restorer:
             elapsed,
             progress.records / elapsed if elapsed > 0 else 0.0,
         )
+        return True
+
+    def _write(
+        self,
+        store: BulkTarget,
+        tp: TopicPartition,
+        fetched: Fetched,
+        progress: Progress,
+        still_wanted: Callable[[], bool],
+        *,
+        wal: bool,
+    ) -> bool:
+        """Write a fetch's records in batches of about ``BATCH_RECORDS``, each ending where a
+        record batch of the fetch ended; False when ``still_wanted()`` turned false first."""
+        records, done = fetched.records, 0
+        for n, (count, last) in enumerate(fetched.cuts, 1):
+            if count - done < BATCH_RECORDS and n < len(fetched.cuts):
+                continue
+            if not still_wanted():  # checked right before writing: the store may be closed
+                return False
+            store.write_restored(tp.partition, records[done:count], last, wal=wal)
+            progress.records += count - done
+            progress.position = last + 1
+            if self._on_progress is not None:
+                self._on_progress(progress, count - done)
+            done = count
         return True
 
 

@@ -2,7 +2,8 @@
 checked against the installed versions: a version bump that renames one fails here in seconds,
 not in the fault tier. When one fails, the comment beside it says which of our modules uses
 it; fix that module (``app/eos/producer.py``, ``app/eos/consumer.py``, ``tables/recovery.py``
-hold nearly all of them), then this list."""
+hold nearly all of them; ``tables/batch_reader.py`` the Fetch requests and record batches),
+then this list."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ import re
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.client import AIOKafkaClient
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import Sender
 from aiokafka.producer.transaction_manager import TransactionManager as AIOTxnManager
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.record.memory_records import MemoryRecords
 from faust import App
 from faust.stores.base import SerializedStore
 from faust.tables import TableManager
@@ -63,6 +70,24 @@ USED: list[tuple[type, str, str]] = [
     (AIOKafkaConsumer, "_fetch_max_wait_ms", "consumer.py"),
     (AIOKafkaConsumer, "_coordinator", "manager.py"),
     (GroupCoordinator, "request_rejoin", "manager.py"),
+    # aiokafka's client, requests and record parser (tables/batch_reader.py)
+    (AIOKafkaClient, "bootstrap", "batch_reader.py"),
+    (AIOKafkaClient, "send", "batch_reader.py"),
+    (AIOKafkaClient, "add_topic", "batch_reader.py"),
+    (AIOKafkaClient, "force_metadata_update", "batch_reader.py"),
+    (AIOKafkaClient, "cluster", "batch_reader.py"),
+    (AIOKafkaClient, "close", "batch_reader.py"),
+    (ClusterMetadata, "leader_for_partition", "batch_reader.py"),
+    (FetchRequest, "build", "batch_reader.py"),
+    (OffsetRequest, "build", "batch_reader.py"),
+    (MemoryRecords, "has_next", "batch_reader.py"),
+    (MemoryRecords, "next_batch", "batch_reader.py"),
+    (DefaultRecordBatch, "validate_crc", "batch_reader.py"),
+    (DefaultRecordBatch, "next_offset", "batch_reader.py"),
+    (DefaultRecordBatch, "base_offset", "batch_reader.py"),
+    (DefaultRecordBatch, "producer_id", "batch_reader.py"),
+    (DefaultRecordBatch, "is_control_batch", "batch_reader.py"),
+    (DefaultRecordBatch, "is_transactional", "batch_reader.py"),
     # Faust's consumer and its thread (app/eos/consumer.py)
     (AIOKafkaConsumerThread, "_create_worker_consumer", "consumer.py"),
     (AIOKafkaConsumerThread, "_highwaters", "consumer.py"),

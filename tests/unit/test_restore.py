@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from aiokafka.structs import TopicPartition
 
+from tables import restore
+from tables.batch_reader import Fetched
 from tables.restore import Progress, Restorer
 
 TP = TopicPartition("app-seen_ids-changelog", 3)
@@ -26,40 +27,34 @@ class Record:
 
 @dataclass
 class ScriptedReader:
-    """Hands out the committed records of one partition, a few per fetch; offsets in
-    ``skipped`` (commit markers, aborted records) move the position without a record."""
+    """Hands out the committed records of one partition, ``per_fetch`` per fetch, each record
+    its own record batch unless ``batches`` gives the sizes; offsets in between (commit
+    markers, aborted records) move the position without a record."""
 
     records: list[Record]
     end: int
     per_fetch: int = 3
-    position_: int = 0
-    started: bool = False
-    stopped: bool = False
-    assigned: list[TopicPartition] = field(default_factory=list)
+    batches: list[int] | None = None
+    fetches: list[int] = field(default_factory=list)
+    closed: bool = False
 
-    async def start(self) -> None:
-        self.started = True
+    async def fetch(self, tp: TopicPartition, offset: int, end: int) -> Fetched:
+        assert tp == TP and end == self.end
+        self.fetches.append(offset)
+        ahead = [r for r in self.records if offset <= r.offset < end][: self.per_fetch]
+        found = Fetched(
+            records=[(r.key, r.value) for r in ahead],
+            next_offset=ahead[-1].offset + 1 if ahead else self.end,  # only markers left
+        )
+        sizes = self.batches or [1] * len(ahead)
+        count = 0
+        for size in sizes:
+            count += size
+            found.cuts.append((count, ahead[count - 1].offset))
+        return found
 
-    async def stop(self) -> None:
-        self.stopped = True
-
-    def assign(self, tps: list[TopicPartition]) -> None:
-        assert tps in ([TP], [])
-        self.assigned = tps
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.position_ = offset
-
-    async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[Any, list[Record]]:
-        ahead = [r for r in self.records if r.offset >= self.position_][: self.per_fetch]
-        if ahead:
-            self.position_ = ahead[-1].offset + 1
-        else:
-            self.position_ = self.end  # only markers left
-        return {tp: ahead}
-
-    async def position(self, tp: TopicPartition) -> int:
-        return self.position_
+    async def close(self) -> None:
+        self.closed = True
 
 
 @dataclass
@@ -103,7 +98,7 @@ def test_an_empty_store_is_restored_to_the_end_without_the_wal() -> None:
     reader = ScriptedReader(records, end)
     store = RecordingStore()
     seen: list[tuple[int, int]] = []
-    restorer = Restorer(lambda: reader, lambda p, n: seen.append((p.position, n)))  # type: ignore[arg-type,return-value]
+    restorer = Restorer(reader, lambda p, n: seen.append((p.position, n)))
     done = asyncio.run(restorer.restore(store, TP, end, lambda: True))
     assert done and store.bulk_begun and store.bulk_ended
     written = [kv for batch, _, _ in store.writes for kv in batch]
@@ -113,7 +108,6 @@ def test_an_empty_store_is_restored_to_the_end_without_the_wal() -> None:
     assert [off for _, off, _ in store.writes[:-1]] == [records[i].offset for i in (2, 5, 8, 9)]
     assert store.offset == end - 1
     assert sum(n for _, n in seen) == len(records) and seen[-1] == (end, 0)
-    assert reader.assigned == []  # an idle reader does not go on fetching the partition
 
 
 def test_a_store_holding_a_prefix_reads_only_the_tail_with_the_wal() -> None:
@@ -122,7 +116,7 @@ def test_a_store_holding_a_prefix_reads_only_the_tail_with_the_wal() -> None:
     held = records[5].offset
     reader = ScriptedReader(records, end)
     store = RecordingStore(offset=held)
-    done = asyncio.run(Restorer(lambda: reader).restore(store, TP, end, lambda: True))  # type: ignore[arg-type,return-value]
+    done = asyncio.run(Restorer(reader).restore(store, TP, end, lambda: True))
     assert done
     written = [kv for batch, _, _ in store.writes for kv in batch]
     assert written == [(r.key, r.value) for r in records[6:]]
@@ -132,8 +126,8 @@ def test_a_store_holding_a_prefix_reads_only_the_tail_with_the_wal() -> None:
 def test_a_store_at_the_end_reads_nothing() -> None:
     reader = ScriptedReader(changelog(4), 6)
     store = RecordingStore(offset=5)
-    assert asyncio.run(Restorer(lambda: reader).restore(store, TP, 6, lambda: True))  # type: ignore[arg-type,return-value]
-    assert store.writes == [] and not reader.started
+    assert asyncio.run(Restorer(reader).restore(store, TP, 6, lambda: True))
+    assert store.writes == [] and reader.fetches == []
 
 
 @pytest.mark.parametrize("after_writes", [0, 1, 2])
@@ -146,9 +140,31 @@ def test_a_restore_no_longer_wanted_stops_before_its_next_write(after_writes: in
         return len(store.writes) < after_writes
 
     reader = ScriptedReader(records, end)
-    done = asyncio.run(Restorer(lambda: reader).restore(store, TP, end, still_wanted))  # type: ignore[arg-type,return-value]
+    done = asyncio.run(Restorer(reader).restore(store, TP, end, still_wanted))
     assert not done and not store.bulk_ended
     assert len(store.writes) == after_writes
+
+
+def test_a_fetch_is_written_in_batches_that_end_where_its_record_batches_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(restore, "BATCH_RECORDS", 3)
+    records = changelog(8)
+    end = records[-1].offset + 1
+    # One fetch of eight records in record batches of 2, 2, 3 and 1 records.
+    reader = ScriptedReader(records, end, per_fetch=8, batches=[2, 2, 3, 1])
+    store = RecordingStore()
+    assert asyncio.run(Restorer(reader).restore(store, TP, end, lambda: True))
+    sizes = [len(batch) for batch, _, _ in store.writes]
+    assert sizes == [4, 3, 1, 0]  # 2+2 reach 3, 3, the fetch's end, then the end mark
+    assert [off for _, off, _ in store.writes[:3]] == [records[i].offset for i in (3, 6, 7)]
+    assert reader.fetches == [0]
+
+
+def test_closing_the_restorer_closes_its_reader() -> None:
+    reader = ScriptedReader([], 1)
+    asyncio.run(Restorer(reader).close())
+    assert reader.closed
 
 
 def test_progress_says_where_it_is_and_how_long_is_left() -> None:

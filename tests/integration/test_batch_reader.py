@@ -1,0 +1,152 @@
+"""The bulk restorer's reader (tables/batch_reader.py) on the real broker reads exactly what
+aiokafka's read_committed consumer reads: committed transactions interleaved with aborted ones
+of another producer, non-transactional records, compressed batches, fetches that end inside a
+transaction; and a changelog whose first records were deleted goes on from its log start."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
+from aiokafka.client import AIOKafkaClient
+from aiokafka.structs import TopicPartition
+
+from scripts.topic_reader import read_topic, start_consumer
+from tables.batch_reader import BatchReader
+from tests.support import Broker, Names
+
+pytestmark = pytest.mark.integration
+
+
+async def create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+async def write_mixed(bootstrap: str, topic: str) -> None:
+    """Per partition: two transactional producers, one committing and one aborting, their
+    transactions interleaved; then records of a producer without transactions. The committing
+    producer compresses its batches."""
+    good = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=f"{topic}-good", compression_type="gzip"
+    )
+    bad = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-bad")
+    plain = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    for producer in (good, bad, plain):
+        await producer.start()
+    try:
+        for round_ in range(6):
+            await good.begin_transaction()
+            await bad.begin_transaction()
+            for i in range(40):
+                for partition in (0, 1):
+                    key = f"good-{round_}-{i}-{partition}".encode()
+                    await good.send(topic, b"v" * (i % 50), key=key, partition=partition)
+                    junk = f"bad-{round_}-{i}-{partition}".encode()
+                    await bad.send(topic, b"x", key=junk, partition=partition)
+                if i == 20:
+                    await good.flush()
+                    await bad.flush()
+            await bad.abort_transaction()
+            await good.commit_transaction()
+        for i in range(30):
+            await plain.send(topic, None, key=f"plain-{i}".encode(), partition=i % 2)
+        await plain.flush()
+    finally:
+        for producer in (good, bad, plain):
+            await producer.stop()
+
+
+async def read_all(
+    bootstrap: str, topic: str, partition: int, fetch_bytes: int
+) -> list[tuple[bytes, bytes | None]]:
+    reader = BatchReader(
+        lambda: AIOKafkaClient(bootstrap_servers=bootstrap), fetch_bytes=fetch_bytes, max_wait_ms=20
+    )
+    tp = TopicPartition(topic, partition)
+    out: list[tuple[bytes, bytes | None]] = []
+    try:
+        end = await read_end(bootstrap, tp)
+        offset, fetches = 0, 0
+        while offset < end:
+            fetched = await reader.fetch(tp, offset, end)
+            out.extend(fetched.records)
+            assert fetched.next_offset > offset or fetched.records == []
+            offset, fetches = fetched.next_offset, fetches + 1
+        assert fetches > 0
+    finally:
+        await reader.close()
+    return out
+
+
+async def read_end(bootstrap: str, tp: TopicPartition) -> int:
+    consumer = await start_consumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    try:
+        return int((await consumer.end_offsets([tp]))[tp])
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.parametrize("fetch_bytes", [1024, 8 * 1024 * 1024])
+def test_the_reader_reads_what_a_read_committed_consumer_reads(
+    broker: Broker, names: Names, fetch_bytes: int
+) -> None:
+    topic = f"{names.changelog_topic}-{fetch_bytes}"
+    asyncio.run(create(broker.bootstrap, topic, 2))
+    asyncio.run(write_mixed(broker.bootstrap, topic))
+    expected = asyncio.run(read_topic(broker.bootstrap, topic))
+    for partition in (0, 1):
+        want = [(r.key, r.value) for r in expected if r.partition == partition]
+        assert len(want) == 6 * 40 + 15
+        assert not any(k is not None and k.startswith(b"bad-") for k, _ in want)
+        got = asyncio.run(read_all(broker.bootstrap, topic, partition, fetch_bytes))
+        assert got == want
+
+
+def test_a_changelog_whose_first_records_were_deleted_is_read_from_its_log_start(
+    broker: Broker, names: Names, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = names.changelog_topic
+    asyncio.run(create(broker.bootstrap, topic, 1))
+
+    async def scenario() -> tuple[int, list[tuple[bytes, bytes | None]]]:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send(topic, b"v", key=f"k{i}".encode(), partition=0)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        tp = TopicPartition(topic, 0)
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_records({tp: RecordsToDelete(before_offset=12)})
+        finally:
+            await admin.close()
+        reader = BatchReader(
+            lambda: AIOKafkaClient(bootstrap_servers=broker.bootstrap),
+            fetch_bytes=1 << 20,
+            max_wait_ms=20,
+        )
+        try:
+            skipped = await reader.fetch(tp, 3, 20)
+            assert skipped.records == []
+            rest = await reader.fetch(tp, skipped.next_offset, 20)
+            return skipped.next_offset, rest.records
+        finally:
+            await reader.close()
+
+    with caplog.at_level(logging.WARNING, logger="tables.batch_reader"):
+        start, records = asyncio.run(scenario())
+    assert start == 12
+    assert [k for k, _ in records] == [f"k{i}".encode() for i in range(12, 20)]
+    assert "starts at offset 12, after the 3 asked for" in caplog.text
