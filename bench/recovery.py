@@ -103,7 +103,11 @@ def ids_for(count: int, partitions: int) -> dict[int, list[bytes]]:
 
 
 async def write_changelog(
-    bootstrap: str, topic: str, by_partition: dict[int, list[bytes]], per_txn: int
+    bootstrap: str,
+    topic: str,
+    by_partition: dict[int, list[bytes]],
+    per_txn: int,
+    compression: str,
 ) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -120,6 +124,7 @@ async def write_changelog(
             transactional_id=f"{topic}-writer-{partition}",
             linger_ms=5,
             max_batch_size=1 << 20,
+            compression_type=None if compression == "none" else compression,
         )
         await producer.start()
         try:
@@ -367,6 +372,15 @@ async def batch_read(bootstrap: str, topic: str, partitions: int) -> float:
         await reader.close()
 
 
+def changelog_bytes(bootstrap: str, topic: str) -> int | None:
+    """Bytes of ``topic``'s log segments on the broker's disk, when the broker is the local
+    one of ``scripts/kafka-local.sh`` (its data dir under .cache/kafka-run/<port>); else None."""
+    port = bootstrap.rsplit(":", 1)[-1]
+    logs = ROOT / ".cache" / "kafka-run" / port / "logs"
+    segments = list(logs.glob(f"{topic}-*/*.log"))
+    return sum(f.stat().st_size for f in segments) if segments else None
+
+
 def app_command(env: dict[str, str], *args: str) -> float:
     """Seconds ``python -m app <args>`` took (it must succeed)."""
     started = time.monotonic()
@@ -392,7 +406,7 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     root.mkdir(parents=True, exist_ok=True)
     by_partition = ids_for(args.ids, args.partitions)
     changelog = f"{tag}-seen_ids-changelog"
-    asyncio.run(write_changelog(bootstrap, changelog, by_partition, args.txn))
+    asyncio.run(write_changelog(bootstrap, changelog, by_partition, args.txn, args.compression))
     runs = [
         Run("limit", None, asyncio.run(bare_read(bootstrap, changelog, args.partitions))),
         Run("reader", None, asyncio.run(batch_read(bootstrap, changelog, args.partitions))),
@@ -424,6 +438,9 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     stop(proc)
     runs.append(Run("bulk", ready_s, ready_s - base, logged_rate(log_of("bulk"))))
     sizes = {"data dir bytes per id": disk_bytes(root / "bulk") / args.ids}
+    on_broker = changelog_bytes(bootstrap, changelog)
+    if on_broker is not None:
+        sizes["changelog bytes per id"] = on_broker / args.ids
     # Standbys on (a second worker follows), which changes nothing for one worker alone.
     ready_s, proc, port = start("restart", tag, root / "bulk", DEDUPE_STANDBY_REPLICAS="1")
     runs.append(Run("restart", ready_s, ready_s - base))
@@ -496,6 +513,10 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
         f"{bulk.logged_rate:,.0f} records/s"
         if bulk.logged_rate
         else "- no bulk figure logged",
+        f"- the changelog on the broker's disk (its log segments; {args.compression} batches): "
+        f"{sizes['changelog bytes per id']:.1f} bytes per id"
+        if "changelog bytes per id" in sizes
+        else "- the changelog's size: not measured (the broker is not the local one)",
         f"- data dir after the bulk restore: {sizes['data dir bytes per id']:.1f} bytes per id "
         "(not compacted)",
         f"- snapshot of the running worker (`python -m app snapshot`): "
@@ -530,6 +551,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=SESSION_TIMEOUT,
         help=f"the workers' DEDUPE_SESSION_TIMEOUT, seconds ({SESSION_TIMEOUT:g}; the takeover "
         "includes it)",
+    )
+    parser.add_argument(
+        "--compression",
+        default=Settings.from_env({}).compression,
+        help="the changelog's batch compression (default: the worker's DEDUPE_COMPRESSION "
+        "default, as a worker writes it)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     return parser.parse_args(argv)

@@ -10,6 +10,7 @@ so a transaction that aborts never sent its open batches at all.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -33,7 +34,7 @@ def retrieve_exception_later(fut: asyncio.Future[Any]) -> None:
 class RecordCollector:
     """The open transaction's records of one task (see the module docstring)."""
 
-    __slots__ = ("builders", "changelog_pending", "changelog_tps", "pending")
+    __slots__ = ("builders", "changelog_batch", "changelog_pending", "changelog_tps", "pending")
 
     def __init__(self) -> None:
         #: Batches being built, per target partition. Keyed by ``TopicPartition``, which equals
@@ -46,6 +47,14 @@ class RecordCollector:
         self.changelog_pending: dict[str, list[Sent]] = {}
         #: The changelog partitions among the targets.
         self.changelog_tps: set[TopicPartition] = set()
+        #: Makes the empty batches of changelog partitions (their own compression); None: the
+        #: producer's own, as for every other target.
+        self.changelog_batch: Callable[[], Any] | None = None
+
+    def _new_batch(self, producer: AIOKafkaProducer, tp: TopicPartition) -> Any:
+        if self.changelog_batch is not None and tp in self.changelog_tps:
+            return self.changelog_batch()
+        return producer.create_batch()
 
     def append_now(
         self,
@@ -60,7 +69,7 @@ class RecordCollector:
         full and must be sent first (:meth:`append`)."""
         builder = self.builders.get(tp)
         if builder is None:
-            builder = self.builders[tp] = producer.create_batch()
+            builder = self.builders[tp] = self._new_batch(producer, tp)
         return (
             builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
             is not None
@@ -79,7 +88,7 @@ class RecordCollector:
         if self.append_now(producer, tp, key, value, timestamp_ms, headers):
             return
         await self.send_batch(producer, tp)  # full
-        builder = self.builders[tp] = producer.create_batch()
+        builder = self.builders[tp] = self._new_batch(producer, tp)
         # An empty batch takes any record (the broker judges its size).
         builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
 

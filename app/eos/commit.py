@@ -176,6 +176,7 @@ class Committer:
         producer = task.producer
         assert producer is not None
         collector = task.collector
+        collector.changelog_batch = self.producers.changelog_batch
         for store, topic in self.changelogs:
             tp = TopicPartition(topic, task.partition)
             collector.changelog_tps.add(tp)

@@ -26,6 +26,8 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
 from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
@@ -36,6 +38,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+
+#: A compression setting's value -> the codec bits of a record batch.
+CODECS = {
+    "none": 0,
+    "gzip": DefaultRecordBatch.CODEC_GZIP,
+    "snappy": DefaultRecordBatch.CODEC_SNAPPY,
+    "lz4": DefaultRecordBatch.CODEC_LZ4,
+    "zstd": DefaultRecordBatch.CODEC_ZSTD,
+}
 
 
 async def send_lingering(producer: AIOKafkaProducer) -> None:
@@ -147,8 +158,19 @@ class TransactionalProducers:
             # at the commit: nothing to linger for.
             linger_ms=0,
             max_batch_size=MAX_BATCH_BYTES,
+            # The clean and dead-letter topics' batches; the changelogs' are built by
+            # :meth:`changelog_batch`.
+            compression_type=None if s.compression == "none" else s.compression,
             max_request_size=s.dlq_max_message_bytes,
             request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
+        )
+
+    def changelog_batch(self) -> BatchBuilder:
+        """An empty transactional batch for a changelog partition, compressed as
+        ``DEDUPE_CHANGELOG_COMPRESSION`` says (a producer has one compression for every topic:
+        the changelog's small records cost little to compress, the clean topic's events more)."""
+        return BatchBuilder(
+            MAX_BATCH_BYTES, CODECS[self.settings.changelog_compression], is_transactional=True
         )
 
     async def start(self, partition: int) -> AIOKafkaProducer:

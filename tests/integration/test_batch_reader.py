@@ -1,7 +1,10 @@
 """The bulk restorer's reader (tables/batch_reader.py) on the real broker reads exactly what
 aiokafka's read_committed consumer reads: committed transactions interleaved with aborted ones
 of another producer, non-transactional records, compressed batches, fetches that end inside a
-transaction; and a changelog whose first records were deleted goes on from its log start."""
+transaction; and a changelog whose first records were deleted goes on from its log start.
+
+Also here, as the raw batches show it: the worker writes its changelog in zstd batches by
+default (``DEDUPE_CHANGELOG_COMPRESSION``) and its clean topic as ``DEDUPE_COMPRESSION`` says."""
 
 from __future__ import annotations
 
@@ -12,11 +15,14 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
+from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic, start_consumer
 from tables.batch_reader import BatchReader
-from tests.support import Broker, Names
+from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +156,40 @@ def test_a_changelog_whose_first_records_were_deleted_is_read_from_its_log_start
     assert start == 12
     assert [k for k, _ in records] == [f"k{i}".encode() for i in range(12, 20)]
     assert "starts at offset 12, after the 3 asked for" in caplog.text
+
+
+async def codecs(bootstrap: str, topic: str) -> set[int]:
+    """The compression codec of every record batch in partition 0 of ``topic``."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        await client.add_topic(topic)
+        node = client.cluster.leader_for_partition(TopicPartition(topic, 0))
+        request = FetchRequest(100, 1, 1 << 24, 1, [(topic, [(0, 0, 1 << 24)])])
+        response = await client.send(node, request)
+        raw = response.topics[0][1][0][-1]
+        batches, found = MemoryRecords(raw), set()
+        while batches.has_next():
+            batch = batches.next_batch()
+            if not batch.is_control_batch:
+                found.add(batch.compression_type)
+        return found
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(("output", "expected"), [("none", 0), ("lz4", 3)])
+def test_the_worker_compresses_its_changelog_with_zstd_and_its_output_as_told(
+    broker: Broker, names: Names, workers: list[Worker], output: str, expected: int
+) -> None:
+    worker = Worker(broker, names, partitions=1, extra_env={"DEDUPE_COMPRESSION": output})
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    asyncio.run(
+        produce(broker.bootstrap, names.input_topic, build_stream(300, 0.2, seed=5).records)
+    )
+    wait_drained(broker, names, timeout=120, workers=workers)
+    zstd = 4  # the codec bits of a v2 batch's attributes (lz4: 3, none: 0)
+    assert asyncio.run(codecs(broker.bootstrap, names.changelog_topic)) == {zstd}
+    assert asyncio.run(codecs(broker.bootstrap, names.output_topic)) == {expected}

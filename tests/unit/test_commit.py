@@ -26,9 +26,11 @@ TIMEOUT = 0.05
 class Builder:
     """aiokafka's batch builder as the collector uses it."""
 
-    def __init__(self) -> None:
+    def __init__(self, made_by: str = "producer") -> None:
         self.records: list[bytes | None] = []
         self.closed = False
+        #: "producer" (the producer's compression) or "changelog" (the changelogs' own).
+        self.made_by = made_by
 
     def append(self, *, timestamp: Any, key: Any, value: bytes | None, headers: Any) -> Any:
         assert not self.closed
@@ -57,6 +59,7 @@ class Producer:
         self.commit_hangs = False
         self.abort_error: BaseException | None = None
         self.sent: list[tuple[str, int, int]] = []  # (topic, partition, records)
+        self.batches_made_by: dict[str, str] = {}  # topic -> Builder.made_by
         self.offsets: list[tuple[dict[TopicPartition, int], str]] = []
         self._message_accumulator = SimpleNamespace(flush_for_commit=self._flush)
 
@@ -78,6 +81,7 @@ class Producer:
     async def send_batch(self, builder: Builder, topic: str, *, partition: int) -> Any:
         self.calls.append(f"send_batch {topic}")
         self.sent.append((topic, partition, builder.record_count()))
+        self.batches_made_by[topic] = builder.made_by
         return self._answer(builder.record_count())
 
     async def send(self, topic: str, *, key: bytes, value: bytes, partition: int) -> Any:
@@ -122,6 +126,9 @@ class Producers:
 
     async def close(self, producer: Producer) -> None:
         self.closed.append(producer)
+
+    def changelog_batch(self) -> Builder:
+        return Builder("changelog")
 
 
 class Broker:
@@ -198,6 +205,9 @@ async def test_a_commit_sends_everything_then_asks_to_commit_once() -> None:
     # output at 100-101, the two staged writes at 103-104, the offsets' record at 106
     assert result.changelog_offsets == {CHANGELOG.topic: 106}
     assert (CHANGELOG.topic, 3, 2) in producer.sent  # pulled from the store, to partition 3
+    # The changelog's batch is built with the changelogs' own compression, the output's with
+    # the producer's.
+    assert producer.batches_made_by == {"events-clean": "producer", CHANGELOG.topic: "changelog"}
     assert store.staged and store.staged[0][0] == 3
     assert producers.started == []
 
@@ -298,3 +308,21 @@ async def test_a_stop_while_the_commit_request_is_out_propagates() -> None:
     with pytest.raises(asyncio.CancelledError):
         await commit
     assert "abort" not in producer.calls
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd", "lz4", "snappy", "gzip"])
+def test_a_changelog_batch_is_a_transactional_batch_of_the_changelog_codec(codec: str) -> None:
+    from aiokafka.record.default_records import DefaultRecordBatch
+
+    from app.eos.producer import CODECS, TransactionalProducers
+    from app.settings import Settings
+
+    settings = Settings.from_env({"DEDUPE_CHANGELOG_COMPRESSION": codec})
+    batch = TransactionalProducers(settings, lambda: False).changelog_batch()
+    for i in range(200):
+        assert batch.append(timestamp=None, key=b"id-%d" % i, value=b"entry" * 4, headers=[])
+    batch.close()
+    built = DefaultRecordBatch(bytes(batch._build()))  # what send_batch hands to the broker
+    assert built.compression_type == CODECS[codec]
+    assert built.is_transactional
+    assert [r.key for r in built] == [b"id-%d" % i for i in range(200)]
