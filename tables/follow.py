@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from tables.restore import BATCH_RECORDS, BulkTarget, LazyReader
+from tables.restore import BATCH_RECORDS, BulkTarget
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,26 @@ class Followed:
     store: BulkTarget
     held: int | None = None
     lag: int | None = None
+
+
+class LazyReader:
+    """A consumer made by ``new_reader`` and started on first use, then kept until closed."""
+
+    def __init__(self, new_reader: Callable[[], AIOKafkaConsumer]) -> None:
+        self._new_reader = new_reader
+        self._reader: AIOKafkaConsumer | None = None
+
+    async def get(self) -> AIOKafkaConsumer:
+        if self._reader is None:
+            reader = self._new_reader()
+            await reader.start()
+            self._reader = reader
+        return self._reader
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            await reader.stop()
 
 
 class Follower:

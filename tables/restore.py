@@ -4,10 +4,10 @@ Faust's recovery hands every changelog record through its consumer, a queue and 
 loop (some 6,000-13,000 records/s here). The restorer reads one partition with a reader of its
 own (``tables/batch_reader.py``: ``read_committed``, so aborted transactions never reach it;
 large fetches, no per-record objects), and writes each fetch in large RocksDB write batches
-through the store's own write path, so the age-out index, the
-summary and the source-offsets record are rebuilt in the same pass, exactly as a live commit
-derives them. Each batch carries the changelog offset it brings the store to, so a restore
-stopped at any point resumes after the last batch written.
+through the store's own write path, so the age-out index, the summary and the source-offsets
+record are rebuilt in the same pass, exactly as a live commit derives them. Each batch carries
+the changelog offset it brings the store to, so a restore stopped at any point resumes after
+the last batch written.
 
 Into an empty store the batches go with RocksDB's write-ahead log off (the WAL doubles the bytes
 written and nothing of an empty store needs it): the store is marked as being restored first
@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from tables.batch_reader import Fetched
@@ -212,24 +211,3 @@ class Restorer:
                 self._on_progress(progress, count - done)
             done = count
         return True
-
-
-class LazyReader:
-    """A consumer made by ``new_reader`` and started on first use, then kept until closed (the
-    restorer's and the standby follower's)."""
-
-    def __init__(self, new_reader: Callable[[], AIOKafkaConsumer]) -> None:
-        self._new_reader = new_reader
-        self._reader: AIOKafkaConsumer | None = None
-
-    async def get(self) -> AIOKafkaConsumer:
-        if self._reader is None:
-            reader = self._new_reader()
-            await reader.start()
-            self._reader = reader
-        return self._reader
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            reader, self._reader = self._reader, None
-            await reader.stop()
