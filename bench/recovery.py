@@ -554,9 +554,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--compression",
-        default=Settings.from_env({}).compression,
-        help="the changelog's batch compression (default: the worker's DEDUPE_COMPRESSION "
-        "default, as a worker writes it)",
+        default=Settings.from_env({}).changelog_compression,
+        help="the changelog's batch compression (default: the worker's "
+        "DEDUPE_CHANGELOG_COMPRESSION default, as a worker writes it)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     return parser.parse_args(argv)

@@ -6,7 +6,9 @@ the live one) and tests/faults/test_recovery_takeover.py (takeovers, kill -9 mid
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from aiokafka.structs import TopicPartition
@@ -159,6 +161,23 @@ def test_a_fetch_is_written_in_batches_that_end_where_its_record_batches_end(
     assert sizes == [4, 3, 1, 0]  # 2+2 reach 3, 3, the fetch's end, then the end mark
     assert [off for _, off, _ in store.writes[:3]] == [records[i].offset for i in (3, 6, 7)]
     assert reader.fetches == [0]
+
+
+def test_the_garbage_collector_is_on_again_after_a_write_that_failed() -> None:
+    records = changelog(5)
+    end = records[-1].offset + 1
+
+    class FailingStore(RecordingStore):
+        def write_restored(self, *args: Any, **kwargs: Any) -> None:
+            assert not gc.isenabled()  # paused while a fetch is written
+            raise OSError("disk full")
+
+    assert gc.isenabled()
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(
+            Restorer(ScriptedReader(records, end)).restore(FailingStore(), TP, end, lambda: True)
+        )
+    assert gc.isenabled()
 
 
 def test_closing_the_restorer_closes_its_reader() -> None:
