@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
 from scripts.topic_reader import committed_offsets, end_offsets, read_topic
@@ -46,6 +47,20 @@ class Broker:
             timeout=timeout,
             check=False,
         )
+
+
+async def create_topic(
+    bootstrap: str, topic: str, partitions: int, config: Mapping[str, str] | None = None
+) -> None:
+    """Create ``topic`` (replication factor 1) on the test broker."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(topic, partitions, 1, topic_configs=dict(config or {}))]
+        )
+    finally:
+        await admin.close()
 
 
 def unique_suffix() -> str:

@@ -12,25 +12,15 @@ import faust
 import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from idempotent_consumer import MemoryStore, PostgresStore
 from idempotent_consumer.faust_agent import idempotent_agent
 from idempotent_consumer.kafka import IdempotentConsumer
 
 from scripts.topic_reader import committed_offsets
 from tests.idempotency.conftest import Servers
-from tests.support import Broker, unique_suffix
+from tests.support import Broker, create_topic, unique_suffix
 
 pytestmark = pytest.mark.idempotency
-
-
-async def make_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 async def produce(bootstrap: str, topic: str) -> None:
@@ -68,7 +58,7 @@ async def test_consumer_crash_before_commit_redelivers_only_repeats(
     broker: Broker, servers: Servers, table: str, figures: list[str]
 ) -> None:
     topic, group = f"clean-{unique_suffix()}", f"billing-{unique_suffix()}"
-    await make_topic(broker.bootstrap, topic, 2)
+    await create_topic(broker.bootstrap, topic, 2)
     await produce(broker.bootstrap, topic)
     with psycopg.connect(servers.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table}_effects (event_id text NOT NULL, charge text)")
