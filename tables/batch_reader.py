@@ -3,10 +3,11 @@ aiokafka's consumer.
 
 aiokafka's consumer hands out every record as a ``ConsumerRecord`` (eleven fields, its headers
 copied) through a generator, after a fetch loop of its own: 35% and 41% of a restore's time in
-two profiles, and a restore needs only each record's key and value and where the fetch ended. This reader sends Fetch requests itself through an aiokafka client (the same
-connections, security settings and version negotiation as every other client of the worker),
-parses the record batches with aiokafka's C parser and keeps ``(key, value)`` pairs. A restore
-of 4M ids in one process went from 215,000-224,000 to 366,000-376,000 ids/s with it
+two profiles, and a restore needs only each record's key and value and where the fetch ended.
+This reader sends Fetch requests itself through an aiokafka client (the same connections,
+security settings and version negotiation as every other client of the worker), parses the
+record batches with aiokafka's C parser and keeps ``(key, value)`` pairs. A restore of 4M ids in
+one process went from 215,000-224,000 to 366,000-376,000 ids/s with it
 (``bench/results-recovery.md`` has the figures of a whole worker).
 
 It reads as a ``read_committed`` consumer does, by the same rules as aiokafka's fetcher

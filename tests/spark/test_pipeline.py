@@ -28,12 +28,13 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import TopicPartition
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from scripts.streams import OutRecord, Stream, build_stream, make_event, produce
-from scripts.topic_reader import end_offsets, read_topic
+from scripts.topic_reader import end_offsets, partitions_of, read_topic, start_consumer
 from spark.audit import audit_events
 from spark.lake import read_table
 from spark.transforms import COUNT_COLUMNS, count_per_minute
@@ -50,8 +51,29 @@ from tests.support import ROOT, Broker, Names, Worker, wait_drained
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
-def clean_ends(broker: Broker, topic: str) -> dict[int, int]:
-    return asyncio.run(end_offsets(broker.bootstrap, topic))
+def clean_ends(broker: Broker, topic: str, timeout: float = 30) -> dict[int, int]:
+    """The read_committed end of each partition once the last transaction's markers are in the
+    log. A producer's commit or abort returns before the coordinator writes its markers, so
+    just after one the read_committed end can still stop before that transaction (an aborted
+    one: 100 offsets short in a CI run); with no transaction open it equals the log end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        committed = asyncio.run(end_offsets(broker.bootstrap, topic))
+        if committed == asyncio.run(log_ends(broker.bootstrap, topic)):
+            return committed
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{topic}: a transaction still open after {timeout}s")
+        time.sleep(0.1)
+
+
+async def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's log end (read_uncommitted: open transactions included)."""
+    consumer = await start_consumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
+        return {tp.partition: int(end) for tp, end in (await consumer.end_offsets(tps)).items()}
+    finally:
+        await consumer.stop()
 
 
 def run_module(job: LakeJob, *args: str) -> tuple[int, str]:
