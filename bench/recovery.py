@@ -356,19 +356,15 @@ async def batch_read(bootstrap: str, topic: str, partitions: int) -> float:
     """Seconds the bulk restorer's own reader (``tables/batch_reader.py``) takes to read
     ``topic`` to its end, partition after partition, writing nothing."""
     reader = changelog_reader(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
-    consumer = changelog_consumer(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
-    await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        ends = await consumer.end_offsets(tps)
+        ends = await end_offsets(bootstrap, topic)
         started = time.monotonic()
-        for tp in tps:
-            offset = 0
-            while offset < ends[tp]:
-                offset = (await reader.fetch(tp, offset, ends[tp])).next_offset
+        for p in range(partitions):
+            tp, offset = TopicPartition(topic, p), 0
+            while offset < ends[p]:
+                offset = (await reader.fetch(tp, offset, ends[p])).next_offset
         return time.monotonic() - started
     finally:
-        await consumer.stop()
         await reader.close()
 
 

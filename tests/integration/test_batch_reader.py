@@ -20,7 +20,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
 from scripts.streams import build_stream, produce
-from scripts.topic_reader import read_topic, start_consumer
+from scripts.topic_reader import end_offsets, read_topic
 from tables.batch_reader import BatchReader
 from tables.rocks import SOURCE_OFFSETS_KEY
 from tests.support import Broker, Names, Worker, create_topic, wait_drained
@@ -71,7 +71,7 @@ async def read_all(
     tp = TopicPartition(topic, partition)
     out: list[tuple[bytes, bytes | None]] = []
     try:
-        end = await read_end(bootstrap, tp)
+        end = (await end_offsets(bootstrap, topic))[partition]
         offset, fetches = 0, 0
         while offset < end:
             fetched = await reader.fetch(tp, offset, end)
@@ -82,14 +82,6 @@ async def read_all(
     finally:
         await reader.close()
     return out
-
-
-async def read_end(bootstrap: str, tp: TopicPartition) -> int:
-    consumer = await start_consumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    try:
-        return int((await consumer.end_offsets([tp]))[tp])
-    finally:
-        await consumer.stop()
 
 
 @pytest.mark.parametrize("fetch_bytes", [1024, 8 * 1024 * 1024])
