@@ -47,6 +47,7 @@ def recovery(
             )
         },
         app=SimpleNamespace(consumer=Consumer(position)),
+        _bulk_pending=set(),
         flushed=0,
         asked=asked,
         persisted=persisted,
@@ -98,6 +99,17 @@ async def test_a_consumer_at_the_end_does_not_end_a_partition_with_records_to_ap
     assert r.flushed == 0 and r.persisted == {}
     assert r.active_offsets[CHANGELOG] == -1
     assert r.app.consumer.seeks == [(CHANGELOG, 0)]
+
+
+async def test_a_partition_the_restorer_reads_is_left_to_it() -> None:
+    """The restorer reads it in bulk: Faust's consumer was moved to its end and nothing goes
+    through the queue, so after an idle wait it looks skipped. Reading it again would make
+    Faust's consumer fetch the whole partition beside the restorer, for nothing."""
+    r = recovery(applied=-1, highwater=100_958, answer=0, position=100_959)
+    r._bulk_pending.add(CHANGELOG)
+    assert not await settle(r, idle=True)
+    assert r.asked == [] and r.app.consumer.seeks == []
+    assert r.active_offsets[CHANGELOG] == -1
 
 
 async def test_records_not_fetched_yet_are_waited_for() -> None:
