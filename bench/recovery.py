@@ -5,8 +5,8 @@ the changelog, with Faust's per-record recovery and with the bulk restorer, in o
     python -m bench.recovery --ids 50000000 --skip-faust --skip-quix
     make bench-recovery BENCH_RECOVERY_ARGS="--ids 1000000"     # a quick run
 
-At the default 10M ids a run takes about 35 minutes here (Faust's recovery some 13 of them,
-Quix Streams' fill and rebuild some 10); at 50M, without those two, about 40.
+At the default 10M ids a run takes about 25 minutes here (Faust's recovery some 13 of them,
+Quix Streams' fill and rebuild some 8); without those two, 4-5 minutes.
 
 Needs a broker (``make bench-recovery`` starts one on 127.0.0.1:39092 unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set). It writes a ``seen_ids`` changelog of ``--ids`` ids the
@@ -407,8 +407,8 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     by_partition = ids_for(args.ids, args.partitions)
     # Millions of ids held here for the whole run: without this, every collection of the
     # oldest generation walked them, and the ``limit`` read below (records as objects) ran at a
-    # third of its speed in a fresh process at 10M ids (178,396 against 478,687/s) and a sixth
-    # at 50M (72,950 against 467,992/s).
+    # third of the speed it has in a fresh process at 10M ids (178,396 against 478,687/s) and
+    # at a sixth at 50M (72,950 against 467,992/s).
     gc.freeze()
     changelog = f"{tag}-seen_ids-changelog"
     asyncio.run(write_changelog(bootstrap, changelog, by_partition, args.txn, args.compression))
