@@ -52,12 +52,17 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str, timeout: float =
 
 
 async def end_offsets(
-    bootstrap: str, topic: str, *, client: Mapping[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    *,
+    isolation_level: str = "read_committed",
+    client: Mapping[str, Any] | None = None,
 ) -> dict[int, int]:
-    """Per partition, the offset after the last record a read_committed reader can see.
+    """Per partition, the offset after the last record a read_committed reader can see (with
+    ``isolation_level="read_uncommitted"``: the log end, open transactions included).
     ``client``: further aiokafka arguments (the security settings' ``kafka_client_kwargs()``)."""
     consumer = await start_consumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", **(client or {})
+        bootstrap_servers=bootstrap, isolation_level=isolation_level, **(client or {})
     )
     try:
         tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]

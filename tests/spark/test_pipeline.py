@@ -28,13 +28,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.structs import TopicPartition
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from scripts.streams import OutRecord, Stream, build_stream, make_event, produce
-from scripts.topic_reader import end_offsets, partitions_of, read_topic, start_consumer
+from scripts.topic_reader import end_offsets, read_topic
 from spark.audit import audit_events
 from spark.lake import read_table
 from spark.transforms import COUNT_COLUMNS, count_per_minute
@@ -59,21 +58,12 @@ def clean_ends(broker: Broker, topic: str, timeout: float = 30) -> dict[int, int
     deadline = time.monotonic() + timeout
     while True:
         committed = asyncio.run(end_offsets(broker.bootstrap, topic))
-        if committed == asyncio.run(log_ends(broker.bootstrap, topic)):
+        log = asyncio.run(end_offsets(broker.bootstrap, topic, isolation_level="read_uncommitted"))
+        if committed == log:
             return committed
         if time.monotonic() > deadline:
             raise AssertionError(f"{topic}: a transaction still open after {timeout}s")
         time.sleep(0.1)
-
-
-async def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    """Each partition's log end (read_uncommitted: open transactions included)."""
-    consumer = await start_consumer(bootstrap_servers=bootstrap)
-    try:
-        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
-        return {tp.partition: int(end) for tp, end in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
 
 
 def run_module(job: LakeJob, *args: str) -> tuple[int, str]:
