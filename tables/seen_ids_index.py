@@ -25,6 +25,8 @@ INDEX_CF = "dedupe-age-index"
 #: Key (in META_CF) of the partition's summary: ids held, next sequence, newest first sighting,
 #: seek hint.
 SUMMARY_KEY = b"seen-ids-summary"
+#: Greater than every index key (those are 16 bytes): no index entry put yet.
+_ABOVE_EVERY_INDEX_KEY = b"\xff" * 17
 
 
 @dataclass
@@ -100,64 +102,81 @@ class SeenIdsStore(TransactionalStore):
         batch: WriteBatch,
         writes: list[tuple[bytes, bytes | None]],
     ) -> None:
-        """Apply id writes and keep the index and summary in step (old entry out, new in;
-        a repeat, which changes only the entry's repeat count, leaves both as they are).
+        """Apply id writes and keep the index and summary in step (old entry out, new in; a
+        repeat, which changes only the entry's repeat count, leaves both as they are).
 
-        It runs for every id a transaction wrote, at its commit, so the index key is cut from
-        the encoded entry (:func:`index_key_of`) instead of decoding it, and the summary is
-        kept in locals.
+        Each key's last write is applied against its committed value: the ids and the index
+        end as after every write in order (a restore's batch can hold several records of one
+        key; a commit holds one per key).
+
+        It runs for every id a commit or a restore writes, so it works on the encoded entries'
+        bytes: the first sighting and the sequence are 8-byte big-endian fields, which compare
+        as bytes as their numbers do; an index key is the first sighting's time bucket (kept
+        from the last id while the next falls in the same bucket) and the sequence. The summary
+        is kept in locals.
         """
         summary = self.summary(partition)
-        held, next_seq, newest_ms, hint = (
-            summary.held,
-            summary.next_seq,
-            summary.newest_ms,
-            summary.hint,
-        )
+        held = summary.held
+        # The greatest sequence and first sighting so far, in their encoded form (b"": none).
+        top_seq = (summary.next_seq - 1).to_bytes(8, "big") if summary.next_seq else b""
+        newest = summary.newest_ms.to_bytes(8, "big")
         bucket_ms = self.bucket_ms
-        to_disk = self.disk_key
-        # The disk forms of the keys the transaction read (prefetched): not encoded again.
-        encoded = self._staging.disk.get(partition) or {}
+        bucket = bucket_end = b""  # the last id's bucket: [bucket, bucket_end)
+        lowest_put = _ABOVE_EVERY_INDEX_KEY
         handle = pdb.handles[INDEX_CF]
         put, delete = batch.put, batch.delete
-        keys: list[Any] = [k for k, _ in writes]
-        olds = self.committed_values(partition, keys) if keys else []
-        current: dict[bytes, bytes | None] = {}
-        lowest_put: bytes | None = None
-        for (key, new), committed in zip(writes, olds, strict=True):
-            old = current.get(key, committed)
-            disk_key = encoded.get(key) or to_disk(key)
-            if old is not None and new is not None and old[:16] == new[:16]:
-                # A repeat counted: same first sighting and sequence, so the same index entry
-                # (already in the index or put earlier in this loop) and the same summary.
-                put(disk_key, new)
-                current[key] = new
-                continue
+        last = dict(writes)
+        disk_keys, olds = self.committed(partition, list(last)) if last else ([], [])
+        for new, disk_key, old in zip(last.values(), disk_keys, olds, strict=True):
             if old is not None:
+                if new is not None and old[:16] == new[:16]:
+                    # A repeat counted: same first sighting and sequence, so the same index
+                    # entry and the same summary.
+                    put(disk_key, new)
+                    continue
                 delete(index_key_of(old, bucket_ms), handle)
                 held -= 1
             if new is None:
                 delete(disk_key)
-            else:
-                put(disk_key, new)
-                first_seen = int.from_bytes(new[:8], "big")
-                ik = (first_seen - first_seen % bucket_ms).to_bytes(8, "big") + new[8:16]
-                put(ik, disk_key, handle)
-                held += 1
-                seq = int.from_bytes(new[8:16], "big")
-                if seq >= next_seq:
-                    next_seq = seq + 1
-                if first_seen > newest_ms:
-                    newest_ms = first_seen
-                if lowest_put is None or ik < lowest_put:
-                    lowest_put = ik
-            current[key] = new
-        if lowest_put is not None and lowest_put < hint:
+                continue
+            put(disk_key, new)
+            first_seen = new[:8]
+            if not bucket <= first_seen < bucket_end:
+                ms = int.from_bytes(first_seen, "big")
+                start = ms - ms % bucket_ms
+                bucket = start.to_bytes(8, "big")
+                bucket_end = (start + bucket_ms).to_bytes(8, "big")
+            seq = new[8:16]
+            ik = bucket + seq
+            put(ik, disk_key, handle)
+            held += 1
+            if seq > top_seq:
+                top_seq = seq
+            if first_seen > newest:
+                newest = first_seen
+            if ik < lowest_put:
+                lowest_put = ik
+        if len(last) < len(writes):
+            # A key written more than once: its earlier values are gone again, but the summary's
+            # high marks (stream time, next sequence) count every value written, as they do
+            # when the writes come one by one.
+            for key, value in writes:
+                if value is not None and value is not last[key]:
+                    top_seq = max(top_seq, value[8:16])
+                    newest = max(newest, value[:8])
+        hint = summary.hint
+        put_any = lowest_put is not _ABOVE_EVERY_INDEX_KEY
+        if put_any and lowest_put < hint:
             hint = lowest_put  # a late first sighting below the hint: walk from it
         pending = self._pending_hints.pop(partition, None)
         if pending is not None:
-            hint = pending if lowest_put is None else min(pending, lowest_put)
-        summary = Summary(held, next_seq, newest_ms, hint)
+            hint = min(pending, lowest_put) if put_any else pending
+        summary = Summary(
+            held,
+            int.from_bytes(top_seq, "big") + 1 if top_seq else 0,
+            int.from_bytes(newest, "big"),
+            hint,
+        )
         batch.put(SUMMARY_KEY, summary.encode(), pdb.meta_handle)
         self._summaries[partition] = summary
 

@@ -76,17 +76,29 @@ class Staging:
             if on_disk is not todo:
                 self.disk.setdefault(partition, {}).update(zip(todo, on_disk, strict=True))
 
-    def committed_values(
+    def committed(
         self, partition: int, keys: list[bytes], db: Callable[[], Rdict]
-    ) -> list[bytes | None]:
-        """The committed value of each of ``keys`` (None: absent), from what the open
-        transaction read already, the rest with one multi-get."""
-        read = self.read.get(partition, {})
-        missing = [k for k in keys if k not in read]
-        if not missing:
-            return [read[k] for k in keys]
-        fetched = dict(zip(missing, multi_get(db(), self._on_disk(missing)), strict=True))
-        return [read[k] if k in read else fetched[k] for k in keys]
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        """The disk form and the committed value (None: absent) of each of ``keys``: values
+        from what the open transaction read already, the rest with one multi-get; disk forms
+        from the prefetch, the rest encoded here, once."""
+        read = self.read.get(partition)
+        if not read:  # nothing read in this transaction (a restore's batch): one multi-get
+            on_disk = self._on_disk(keys)
+            return on_disk, multi_get(db(), on_disk)
+        encode = self._encode
+        if encode is None:
+            on_disk = keys
+        else:
+            disk = self.disk.get(partition, {})
+            on_disk = [disk.get(k) or encode(k) for k in keys]
+        values = [read.get(k) for k in keys]
+        missing = [i for i, k in enumerate(keys) if k not in read]
+        if missing:
+            fetched = multi_get(db(), [on_disk[i] for i in missing])
+            for i, value in zip(missing, fetched, strict=True):
+                values[i] = value
+        return on_disk, values
 
     def _on_disk(self, keys: list[bytes]) -> list[bytes]:
         encode = self._encode

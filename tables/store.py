@@ -248,7 +248,14 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     def committed_values(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
         """The committed value of each of ``keys`` (None: absent), one multi-get at most."""
-        return self._staging.committed_values(partition, keys, lambda: self.db(partition))
+        return self.committed(partition, keys)[1]
+
+    def committed(
+        self, partition: int, keys: list[bytes]
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        """The disk form and the committed value of each of ``keys`` (one multi-get at most):
+        what the index upkeep at a commit needs."""
+        return self._staging.committed(partition, keys, lambda: self.db(partition))
 
     def staged_count(self, partition: int) -> int:
         return self._staging.count(partition)

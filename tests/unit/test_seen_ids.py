@@ -4,6 +4,7 @@ summary as the live store."""
 
 from __future__ import annotations
 
+import random
 import types
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -300,6 +301,39 @@ def test_a_uuid_state_rebuilt_from_the_changelog_is_the_same_on_disk(world: Worl
     assert dict(replica.db(0).items()) == dict(world.store.db(0).items())
     index = replica.partition_db(0).extra[INDEX_CF]
     assert dict(index.items()) == dict(world.store.partition_db(0).extra[INDEX_CF].items())
+
+
+def test_a_batch_with_several_writes_of_a_key_ends_as_its_writes_one_by_one(world: World) -> None:
+    """A restore's batch can hold several changelog records of one key (a sighting, its
+    repeats, its age-out, a new sighting): the store applies each key's last write against its
+    committed value, and must end with the same ids, index and summary as after every write in
+    order."""
+    rnd = random.Random(7)
+    keys = [f"00000000-0000-4000-8000-{i:012x}".encode() for i in range(6)] + [b"x", b"y"]
+    writes: list[tuple[bytes, bytes | None]] = []
+    last: dict[bytes, bytes | None] = {}
+    for seq in range(400):
+        key = rnd.choice(keys)
+        old, roll = last.get(key), rnd.random()
+        if roll < 0.25:
+            value = None
+        elif roll < 0.5 and old is not None:
+            value = old[:16] + rnd.randint(1, 9).to_bytes(4, "big")  # a repeat counted
+        else:
+            value = window.encode_entry(rnd.randint(0, 20 * BUCKET_MS), seq)
+        writes.append((key, value))
+        last[key] = value
+    one_by_one, batched = world.new_store("one_by_one"), world.new_store("batched")
+    for n, write in enumerate(writes):
+        one_by_one.write_partition(0, [write], n)
+    for start in range(0, len(writes), 50):
+        batched.write_partition(0, writes[start : start + 50], start + 49)
+    assert world.ids(batched) == world.ids(one_by_one)
+    assert world.index(batched) == world.index(one_by_one)
+    a, b = one_by_one.summary(0), batched.summary(0)
+    assert (b.held, b.next_seq, b.newest_ms) == (a.held, a.next_seq, a.newest_ms)
+    assert b.held == len(world.ids(batched)) > 0
+    assert not world.index(batched) or b.hint <= world.index(batched)[0]
 
 
 def test_a_commit_reuses_what_its_transaction_read_and_encoded(
