@@ -4,6 +4,7 @@ the changelog, with Faust's per-record recovery and with the bulk restorer, in o
     python -m bench.recovery                        # 10,000,000 ids over 4 partitions
     python -m bench.recovery --ids 50000000 --skip-faust --skip-quix
     make bench-recovery BENCH_RECOVERY_ARGS="--ids 1000000"     # a quick run
+    python -m bench.recovery --uuids --skip-faust --skip-quix  # random UUID-shaped ids
 
 At the default 10M ids a run takes about 25 minutes here (Faust's recovery some 13 of them,
 Quix Streams' fill and rebuild some 8); without those two, 4-5 minutes.
@@ -70,6 +71,7 @@ from app.factory import changelog_consumer, changelog_reader
 from app.rules import partition_for
 from app.settings import Settings
 from bench.measure import disk_bytes
+from bench.scale import uuid_like
 from bench.throughput import free_port, machine, versions
 from scripts.topic_reader import committed_offsets, end_offsets
 from tables.window import encode_entry
@@ -97,11 +99,19 @@ class Run:
         return ids / self.restore_s
 
 
-def ids_for(count: int, partitions: int) -> dict[int, list[bytes]]:
-    """``count`` distinct 36-character ids, on the partitions the worker's partitioner gives."""
+def ids_for(count: int, partitions: int, uuids: bool = False) -> dict[int, list[bytes]]:
+    """``count`` distinct 36-character ids, on the partitions the worker's partitioner gives.
+
+    By default numbered ids (not UUID-shaped, kept as text) that sort in the order they are
+    written, the kindest order for RocksDB; ``uuids``: random UUIDv4-shaped ids
+    (:func:`bench.scale.uuid_like`, 16 bytes on disk), in no order, as analytics.js and the
+    Segment SDKs send them."""
     by: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     for i in range(count):
-        key = f"{i:08x}-bench-4000-8000-{i * 2654435761 % (1 << 48):012x}".encode()
+        if uuids:
+            key = uuid_like(i)
+        else:
+            key = f"{i:08x}-bench-4000-8000-{i * 2654435761 % (1 << 48):012x}".encode()
         by[partition_for(key, partitions)].append(key)
     return by
 
@@ -404,7 +414,7 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     tag = f"benchrec-{int(time.time())}"
     root = DATA_ROOT / tag
     root.mkdir(parents=True, exist_ok=True)
-    by_partition = ids_for(args.ids, args.partitions)
+    by_partition = ids_for(args.ids, args.partitions, args.uuids)
     # Millions of ids held here for the whole run: without this, every collection of the
     # oldest generation walked them, and the ``limit`` read below (records as objects) ran at a
     # third of the speed it has in a fresh process at 10M ids (178,396 against 478,687/s) and
@@ -487,8 +497,8 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
     lines = [
         f"## Recovery benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "",
-        f"`{cmdline}`: {args.ids:,} ids in {args.partitions} partitions, "
-        f"{args.txn:,} records per transaction.",
+        f"`{cmdline}`: {args.ids:,} {'random UUID-shaped' if args.uuids else 'numbered'} ids "
+        f"in {args.partitions} partitions, {args.txn:,} records per transaction.",
         "",
         "| run | ready after (s) | restore (s) | records/s | vs faust | vs limit |",
         "|---|---|---|---|---|---|",
@@ -544,6 +554,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--ids", type=int, default=10_000_000, help="ids in the changelog (10,000,000)"
+    )
+    parser.add_argument(
+        "--uuids",
+        action="store_true",
+        help="random UUID-shaped ids, as SDKs send them (default: numbered ids, in key order)",
     )
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--txn", type=int, default=10_000, help="records per transaction")
