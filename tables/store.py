@@ -243,12 +243,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def prefetch(self, partition: int, keys: list[bytes]) -> None:
         """Read the committed values of ``keys`` with one multi-get, for the lookups of a batch
         about to be processed (:meth:`get_in`) and for the index upkeep at its commit
-        (:meth:`committed_values`): one RocksDB call instead of one per record, twice."""
+        (:meth:`committed`): one RocksDB call instead of one per record, twice."""
         self._staging.prefetch(partition, keys, lambda: self.db(partition))
-
-    def committed_values(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
-        """The committed value of each of ``keys`` (None: absent), one multi-get at most."""
-        return self.committed(partition, keys)[1]
 
     def committed(
         self, partition: int, keys: list[bytes]

@@ -399,7 +399,7 @@ def test_prefetched_reads_match_point_reads_and_the_staged_writes(
     del store[b"a"]
     assert [read(harness, store, 0, k) for k in (b"a", b"b", b"c")] == [None, b"22", b"3"]
     # The index upkeep at the commit sees the committed values, not the staged ones.
-    assert store.committed_values(0, [b"c", b"a", b"b", b"z"]) == [None, b"1", b"2", None]
+    assert store.committed(0, [b"c", b"a", b"b", b"z"])[1] == [None, b"1", b"2", None]
 
 
 @pytest.mark.parametrize("ending", ["commit", "discard", "recovery"])
@@ -431,7 +431,7 @@ def test_values_read_in_a_transaction_are_forgotten_when_it_ends(
         expected = {b"a": None, b"b": b"7"}
     for key, value in expected.items():
         assert read(harness, store, 0, key) == value
-    assert store.committed_values(0, list(expected)) == list(expected.values())
+    assert store.committed(0, list(expected))[1] == list(expected.values())
 
 
 def test_discard_of_untouched_partition_is_harmless(store: TransactionalStore) -> None:
