@@ -51,8 +51,9 @@ class BulkTarget(Protocol):
     def restored_offset(self, partition: int) -> int | None:
         """The changelog offset the partition's database holds data through (None: empty)."""
 
-    def begin_bulk(self, partition: int) -> bool:
-        """Prepare ``partition`` for a restore; True when its batches may skip the WAL."""
+    def begin_bulk(self, partition: int, records: int) -> bool:
+        """Prepare ``partition`` for a restore of ``records`` changelog offsets; True when its
+        batches may skip the WAL."""
 
     def write_restored(
         self,
@@ -144,7 +145,7 @@ class Restorer:
                 "%s-%d: nothing to restore (the store holds it through offset %d)", *tp, end - 1
             )
             return True
-        wal = not store.begin_bulk(tp.partition)
+        wal = not store.begin_bulk(tp.partition, end - start)
         log.info(
             "restoring %s-%d from offset %d to %d (%d offsets%s)",
             tp.topic,

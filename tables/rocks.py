@@ -73,6 +73,10 @@ COMPRESSION = {
     "snappy": DBCompressionType.snappy,
     "none": DBCompressionType.none,
 }
+#: Most bytes of the ids' memtable while a restore fills an empty database: random keys (UUIDs)
+#: insert into a smaller skiplist faster (4M ids, from 64 MiB: 16 MiB +17%, 8 MiB +31%, 4 MiB
+#: +32%, 2 MiB +26%; ``bench/results-recovery.md``). Keys in order insert as fast into either.
+BULK_WRITE_BUFFER_BYTES = 8 * 1024 * 1024
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096
 
@@ -91,6 +95,11 @@ class RocksTuning:
     compression: str = "zstd"
     #: Size of a data block before compression.
     block_bytes: int = 16 * 1024
+
+    @property
+    def memtable_bytes(self) -> int:
+        """Most bytes of one memtable, within the budget of them all."""
+        return min(self.write_buffer_bytes, self.memtable_budget_bytes)
 
 
 class PartitionDB:
@@ -163,6 +172,10 @@ class PartitionDB:
             batch.delete(RESTORING_KEY, self.meta_handle)
         self.db.write(batch, SYNCED)
 
+    def set_write_buffer(self, size: int) -> None:
+        """Size of the ids' memtables from the next one on (RocksDB's ``write_buffer_size``)."""
+        self.db.set_options({"write_buffer_size": str(size)})
+
     def flush(self) -> None:
         """Every column family's memtable to disk (waits)."""
         self.db.flush(True)
@@ -210,7 +223,7 @@ def options_for(tuning: RocksTuning) -> tuple[Options, Options, Cache]:
 def family_options(
     tuning: RocksTuning, cache: Cache, budget: WriteBufferManager, *, bloom: bool = True
 ) -> Options:
-    write_buffer_bytes = min(tuning.write_buffer_bytes, tuning.memtable_budget_bytes)
+    write_buffer_bytes = tuning.memtable_bytes
     opts = Options(raw_mode=True)
     opts.set_write_buffer_size(write_buffer_bytes)
     opts.set_write_buffer_manager(budget)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from rocksdict import Rdict
 
 from tables.rocks import SOURCE_OFFSETS_KEY, multi_get
+from tables.written_keys import WrittenKeys
 
 
 class Staging:
@@ -77,21 +78,37 @@ class Staging:
                 self.disk.setdefault(partition, {}).update(zip(todo, on_disk, strict=True))
 
     def committed(
-        self, partition: int, keys: list[bytes], db: Callable[[], Rdict]
+        self,
+        partition: int,
+        keys: list[bytes],
+        db: Callable[[], Rdict],
+        written: WrittenKeys | None = None,
     ) -> tuple[list[bytes], list[bytes | None]]:
         """The disk form and the committed value (None: absent) of each of ``keys``: values
         from what the open transaction read already, the rest with one multi-get; disk forms
-        from the prefetch, the rest encoded here, once."""
+        from the prefetch, the rest encoded here, once. ``written``: the keys a restore into an
+        empty database wrote so far; ``keys`` are added to it, and only those it may hold
+        already are read."""
         read = self.read.get(partition)
         if not read:  # nothing read in this transaction (a restore's batch): one multi-get
             on_disk = self._on_disk(keys)
-            return on_disk, multi_get(db(), on_disk)
+            if written is None:
+                return on_disk, multi_get(db(), on_disk)
+            values: list[bytes | None] = [None] * len(keys)
+            maybe = written.mark(on_disk)
+            if maybe:
+                fetched = multi_get(db(), [on_disk[i] for i in maybe])
+                for i, value in zip(maybe, fetched, strict=True):
+                    values[i] = value
+            return on_disk, values
         encode = self._encode
         if encode is None:
             on_disk = keys
         else:
             disk = self.disk.get(partition, {})
             on_disk = [disk.get(k) or encode(k) for k in keys]
+        if written is not None:
+            written.mark(on_disk)  # every key is read below
         values = [read.get(k) for k in keys]
         missing = [i for i, k in enumerate(keys) if k not in read]
         if missing:

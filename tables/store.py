@@ -32,12 +32,14 @@ from rocksdict import Rdict, WriteBatch
 
 from tables.partitions import PartitionSet
 from tables.rocks import (
+    BULK_WRITE_BUFFER_BYTES,
     SOURCE_OFFSETS_KEY,
     PartitionDB,
     RocksTuning,
     options_for,
 )
 from tables.staging import Staging
+from tables.written_keys import WrittenKeys
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,9 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self._staged = self._staging.staged
         self._read = self._staging.read
         self._store_stopped = False
+        #: Partition -> the keys its restore into an empty database wrote so far (begin_bulk to
+        #: end_bulk): the index upkeep reads back only those (``tables/written_keys.py``).
+        self._written: dict[int, WrittenKeys] = {}
         self.tuning = tuning = tuning or RocksTuning()
         options, family_options, self._cache = options_for(tuning)
         self.directory = Path(app.conf.tabledir)
@@ -108,6 +113,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     def close_partition(self, partition: int) -> None:
         self._staging.discard(partition)
+        self._written.pop(partition, None)
         self._partitions.close(partition)
 
     async def on_rebalance(
@@ -250,8 +256,12 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self, partition: int, keys: list[bytes]
     ) -> tuple[list[bytes], list[bytes | None]]:
         """The disk form and the committed value of each of ``keys`` (one multi-get at most):
-        what the index upkeep at a commit needs."""
-        return self._staging.committed(partition, keys, lambda: self.db(partition))
+        what the index upkeep at a commit needs. Pass every key about to be written: during a
+        restore into an empty database (:meth:`begin_bulk`) they are recorded as written, and
+        a key no earlier batch of it wrote is known to be absent without a read."""
+        return self._staging.committed(
+            partition, keys, lambda: self.db(partition), self._written.get(partition)
+        )
 
     def staged_count(self, partition: int) -> int:
         return self._staging.count(partition)
@@ -269,15 +279,22 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def restored_offset(self, partition: int) -> int | None:
         return self.partition_db(partition).offset()
 
-    def begin_bulk(self, partition: int) -> bool:
+    def begin_bulk(self, partition: int, records: int) -> bool:
         """True (and the database is marked as being restored) when it holds nothing yet: the
-        restore's batches then skip the write-ahead log."""
+        restore's ``records`` (changelog offsets) then skip the write-ahead log, go through a
+        smaller memtable (:data:`tables.rocks.BULK_WRITE_BUFFER_BYTES`) and read back only the
+        keys they may have written themselves (``tables/written_keys.py``)."""
         pdb = self.partition_db(partition)
         if pdb.restoring():
-            return True  # a restore stopped by a rebalance, going on
+            # A restore stopped by a rebalance, going on in the same open database (one opened
+            # marked is emptied first, ``tables/partitions.py``), with the keys it recorded as
+            # written so far; without them (none recorded) every key is read back.
+            return True
         if pdb.offset() is not None:
             return False
         pdb.mark_restoring(True)
+        pdb.set_write_buffer(min(BULK_WRITE_BUFFER_BYTES, self.tuning.memtable_bytes))
+        self._written[partition] = WrittenKeys(records)
         return True
 
     def write_restored(
@@ -292,6 +309,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     def end_bulk(self, partition: int) -> None:
         pdb = self.partition_db(partition)
+        if self._written.pop(partition, None) is not None:
+            pdb.set_write_buffer(self.tuning.memtable_bytes)
         if pdb.restoring():
             pdb.flush()
             pdb.mark_restoring(False)

@@ -80,7 +80,7 @@ class Store:
         self.wal.append(wal)
         self.offset = offset
 
-    def begin_bulk(self, partition: int) -> bool:
+    def begin_bulk(self, partition: int, records: int) -> bool:
         return False
 
     def end_bulk(self, partition: int) -> None: ...

@@ -65,14 +65,16 @@ class RecordingStore:
     empty: bool = True
     writes: list[tuple[list[tuple[bytes, bytes | None]], int, bool]] = field(default_factory=list)
     bulk_begun: bool = False
+    bulk_records: int = 0
     bulk_ended: bool = False
 
     def restored_offset(self, partition: int) -> int | None:
         assert partition == TP.partition
         return self.offset
 
-    def begin_bulk(self, partition: int) -> bool:
+    def begin_bulk(self, partition: int, records: int) -> bool:
         self.bulk_begun = True
+        self.bulk_records = records
         return self.offset is None
 
     def write_restored(
@@ -103,6 +105,7 @@ def test_an_empty_store_is_restored_to_the_end_without_the_wal() -> None:
     restorer = Restorer(reader, lambda p, n: seen.append((p.position, n)))
     done = asyncio.run(restorer.restore(store, TP, end, lambda: True))
     assert done and store.bulk_begun and store.bulk_ended
+    assert store.bulk_records == end  # every offset the restore covers, markers included
     written = [kv for batch, _, _ in store.writes for kv in batch]
     assert written == [(r.key, r.value) for r in records]  # in order, deletes included
     assert all(not wal for _, _, wal in store.writes)

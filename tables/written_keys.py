@@ -1,0 +1,58 @@
+"""The keys a restore into an empty store may have written already: a bitmap over their hashes.
+
+The index upkeep of every write (``tables/seen_ids_index.py``) needs the value a key replaces,
+so each batch of a restore reads its keys back with a multi-get. Into an empty store a key can
+be there only if an earlier batch of the same restore wrote it, and with random ids that is
+almost never: the multi-get looked for absent keys through every memtable and level-0 file, a
+third of a restore of random UUIDs (``bench/results-recovery.md``).
+
+:class:`WrittenKeys` marks each key a batch writes in a bitmap indexed by the key's hash. A key
+whose bit is clear was certainly not written by this restore, so its committed value is None
+without a read; a key whose bit is set is read as before. A bit can be set by another key (the
+read then finds nothing), never cleared, so no key this restore wrote is taken for absent.
+
+Memory: :data:`BITS_PER_RECORD` bits per changelog offset the restore covers (2 bytes; 10M
+records: 20 MB), at most :data:`MAX_BYTES` per partition, held only while the partition is being
+restored. At 16 bits per key about 6% of new keys are still read; past the cap, more.
+"""
+
+from __future__ import annotations
+
+#: Bits of the bitmap per changelog offset to restore.
+BITS_PER_RECORD = 16
+#: Largest bitmap of one partition (bytes): 32 MiB, 16 bits per record up to 16.7M records.
+MAX_BYTES = 32 * 1024 * 1024
+#: Smallest bitmap (bytes).
+MIN_BYTES = 1024
+
+
+class WrittenKeys:
+    """Which keys (in their disk form) a restore into an empty store has written so far."""
+
+    __slots__ = ("_bits", "_size")
+
+    def __init__(self, records: int) -> None:
+        """``records``: changelog offsets the restore covers (at least the keys it writes)."""
+        size = min(max(records * BITS_PER_RECORD // 8, MIN_BYTES), MAX_BYTES)
+        self._bits = bytearray(size)
+        self._size = size * 8
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._bits)
+
+    def mark(self, keys: list[bytes]) -> list[int]:
+        """Mark ``keys`` as written; return the positions (in ``keys``) of those that may have
+        been written before: only their committed values need a read."""
+        bits, size = self._bits, self._size
+        maybe: list[int] = []
+        for i, key in enumerate(keys):
+            slot = hash(key) % size
+            byte = slot >> 3
+            bit = 1 << (slot & 7)
+            held = bits[byte]
+            if held & bit:
+                maybe.append(i)
+            else:
+                bits[byte] = held | bit
+        return maybe
