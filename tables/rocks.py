@@ -73,9 +73,9 @@ COMPRESSION = {
     "snappy": DBCompressionType.snappy,
     "none": DBCompressionType.none,
 }
-#: Most bytes of the ids' memtable while a restore fills an empty database: random keys (UUIDs)
-#: insert into a smaller skiplist faster (4M ids, from 64 MiB: 16 MiB +17%, 8 MiB +31%, 4 MiB
-#: +32%, 2 MiB +26%; ``bench/results-recovery.md``). Keys in order insert as fast into either.
+#: Most bytes of the ids' memtable while a restore fills an empty database with keys in no
+#: order (random UUIDs): they insert into a smaller skiplist faster (4M ids, from 64 MiB: 16 MiB
+#: +17%, 8 MiB +31%, 4 MiB +32%, 2 MiB +26%; ``bench/results-recovery.md``).
 BULK_WRITE_BUFFER_BYTES = 8 * 1024 * 1024
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096

@@ -39,7 +39,7 @@ from tables.rocks import (
     options_for,
 )
 from tables.staging import Staging
-from tables.written_keys import WrittenKeys
+from tables.written_keys import WrittenKeys, mostly_in_order
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         #: Partition -> the keys its restore into an empty database wrote so far (begin_bulk to
         #: end_bulk): the index upkeep reads back only those (``tables/written_keys.py``).
         self._written: dict[int, WrittenKeys] = {}
+        #: Partitions restored into an empty database whose memtable size is not chosen yet.
+        self._memtable_unsized: set[int] = set()
         self.tuning = tuning = tuning or RocksTuning()
         options, family_options, self._cache = options_for(tuning)
         self.directory = Path(app.conf.tabledir)
@@ -114,6 +116,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def close_partition(self, partition: int) -> None:
         self._staging.discard(partition)
         self._written.pop(partition, None)
+        self._memtable_unsized.discard(partition)
         self._partitions.close(partition)
 
     async def on_rebalance(
@@ -281,9 +284,10 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     def begin_bulk(self, partition: int, records: int) -> bool:
         """True (and the database is marked as being restored) when it holds nothing yet: the
-        restore's ``records`` (changelog offsets) then skip the write-ahead log, go through a
-        smaller memtable (:data:`tables.rocks.BULK_WRITE_BUFFER_BYTES`) and read back only the
-        keys they may have written themselves (``tables/written_keys.py``)."""
+        restore's ``records`` (changelog offsets) then skip the write-ahead log, read back only
+        the keys they may have written themselves (``tables/written_keys.py``), and, when the
+        keys come in no order, go through a smaller memtable
+        (:data:`tables.rocks.BULK_WRITE_BUFFER_BYTES`; :meth:`write_restored`)."""
         pdb = self.partition_db(partition)
         if pdb.restoring():
             # A restore stopped by a rebalance, going on in the same open database (one opened
@@ -293,8 +297,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         if pdb.offset() is not None:
             return False
         pdb.mark_restoring(True)
-        pdb.set_write_buffer(min(BULK_WRITE_BUFFER_BYTES, self.tuning.memtable_bytes))
         self._written[partition] = WrittenKeys(records)
+        self._memtable_unsized.add(partition)
         return True
 
     def write_restored(
@@ -305,10 +309,21 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         *,
         wal: bool,
     ) -> None:
+        if partition in self._memtable_unsized and records:
+            # The first batch of a restore into an empty database shows the keys' order: keys
+            # in no order (random UUIDs) go through a smaller memtable; keys in order keep the
+            # full one, which takes them as fast with fewer flushes (10M numbered ids: 8 MiB
+            # restored 285,409-317,720 ids/s, 64 MiB 324,243-370,920).
+            self._memtable_unsized.discard(partition)
+            if not mostly_in_order([key for key, _ in records]):
+                self.partition_db(partition).set_write_buffer(
+                    min(BULK_WRITE_BUFFER_BYTES, self.tuning.memtable_bytes)
+                )
         self.write_partition(partition, records, offset, wal=wal)
 
     def end_bulk(self, partition: int) -> None:
         pdb = self.partition_db(partition)
+        self._memtable_unsized.discard(partition)
         if self._written.pop(partition, None) is not None:
             pdb.set_write_buffer(self.tuning.memtable_bytes)
         if pdb.restoring():

@@ -18,6 +18,8 @@ restored. At 16 bits per key about 6% of new keys are still read; past the cap, 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 #: Bits of the bitmap per changelog offset to restore.
 BITS_PER_RECORD = 16
 #: Largest bitmap of one partition (bytes): 32 MiB, 16 bits per record up to 16.7M records.
@@ -56,3 +58,16 @@ class WrittenKeys:
             else:
                 bits[byte] = held | bit
         return maybe
+
+
+#: Share of a batch's neighbouring keys that must ascend for :func:`mostly_in_order`.
+IN_ORDER_SHARE = 0.9
+
+
+def mostly_in_order(keys: list[bytes]) -> bool:
+    """True when at least :data:`IN_ORDER_SHARE` of neighbouring ``keys`` ascend (numbered or
+    time-ordered ids; random UUIDs ascend about half the time)."""
+    if len(keys) < 2:
+        return True
+    ascending = sum(1 for a, b in pairwise(keys) if a < b)
+    return ascending >= IN_ORDER_SHARE * (len(keys) - 1)

@@ -408,3 +408,32 @@ def test_a_bulk_restore_into_an_empty_store_reads_back_only_keys_it_wrote(
     assert read == [bulk.disk_key(fresh[500])] * 2  # by each store
     assert world.index(bulk) == world.index(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)
+
+
+def test_a_restore_of_keys_in_no_order_goes_through_the_smaller_memtable(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Into an empty database, random keys get the bulk memtable size, keys in order keep the
+    store's own; the end of the restore sets the store's own size back."""
+    from tables.rocks import BULK_WRITE_BUFFER_BYTES, PartitionDB
+
+    sizes: list[int] = []
+    monkeypatch.setattr(PartitionDB, "set_write_buffer", lambda self, size: sizes.append(size))
+    rnd = random.Random(2)
+    shuffled = [f"id-{i:06d}".encode() for i in range(500)]
+    rnd.shuffle(shuffled)
+    in_order = sorted(shuffled)
+    own = world.store.tuning.memtable_bytes
+    for name, keys in (("random", shuffled), ("ordered", in_order)):
+        store = world.new_store(name)
+        sizes.clear()
+        assert store.begin_bulk(0, len(keys))
+        records = [(k, window.encode_entry(1_000, n)) for n, k in enumerate(keys)]
+        store.write_restored(0, records[:250], 249, wal=False)
+        store.write_restored(0, records[250:], 499, wal=False)
+        chosen = list(sizes)
+        store.end_bulk(0)
+        after = sizes[len(chosen) :]
+        assert chosen == ([BULK_WRITE_BUFFER_BYTES] if name == "random" else [])
+        assert after == [own]
+        assert store.summary(0).held == 500
