@@ -29,6 +29,8 @@ from __future__ import annotations
 from binascii import Error as HexError
 from binascii import unhexlify
 
+import numpy as np
+
 #: First byte of a UUID in its 16-byte form.
 UUID_TAG = b"\xfd"
 #: First byte of a source-scoped key (``app.strategy``'s ``_SCOPED``).
@@ -69,6 +71,38 @@ def to_disk(key: bytes) -> bytes:
             if raw is not None:
                 return key[:start] + UUID_TAG + raw
     return key
+
+
+def to_disk_all(keys: list[bytes]) -> list[bytes]:
+    """``[to_disk(k) for k in keys]``, in whole-list steps when every key is a canonical UUID
+    (a restore's batch of random UUIDs: the per-key checks were 13-15% of its time)."""
+    n = len(keys)
+    text = b"".join(keys)
+    # Every key 36 bytes long: none shorter, and 36 each on average.
+    if n == 0 or len(text) != 36 * n or min(map(len, keys)) != 36:
+        return [to_disk(k) for k in keys]
+    # Hyphens at 8, 13, 18 and 23 of every key and nowhere else; no upper case (it would not
+    # come back as written); unhexlify refuses anything else that is not a hex digit.
+    hyphens = b"-" * n
+    if (
+        text[8::36] != hyphens
+        or text[13::36] != hyphens
+        or text[18::36] != hyphens
+        or text[23::36] != hyphens
+        or text.count(b"-") != 4 * n
+        or text.lower() != text
+    ):
+        return [to_disk(k) for k in keys]
+    try:
+        raw = unhexlify(text.replace(b"-", b""))
+    except HexError:
+        return [to_disk(k) for k in keys]
+    disk = np.empty((n, 17), dtype=np.uint8)
+    disk[:, 0] = UUID_TAG[0]
+    disk[:, 1:] = np.frombuffer(raw, dtype=np.uint8).reshape(n, 16)
+    # One 17-byte bytes object per row ("V": raw bytes, trailing zero bytes kept).
+    keys_on_disk: list[bytes] = disk.view("V17").ravel().tolist()
+    return keys_on_disk
 
 
 def from_disk(raw: bytes) -> bytes:

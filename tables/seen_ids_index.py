@@ -66,6 +66,7 @@ class SeenIdsStore(TransactionalStore):
     extra_cfs = (INDEX_CF,)
     key_format = key_forms.FORMAT
     disk_key = staticmethod(key_forms.to_disk)
+    disk_keys = staticmethod(key_forms.to_disk_all)
     written_key = staticmethod(key_forms.from_disk)
 
     def __init__(self, *args: Any, bucket_ms: int, **kwargs: Any) -> None:

@@ -6,7 +6,8 @@ transaction; nothing else writes a partition's database while its transaction is
 stay true until the next write or discard: the commit's own write uses them (the index upkeep
 needs the values it replaces) and then forgets them (:meth:`forget_reads`). With a key
 ``encode`` (a store whose keys have a compact disk form), ``disk[p]`` keeps the disk form of
-every key read, so the commit's write does not encode them again."""
+every key read, so the commit's write does not encode them again. ``encode`` takes a list of keys
+and gives their disk forms: a restore's batch of UUIDs is encoded in whole-list steps."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ class Staging:
 
     __slots__ = ("_encode", "disk", "read", "staged")
 
-    def __init__(self, encode: Callable[[bytes], bytes] | None = None) -> None:
-        """``encode``: a key's disk form, for the reads (None: keys are stored as written)."""
+    def __init__(self, encode: Callable[[list[bytes]], list[bytes]] | None = None) -> None:
+        """``encode``: the disk forms of a list of keys, for the reads (None: keys are stored as
+        written)."""
         self._encode = encode
         self.disk: dict[int, dict[bytes, bytes]] = {}
         self.staged: dict[int, dict[bytes, bytes | None]] = {}
@@ -86,16 +88,16 @@ class Staging:
     ) -> tuple[list[bytes], list[bytes | None]]:
         """The disk form and the committed value (None: absent) of each of ``keys``: values
         from what the open transaction read already, the rest with one multi-get; disk forms
-        from the prefetch, the rest encoded here, once. ``written``: the keys a restore into an
-        empty database wrote so far; ``keys`` are added to it, and only those it may hold
-        already are read."""
+        from the prefetch when it read every key, else encoded here. ``written``: the keys a
+        restore into an empty database wrote so far; ``keys`` are added to it, and only those
+        it may hold already are read."""
         read = self.read.get(partition)
         if not read:  # nothing read in this transaction (a restore's batch): one multi-get
             on_disk = self._on_disk(keys)
             if written is None:
                 return on_disk, multi_get(db(), on_disk)
             values: list[bytes | None] = [None] * len(keys)
-            maybe = written.mark(on_disk)
+            maybe = written.mark(keys)  # as written: their hashes are known already
             if maybe:
                 fetched = multi_get(db(), [on_disk[i] for i in maybe])
                 for i, value in zip(maybe, fetched, strict=True):
@@ -106,9 +108,12 @@ class Staging:
             on_disk = keys
         else:
             disk = self.disk.get(partition, {})
-            on_disk = [disk.get(k) or encode(k) for k in keys]
+            try:
+                on_disk = [disk[k] for k in keys]  # every key read in this transaction
+            except KeyError:
+                on_disk = encode(keys)
         if written is not None:
-            written.mark(on_disk)  # every key is read below
+            written.mark(keys)  # every key is read below
         values = [read.get(k) for k in keys]
         missing = [i for i, k in enumerate(keys) if k not in read]
         if missing:
@@ -119,4 +124,4 @@ class Staging:
 
     def _on_disk(self, keys: list[bytes]) -> list[bytes]:
         encode = self._encode
-        return keys if encode is None else [encode(k) for k in keys]
+        return keys if encode is None else encode(keys)

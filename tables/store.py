@@ -62,6 +62,11 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         return key
 
     @staticmethod
+    def disk_keys(keys: list[bytes]) -> list[bytes]:
+        """:meth:`disk_key` of each of ``keys`` (subclasses may do it in whole-list steps)."""
+        return keys
+
+    @staticmethod
     def written_key(raw: bytes) -> bytes:
         """A key read from a database, as it was written (the inverse of :meth:`disk_key`)."""
         return raw
@@ -78,7 +83,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     ) -> None:
         super().__init__(url, app, table, **kwargs)
         self._partition_of = partition_of
-        self._staging = Staging(None if self.key_format == 0 else self.disk_key)
+        self._staging = Staging(None if self.key_format == 0 else self.disk_keys)
         # The staging's dicts, bound here for the per-record lookup (:meth:`get_in`).
         self._staged = self._staging.staged
         self._read = self._staging.read
@@ -206,9 +211,10 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         pdb = self.partition_db(partition)
         batch = WriteBatch(raw_mode=True)
         ids = [(k, v) for k, v in writes if k != SOURCE_OFFSETS_KEY]
-        for key, value in writes:
-            if key == SOURCE_OFFSETS_KEY and value is not None:
-                batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
+        if len(ids) < len(writes):
+            for key, value in writes:
+                if key == SOURCE_OFFSETS_KEY and value is not None:
+                    batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
         self.extend_batch(partition, pdb, batch, ids)
         self._staging.forget_reads(partition)  # committed values change with this write
         pdb.write(batch, offset, wal=wal)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import numpy as np
+
 #: Bits of the bitmap per changelog offset to restore.
 BITS_PER_RECORD = 16
 #: Largest bitmap of one partition (bytes): 32 MiB, 16 bits per record up to 16.7M records.
@@ -29,14 +31,15 @@ MIN_BYTES = 1024
 
 
 class WrittenKeys:
-    """Which keys (in their disk form) a restore into an empty store has written so far."""
+    """Which keys (as written: each one's disk form is one-to-one) a restore into an empty
+    store has written so far."""
 
     __slots__ = ("_bits", "_size")
 
     def __init__(self, records: int) -> None:
         """``records``: changelog offsets the restore covers (at least the keys it writes)."""
         size = min(max(records * BITS_PER_RECORD // 8, MIN_BYTES), MAX_BYTES)
-        self._bits = bytearray(size)
+        self._bits = np.zeros(size, dtype=np.uint8)
         self._size = size * 8
 
     @property
@@ -45,18 +48,24 @@ class WrittenKeys:
 
     def mark(self, keys: list[bytes]) -> list[int]:
         """Mark ``keys`` as written; return the positions (in ``keys``) of those that may have
-        been written before: only their committed values need a read."""
-        bits, size = self._bits, self._size
-        maybe: list[int] = []
-        for i, key in enumerate(keys):
-            slot = hash(key) % size
-            byte = slot >> 3
-            bit = 1 << (slot & 7)
-            held = bits[byte]
-            if held & bit:
-                maybe.append(i)
-            else:
-                bits[byte] = held | bit
+        been written by an earlier call: only their committed values need a read. (Keys of one
+        call are looked up before any of them is marked, in whole-array steps.)"""
+        if not keys:
+            return []
+        hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
+        slots = hashes.view(np.uint64) % np.uint64(self._size)
+        byte = slots >> np.uint64(3)
+        bit = np.left_shift(np.uint8(1), (slots & np.uint64(7)).astype(np.uint8))
+        bits = self._bits
+        held = bits[byte]
+        maybe: list[int] = np.flatnonzero(held & bit).tolist()
+        bits[byte] = held | bit
+        # Keys of this call that share a byte: only the last one's bit was kept; set the others
+        # again (a few per batch of 20,000 in a bitmap of millions of bytes).
+        lost = np.flatnonzero((bits[byte] & bit) == 0)
+        while lost.size:
+            bits[byte[lost]] |= bit[lost]
+            lost = lost[(bits[byte[lost]] & bit[lost]) == 0]
         return maybe
 
 

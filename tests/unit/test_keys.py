@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.strategy import fingerprint_key, scoped_key
-from tables.keys import UUID_TAG, from_disk, to_disk
+from tables.keys import UUID_TAG, from_disk, to_disk, to_disk_all
 
 UUIDS = st.uuids().map(lambda u: str(u).encode())
 TEXT_IDS = st.text(min_size=1, max_size=80).map(lambda s: s.encode("utf-8", "surrogatepass"))
@@ -65,3 +65,43 @@ def test_two_keys_never_share_a_disk_form(a: bytes, b: bytes) -> None:
 @given(UUIDS)
 def test_every_canonical_uuid_is_compact(text: bytes) -> None:
     assert len(to_disk(text)) == 17
+
+
+@given(st.lists(KEYS, max_size=30))
+def test_a_list_of_keys_takes_the_disk_form_of_each(keys: list[bytes]) -> None:
+    assert to_disk_all(keys) == [to_disk(k) for k in keys]
+
+
+@given(st.lists(UUIDS, min_size=1, max_size=30), st.data())
+def test_one_key_out_of_form_in_a_list_of_uuids_keeps_its_own_form(
+    keys: list[bytes], data: st.DataObject
+) -> None:
+    """The whole-list path (every key a canonical UUID) must notice a single key that is not,
+    wherever it is and whatever is wrong with it, and give each key its own disk form."""
+    assert to_disk_all(keys) == [
+        UUID_TAG + bytes.fromhex(k.decode().replace("-", "")) for k in keys
+    ]
+    at = data.draw(st.integers(0, len(keys) - 1))
+    odd = data.draw(
+        st.sampled_from(
+            [
+                keys[at].upper(),
+                keys[at][:-1] + b"g",
+                keys[at][:-1],  # 35 characters ...
+                keys[at] + b"0",  # ... or 37
+                keys[at][:9] + b"-" + keys[at][10:],  # a fifth hyphen
+                keys[at][:8] + b"0" + keys[at][9:],  # a hyphen missing
+                keys[at][:-1] + "é".encode()[:1],
+            ]
+        )
+    )
+    mixed = [*keys[:at], odd, *keys[at + 1 :]]
+    assert to_disk_all(mixed) == [to_disk(k) for k in mixed]
+    assert to_disk(odd) == odd or odd == keys[at].upper()
+
+
+def test_uuids_that_shift_across_each_other_are_not_taken_as_uuids() -> None:
+    """A 37-character key then a 35-character one line up in the joined text like two UUIDs."""
+    a = b"0f8fad5b-d9cb-469f-a165-70867728950e"
+    shifted = [a + b"0", a[1:]]
+    assert to_disk_all(shifted) == shifted
