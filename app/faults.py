@@ -23,6 +23,9 @@ Actions:
   was lost (a timeout): the outcome is unknown to the worker, though the broker commits;
 - ``lose-request`` (``commit`` only): behave as if the request timed out without sending it:
   the outcome is unknown to the worker, and the transaction did not commit.
+- ``roll-back`` (``commit`` only): abort the transaction instead of committing it, yet report
+  it committed, as a broker that acknowledged a commit and then rolled it back; the stores
+  apply it, and the worker then kills itself (SIGKILL) before another transaction can commit;
 - ``pause`` (``commit`` only): wait ``PAUSE_SECONDS`` before the commit request, with the
   transaction's records written to the log (so a test can look at them uncommitted);
 - ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
@@ -56,11 +59,21 @@ POINTS = {
     "recovering",
     "restored",
 }
-ACTIONS = {"kill", "term", "lose-response", "lose-request", "pause", "skip-fetched", "hold"}
+ACTIONS = {
+    "kill",
+    "term",
+    "lose-response",
+    "lose-request",
+    "roll-back",
+    "pause",
+    "skip-fetched",
+    "hold",
+}
 #: The point each action other than ``kill`` applies to.
 ACTION_POINT = {
     "lose-response": "commit",
     "lose-request": "commit",
+    "roll-back": "commit",
     "pause": "commit",
     "skip-fetched": "processed",
     "hold": "recovering",
@@ -79,6 +92,8 @@ class FaultPlan:
     at: int
     reached: int = 0
     fired: bool = False
+    #: ``roll-back``: the partition whose rolled-back transaction was reported committed.
+    rolled_back: int | None = None
 
     def reach(self, point: str) -> str | None:
         """Count a visit to ``point``; the action to take now, if any (``kill`` never returns)."""
@@ -93,6 +108,11 @@ class FaultPlan:
         if self.action == "term":
             os.kill(os.getpid(), signal.SIGTERM)
         return self.action
+
+    def after_applied(self, partition: int) -> None:
+        """The stores applied a commit of ``partition``: the one ``roll-back`` reported?"""
+        if self.rolled_back == partition:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass

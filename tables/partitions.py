@@ -106,6 +106,13 @@ class PartitionSet:
         if pdb is not None:
             pdb.close()
 
+    def remove(self, partition: int) -> None:
+        """Close the database of ``partition`` and delete it from the directory."""
+        self.close(partition)
+        path = self.path(partition)
+        if path.exists():
+            shutil.rmtree(path)
+
     def remove_all(self) -> None:
         """Close every database and delete this table's databases from the directory."""
         for partition in self.held():

@@ -41,6 +41,9 @@ class ChangelogSource(StagedState, Protocol):
         (the last write of a key wins), to send to the changelog before the commit."""
         ...
 
+    def rebuild_partition(self, partition: int) -> None:
+        """Drop the state of ``partition``: the next recovery rebuilds it from the changelog."""
+
 
 class SourceOffsetStore(Protocol):
     """A store that keeps each transaction's source offsets (see
@@ -49,3 +52,7 @@ class SourceOffsetStore(Protocol):
     def stage_source_offsets(self, partition: int, value: bytes) -> None: ...
 
     def source_offsets(self, partition: int) -> dict[str, int]: ...
+
+    def source_offsets_at(self, partition: int) -> int | None:
+        """The changelog offset of the record the source offsets came from, when a live commit
+        applied it and it is not confirmed yet (None: read from the committed changelog)."""

@@ -61,6 +61,11 @@ SYNCED.sync = True
 #: next offset). 0xFF never occurs in UTF-8, so no messageId can be this key. The store keeps its
 #: value in :data:`META_CF`, not among the ids; see :meth:`TransactionalStore.source_offsets`.
 SOURCE_OFFSETS_KEY = b"\xffdedupe:source-offsets"
+#: Key (in :data:`META_CF`) of the changelog offset of the source-offsets record a live commit
+#: applied (8 bytes): that transaction's commit is still to be confirmed in the changelog when
+#: the store's source offsets are ever used to raise a start (``app/eos/positions.py``). Absent
+#: when the record was restored from the changelog (read committed, so confirmed).
+SOURCE_OFFSETS_AT_KEY = b"source-offsets-at"
 
 BLOOM_BITS_PER_KEY = 10
 #: Memtable bloom filter of the ids' column family, as a share of its write buffer (64 MiB:
@@ -144,6 +149,11 @@ class PartitionDB:
     def source_offsets(self) -> dict[str, int]:
         raw = self.meta.get(SOURCE_OFFSETS_KEY)
         return {} if raw is None else decode_source_offsets(raw)
+
+    def source_offsets_at(self) -> int | None:
+        """The changelog offset of the source-offsets record, when a live commit applied it."""
+        raw = self.meta.get(SOURCE_OFFSETS_AT_KEY)
+        return None if raw is None else int.from_bytes(raw, "big")
 
     def write(self, batch: WriteBatch, offset: int | None, *, wal: bool = True) -> None:
         """Apply ``batch`` and (atomically with it) the changelog offset it brings us to;

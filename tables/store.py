@@ -33,6 +33,7 @@ from rocksdict import Rdict, WriteBatch
 from tables.partitions import PartitionSet
 from tables.rocks import (
     BULK_WRITE_BUFFER_BYTES,
+    SOURCE_OFFSETS_AT_KEY,
     SOURCE_OFFSETS_KEY,
     PartitionDB,
     RocksTuning,
@@ -196,7 +197,11 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
             )
             return
         through = None if changelog_offset is None else changelog_offset + 1
-        self.write_partition(partition, list((staged or {}).items()), through)
+        # The source-offsets record is the transaction's last record in this changelog, so
+        # ``changelog_offset`` is its offset: kept to confirm the commit later, if need be.
+        self.write_partition(
+            partition, list((staged or {}).items()), through, source_offsets_at=changelog_offset
+        )
 
     def write_partition(
         self,
@@ -205,9 +210,12 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         offset: int | None,
         *,
         wal: bool = True,
+        source_offsets_at: int | None = None,
     ) -> None:
         """Write ``writes`` (value None: delete), in order, with the changelog ``offset``, in one
-        atomic batch together with whatever :meth:`extend_batch` derives from them."""
+        atomic batch together with whatever :meth:`extend_batch` derives from them.
+        ``source_offsets_at``: the changelog offset of a source-offsets record among ``writes``
+        applied by a live commit (None: restored from the changelog, so committed)."""
         pdb = self.partition_db(partition)
         batch = WriteBatch(raw_mode=True)
         ids = [(k, v) for k, v in writes if k != SOURCE_OFFSETS_KEY]
@@ -215,6 +223,11 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
             for key, value in writes:
                 if key == SOURCE_OFFSETS_KEY and value is not None:
                     batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
+                    if source_offsets_at is None:
+                        batch.delete(SOURCE_OFFSETS_AT_KEY, pdb.meta_handle)
+                    else:
+                        at = source_offsets_at.to_bytes(8, "big")
+                        batch.put(SOURCE_OFFSETS_AT_KEY, at, pdb.meta_handle)
         self.extend_batch(partition, pdb, batch, ids)
         self._staging.forget_reads(partition)  # committed values change with this write
         pdb.write(batch, offset, wal=wal)
@@ -250,6 +263,17 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         authoritative as the group's committed offsets, and it survives where those read back
         stale (after a single broker's kill -9; fault test F7)."""
         return self.partition_db(partition).source_offsets()
+
+    def source_offsets_at(self, partition: int) -> int | None:
+        """The changelog offset of the record :meth:`source_offsets` came from, when a live
+        commit applied it (None: restored from the changelog, where it is committed)."""
+        return self.partition_db(partition).source_offsets_at()
+
+    def rebuild_partition(self, partition: int) -> None:
+        """Delete the database of ``partition``: the next recovery rebuilds it from the
+        changelog (for a database that holds a transaction the changelog does not)."""
+        self.close_partition(partition)
+        self._partitions.remove(partition)
 
     def discard_partition(self, partition: int) -> None:
         """The transaction of ``partition`` did not commit: forget its staged writes."""

@@ -131,6 +131,17 @@ class Committer:
                 await asyncio.sleep(faults.PAUSE_SECONDS)
             if fault == "lose-request":
                 raise TimeoutError("fault injection: commit request lost")
+            if fault == "roll-back":
+                assert self.faults is not None
+                await asyncio.wait_for(producer.abort_transaction(), timeout)
+                self.faults.rolled_back = task.partition
+                log.warning(
+                    "fault injection: partition %d's transaction (offsets %s) was aborted; "
+                    "reporting it committed (a commit the broker acknowledged, then rolled back)",
+                    task.partition,
+                    {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(offsets.items())},
+                )
+                return CommitResult(Outcome.COMMITTED, changelog_offsets=changelog_offsets)
             request = asyncio.ensure_future(producer.commit_transaction())
             if fault == "lose-response":
                 await asyncio.sleep(0.5)  # the request is out and answered meanwhile

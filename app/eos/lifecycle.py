@@ -73,6 +73,17 @@ class TaskLife:
         for store, _ in self.stores:
             store.discard_partition(task.partition)
 
+    def rebuild(self, partition: int) -> None:
+        """Drop the state of ``partition`` (no transaction of it is open): the stores with a
+        changelog delete their database, rebuilt from the changelog by the recovery that
+        follows; the others forget what they hold in memory and read it again from those."""
+        for store, topic in self.stores:
+            if topic is not None:
+                source: ChangelogSource = store  # type: ignore[assignment]
+                source.rebuild_partition(partition)
+            else:
+                store.discard_partition(partition)
+
     def act(self, task: Task, result: CommitResult, started: float) -> None:
         """What a commit's outcome means for the task and the stores."""
         outcome = result.outcome
@@ -122,6 +133,8 @@ class TaskLife:
             self._faults.reach("committed")
         for store, topic in self.stores:
             store.commit_partition(task.partition, changelog_offsets.get(topic or ""))
+        if self._faults is not None:
+            self._faults.after_applied(task.partition)
         task.commits += 1
         task.committed_records += task.records
         task.last_commit_at = time.time()

@@ -25,7 +25,11 @@ from app.eos.commit import Committer
 from app.eos.consumer import Consumer, records_held_back, request_rejoin
 from app.eos.guards import StallWatchdog, gap_checked
 from app.eos.lifecycle import TaskLife
-from app.eos.positions import assign_start_positions, raise_to_stored_offsets
+from app.eos.positions import (
+    assign_start_positions,
+    confirm_stored_offsets,
+    raise_to_stored_offsets,
+)
 from app.eos.producer import TransactionalProducers
 from app.eos.task import Task, TaskState
 from tables.protocol import SourceOffsetStore, StagedState
@@ -226,6 +230,11 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 sorted(wanted),
                 None if kept is None else kept[1],
             )
+            if kept is not None:
+                # Before Faust's recovery reads the stores' offsets: a rebuilt one restores.
+                await confirm_stored_offsets(
+                    self.broker, self.tasks, kept[0], kept[1], sorted(wanted), self.life.rebuild
+                )
 
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
         """Faust's periodic commit: a no-op, our own loop commits.

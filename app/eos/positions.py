@@ -5,13 +5,21 @@ Both commit in the same transaction (the offsets with ``send_offsets_to_transact
 store's copy as a changelog record), so they only differ when the broker returns a stale
 committed offset (a single broker killed with kill -9 can; fault test F7); re-reading from
 there would forward ids a second time.
+
+Or when the store holds a transaction the broker did not commit after all: its commit was
+acknowledged, the store applied it, and the broker rolled it back (seen once in CI, at a
+graceful broker restart: 96 events lost, fault test F6). Raising the start then skips records
+that were never forwarded, and the store, which holds their ids, would drop them as repeats
+anyway. So before the recovery, a raise is confirmed first: the store's source-offsets record
+must be committed in the changelog. When it is not, the partition's state is rebuilt from the
+changelog (:func:`confirm_stored_offsets`), which holds exactly the committed transactions.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from aiokafka.structs import TopicPartition
 
@@ -65,6 +73,54 @@ def positions_to_raise(task: Task, stored: Mapping[str, int]) -> dict[TopicParti
         for tp, position in task.positions.items()
         if stored.get(tp.topic, -1) > position
     }
+
+
+async def confirm_stored_offsets(
+    broker: BrokerReader,
+    tasks: Mapping[int, Task],
+    store: SourceOffsetStore,
+    changelog_topic: str,
+    partitions: list[int],
+    rebuild: Callable[[int], None],
+) -> list[int]:
+    """Before the recovery, after :func:`assign_start_positions` (the changelog is settled): for
+    each task the store would raise, check that the transaction the store's source offsets came
+    from committed (its record is in the changelog, read committed), and ``rebuild`` the state
+    of any partition where it did not. Returns the partitions rebuilt."""
+    rebuilt = []
+    for p in partitions:
+        task = tasks.get(p)
+        if task is None:
+            continue
+        stored = store.source_offsets(p)
+        if not positions_to_raise(task, stored):
+            continue
+        at = store.source_offsets_at(p)
+        if at is None:
+            continue  # restored from the changelog: committed
+        tp = TopicPartition(changelog_topic, p)
+        try:
+            found = await broker.first_committed_record(tp, at, at + 1)
+        except TimeoutError:
+            found = None  # unconfirmed: rebuilding is always right, only slower
+        if found == at:
+            continue
+        log.error(
+            "partition %d: the store holds a transaction that did not commit: its source "
+            "offsets %s are past the group's committed offsets %s, but their record (%s-%d at "
+            "offset %d) is not committed in the changelog (the broker rolled back a commit it "
+            "had acknowledged). Rebuilding the partition's state from the changelog and "
+            "starting at the group's offsets",
+            p,
+            stored,
+            {src.topic: off for src, off in task.positions.items()},
+            changelog_topic,
+            p,
+            at,
+        )
+        rebuild(p)
+        rebuilt.append(p)
+    return rebuilt
 
 
 async def raise_positions(task: Task, raised: Mapping[TopicPartition, int]) -> bool:

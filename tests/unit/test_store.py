@@ -331,6 +331,47 @@ def test_source_offsets_are_recovered_from_the_changelog(harness: Harness) -> No
     assert on_disk_split(store, 0)[0] == {b"a": b"1", b"b": b"2"}
 
 
+def test_a_live_commit_keeps_where_its_source_offsets_record_is_and_a_restore_clears_it(
+    harness: Harness, store: TransactionalStore
+) -> None:
+    """A live commit's source offsets are to be confirmed in the changelog before a raise uses
+    them (``app/eos/positions.py``): the store keeps the record's changelog offset. Restored
+    ones were read committed: nothing to confirm."""
+    assert store.source_offsets_at(0) is None
+    harness.at(0)
+    store[b"id"] = b"v"
+    store.stage_source_offsets(0, encode_source_offsets({"in": 10}))
+    store.commit_partition(0, 5)
+    assert store.source_offsets_at(0) == 5
+    harness.at(0)
+    store[b"id2"] = b"v"
+    store.commit_partition(0, 9)  # a transaction without a source-offsets record
+    assert store.source_offsets_at(0) == 5
+    store.write_restored(0, [(SOURCE_OFFSETS_KEY, encode_source_offsets({"in": 12}))], 14, wal=True)
+    assert store.source_offsets(0) == {"in": 12}
+    assert store.source_offsets_at(0) is None
+
+
+def test_rebuild_partition_deletes_its_database_only(
+    harness: Harness, store: TransactionalStore
+) -> None:
+    for partition in (0, 1):
+        harness.at(partition)
+        store[b"id"] = b"v"
+        store.stage_source_offsets(partition, encode_source_offsets({"in": 10}))
+        store.commit_partition(partition, 5)
+    harness.at(0)
+    store[b"staged"] = b"v"
+    store.rebuild_partition(0)
+    assert not store.partition_path(0).exists()
+    assert store.persisted_offset(TP("t", 0)) is None  # reopened empty: recovery restores it
+    assert store.source_offsets(0) == {} and store.source_offsets_at(0) is None
+    assert on_disk_split(store, 0)[0] == {}
+    assert store.staged_count(0) == 0  # the open transaction's writes went with it
+    assert on_disk_split(store, 1)[0] == {b"id": b"v"}
+    assert store.source_offsets_at(1) == 5
+
+
 # --- an offset is never recorded without the writes it covers -------------------------------
 
 
