@@ -116,12 +116,6 @@ class Pipeline:
 
 #: How long (ms) the broker may hold a changelog fetch for records it does not have yet.
 RESTORE_FETCH_WAIT_MS = 20
-#: Most records Faust's consumer parses in one call (Faust's ``broker_max_poll_records``;
-#: unset, one call parses all it fetched). Its thread also sends the group's heartbeats: a
-#: standby takeover at 10M ids once spent 5 s in one such call, parsing a fetch of zstd
-#: changelog batches (some 450,000 records per 8 MiB), its session expired and the takeover
-#: took 8.7 s instead of 3.3 (py-spy dumps, bench/results-recovery.md).
-MAX_POLL_RECORDS = 10_000
 
 
 def changelog_client(settings: Settings) -> AIOKafkaClient:
@@ -196,7 +190,6 @@ def create_app(settings: Settings) -> Pipeline:
         broker_heartbeat_interval=max(settings.session_timeout / 5, 0.5),
         producer_max_request_size=settings.dlq_max_message_bytes,
         consumer_max_fetch_size=max(settings.dlq_max_message_bytes, 4 * 1024 * 1024),
-        broker_max_poll_records=MAX_POLL_RECORDS,
         web_enabled=True,
         web_host=settings.web_host,
         # Other workers forward /messages/{id} requests here (Faust's router).
