@@ -100,6 +100,22 @@ def settings_of(
     )
 
 
+def started(
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    *,
+    index: int = 0,
+    extra_env: Mapping[str, str] | None = None,
+) -> Worker:
+    """A worker (``index``, settings ``extra_env``) started, ready, and in ``workers``."""
+    worker = Worker(broker, names, index=index, extra_env=dict(extra_env or {}))
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    return worker
+
+
 def drain_and_verify(
     broker: Broker, names: Names, workers: list[Worker], partitions: int = 4, timeout: float = 900
 ) -> tuple[FullReport, float]:

@@ -28,7 +28,7 @@ from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
 from scripts.verify import check
 from tests.faults.conftest import SCALE, Reliability
-from tests.faults.scenario import drain_and_verify, record
+from tests.faults.scenario import drain_and_verify, record, started
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.faults
@@ -38,17 +38,6 @@ def broker_pid(broker: Broker) -> int:
     result = broker.script("pid")
     assert result.returncode == 0, result.stdout + result.stderr
     return int(result.stdout.strip())
-
-
-def start_worker(
-    broker: Broker, names: Names, workers: list[Worker], env: dict[str, str]
-) -> Worker:
-    """A worker with the settings ``env``, started and ready."""
-    worker = Worker(broker, names, extra_env=env)
-    workers.append(worker)
-    worker.start()
-    worker.wait_ready()
-    return worker
 
 
 @pytest.mark.parametrize(
@@ -67,7 +56,7 @@ def test_a_commit_with_unknown_outcome_is_resolved_not_aborted(
     fault: str,
     outcome: str,
 ) -> None:
-    worker = start_worker(broker, names, workers, {"DEDUPE_FAULT_INJECTION": fault})
+    worker = started(broker, names, workers, extra_env={"DEDUPE_FAULT_INJECTION": fault})
     stream = build_stream(30_000 * SCALE, 0.1, seed=13)
     # A steady feed (~11 s) makes many commits, so the 30th is one in the middle of the stream:
     # at full speed the worker may finish the stream in fewer commits than that.
@@ -96,11 +85,11 @@ def test_a_commit_rolled_back_after_it_was_acknowledged_is_not_kept(
 ) -> None:
     # Transactions of a second hold hundreds of first sightings each (at 100 ms one may hold a
     # few repeats only, re-keyed through the repartition topic, whose loss the check cannot see).
-    worker = start_worker(
+    worker = started(
         broker,
         names,
         workers,
-        {"DEDUPE_FAULT_INJECTION": "commit=roll-back@20", "DEDUPE_COMMIT_INTERVAL": "1s"},
+        extra_env={"DEDUPE_FAULT_INJECTION": "commit=roll-back@20", "DEDUPE_COMMIT_INTERVAL": "1s"},
     )
     stream = build_stream(30_000 * SCALE, 0.1, seed=14)
     feeder = threading.Thread(
@@ -131,8 +120,11 @@ def test_broker_pauses_keep_exactly_once(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
     rng = random.Random(8)
-    worker = start_worker(
-        broker, names, workers, {"DEDUPE_COMMIT_TIMEOUT": "2s", "DEDUPE_SESSION_TIMEOUT": "10s"}
+    worker = started(
+        broker,
+        names,
+        workers,
+        extra_env={"DEDUPE_COMMIT_TIMEOUT": "2s", "DEDUPE_SESSION_TIMEOUT": "10s"},
     )
     stream = build_stream(60_000 * SCALE, 0.1, seed=12)
     done: list[int] = []

@@ -24,20 +24,19 @@ from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets
 from tables.seen_ids_table import changelog_topic_name
 from tests.faults.conftest import SCALE, Reliability
-from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream, settings_of
+from tests.faults.scenario import (
+    Feeder,
+    drain_and_verify,
+    record,
+    scaled_stream,
+    settings_of,
+    started,
+)
 from tests.integration.test_input_contract import BAD
 from tests.integration.test_pipelines import create_topic
 from tests.support import WORKER_TRANSACTION_TIMEOUT, Broker, Names, Worker
 
 pytestmark = pytest.mark.faults
-
-
-def started(broker: Broker, names: Names, workers: list[Worker], **kw) -> Worker:  # type: ignore[no-untyped-def]
-    worker = Worker(broker, names, **kw)
-    workers.append(worker)
-    worker.start()
-    worker.wait_ready()
-    return worker
 
 
 def test_f3_graceful_restarts_leave_no_open_transaction(
