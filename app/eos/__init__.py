@@ -32,8 +32,10 @@ The rest: ``broker.py`` asks the broker (committed offsets, open transactions, t
 committed record in a range); ``guards.py`` makes sure no record is skipped (the gap check, the
 stall watchdog); ``consumer.py`` patches Faust's consumer (records of the source topics reach
 the agent one fetched batch at a time); ``positions.py`` says where a task starts reading after
-a rebalance. Calls run one way: manager -> lifecycle, commit, guards, positions, batch ->
-producer, broker -> task -> collector. Nothing imports the manager but its transport.
+a rebalance; ``hanging.py`` ends a transaction the broker left open on a task's changelog
+partition (its markers dropped) by committing through it. Calls run one way: manager ->
+lifecycle, commit, guards, positions, hanging, batch -> producer, broker -> task -> collector.
+Nothing imports the manager but its transport.
 """
 
 from app.eos.batch import (

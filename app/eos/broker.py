@@ -198,16 +198,21 @@ class BrokerReader:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def wait_until_settled(self, tps: list[TopicPartition]) -> None:
+    async def wait_until_settled(
+        self, tps: list[TopicPartition], give_up_after: float | None = None
+    ) -> list[TopicPartition]:
         """Wait until no transaction is open on ``tps`` (their last stable offset reaches their
-        end), for at most 2x the transaction timeout + 30 s while the broker answers: the
-        broker aborts a dead producer's transaction after the transaction timeout. Longer is a
-        hanging transaction, or a broker still recovering: an error with what to do is logged
-        every such period, and the wait goes on (reading offsets before it ends could forward
-        records twice)."""
+        end); returns ``[]`` then. With ``give_up_after``, return the partitions still open
+        once that many seconds passed with the broker answering.
+
+        Otherwise wait on: after 2x the transaction timeout + 30 s (the broker aborts a dead
+        producer's transaction after the transaction timeout; longer is a hanging transaction,
+        or a broker still recovering) an error with what to do is logged every such period,
+        and the wait goes on (reading offsets before it ends could forward records twice)."""
         s = self.settings
         patience = 2 * s.transaction_timeout + 30
         deadline = time.monotonic() + patience
+        give_up_at = None if give_up_after is None else time.monotonic() + give_up_after
         warned = False
         while True:
             try:
@@ -219,13 +224,17 @@ class BrokerReader:
                 log.warning("reading end offsets failed (%r); retrying", exc)
                 await self._drop_end_readers()
                 deadline = time.monotonic() + patience
+                if give_up_after is not None:
+                    give_up_at = time.monotonic() + give_up_after
                 await asyncio.sleep(1)
                 continue
             unsettled = {tp: (stable[tp], ends[tp]) for tp in tps if stable[tp] < ends[tp]}
             if not unsettled:
                 if warned:
                     log.warning("the open transactions settled; going on")
-                return
+                return []
+            if give_up_at is not None and time.monotonic() > give_up_at:
+                return sorted(unsettled)
             described = ", ".join(
                 f"{tp.topic}-{tp.partition} (stable {lso} < end {end})"
                 for tp, (lso, end) in sorted(unsettled.items())

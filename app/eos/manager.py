@@ -24,6 +24,7 @@ from app.eos.broker import BrokerReader
 from app.eos.commit import Committer
 from app.eos.consumer import Consumer, records_held_back, request_rejoin
 from app.eos.guards import StallWatchdog, gap_checked
+from app.eos.hanging import commit_through
 from app.eos.lifecycle import TaskLife
 from app.eos.positions import (
     assign_start_positions,
@@ -229,12 +230,31 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 self.source_topics,
                 sorted(wanted),
                 None if kept is None else kept[1],
+                self._end_hanging,
             )
             if kept is not None:
                 # Before Faust's recovery reads the stores' offsets: a rebuilt one restores.
                 await confirm_stored_offsets(
                     self.broker, self.tasks, kept[0], kept[1], sorted(wanted), self.life.rebuild
                 )
+
+    async def _end_hanging(self, hanging: list[TopicPartition]) -> None:
+        await commit_through(
+            self.tasks,
+            hanging,
+            self._written_by,
+            lambda task, exc: self.life.transaction_error(task, exc, "ending a hanging one"),
+        )
+
+    def _written_by(self, partition: int) -> list[TopicPartition]:
+        """Every partition task ``partition``'s transactions may write: its changelog
+        partitions and every partition of the topics it forwards to."""
+        s = self.settings
+        changelogs = {topic for _, topic in self.committer.changelogs}
+        sinks = (s.output_topic, s.dlq_topic, s.repartition_topic)
+        return [TopicPartition(t, partition) for t in sorted(changelogs)] + [
+            TopicPartition(t, q) for t in sinks for q in range(s.partitions)
+        ]
 
     async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
         """Faust's periodic commit: a no-op, our own loop commits.

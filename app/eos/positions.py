@@ -13,13 +13,16 @@ that were never forwarded, and the store, which holds their ids, would drop them
 anyway. So before the recovery, a raise is confirmed first: the store's source-offsets record
 must be committed in the changelog. When it is not, the partition's state is rebuilt from the
 changelog (:func:`confirm_stored_offsets`), which holds exactly the committed transactions.
+
+Before any of this the task's changelog partition must be settled (no transaction open): one
+the broker left open for good is committed through (``hanging.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from aiokafka.structs import TopicPartition
 
@@ -36,10 +39,13 @@ async def assign_start_positions(
     source_topics: Iterable[str],
     partitions: list[int],
     changelog_topic: str | None,
+    end_hanging: Callable[[list[TopicPartition]], Awaitable[object]] | None = None,
 ) -> None:
     """Set each task's next offsets (``Task.positions``) for ``partitions``: where Faust seeks
     every assigned partition after a rebalance, its committed offset (the log start for a
-    partition the group never committed)."""
+    partition the group never committed). ``end_hanging(tps)`` is called with the changelog
+    partitions still holding an open transaction a transaction timeout after the producers
+    started (app/eos/hanging.py)."""
     if changelog_topic is not None:
         # Every transaction of task p writes changelog partition p (at least its source-offsets
         # record), and only task p's producer writes there. Its producer was just initialised,
@@ -47,7 +53,16 @@ async def assign_start_positions(
         # not finished (a single broker's kill -9 leaves one; its output may still commit).
         # Reading committed offsets, or recovering the changelog, before it settles would
         # re-read records whose output then commits.
-        await broker.wait_until_settled([TopicPartition(changelog_topic, p) for p in partitions])
+        changelogs = [TopicPartition(changelog_topic, p) for p in partitions]
+        if end_hanging is None:
+            await broker.wait_until_settled(changelogs)
+        else:
+            patience = broker.settings.transaction_timeout
+            hanging = await broker.wait_until_settled(changelogs, give_up_after=patience)
+            if hanging:
+                await end_hanging(hanging)
+                live = {p for p, task in tasks.items() if task.state is TaskState.RUNNING}
+                await broker.wait_until_settled([tp for tp in changelogs if tp.partition in live])
     tps = [TopicPartition(t, p) for t in sorted(source_topics) for p in partitions]
     committed = await broker.committed_offsets_retrying(tps)
     starts = await broker.start_offsets(tps, committed)

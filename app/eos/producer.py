@@ -106,6 +106,17 @@ async def force_close(producer: AIOKafkaProducer) -> None:
         log.warning("dropping a transactional producer: %r", exc)
 
 
+async def commit_markers(producer: AIOKafkaProducer, tps: list[TopicPartition]) -> None:
+    """Commit a transaction of ``producer`` that adds ``tps`` and writes no record: the broker
+    writes a commit marker, with the producer's current epoch, on each of them. A marker of a
+    newer epoch ends whatever transaction an older epoch of the same producer left open there
+    (app/eos/hanging.py)."""
+    await producer.begin_transaction()
+    for tp in tps:
+        producer._txn_manager.maybe_add_partition_to_txn(tp)
+    await producer.commit_transaction()  # the sender adds the partitions first
+
+
 async def probe_transactional_writes(
     settings: Settings, transactional_id: str, tps: list[TopicPartition]
 ) -> set[str]:

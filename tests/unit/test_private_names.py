@@ -64,7 +64,11 @@ USED: list[tuple[type, str, str]] = [
     (MessageBatch, "_msg_futures", "producer.py"),
     (AIOTxnManager, "is_fatal_error", "producer.py"),
     (AIOTxnManager, "wait_for_transaction_end", "producer.py"),
-    (AIOTxnManager, "maybe_add_partition_to_txn", "producer.py: probe_transactional_writes"),
+    (
+        AIOTxnManager,
+        "maybe_add_partition_to_txn",
+        "producer.py: probe_transactional_writes, commit_markers",
+    ),
     (Sender, "close", "producer.py"),
     # aiokafka's consumer (app/eos/consumer.py, app/eos/manager.py: _request_rejoin)
     (AIOKafkaConsumer, "_fetch_max_wait_ms", "consumer.py"),
