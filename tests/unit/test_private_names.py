@@ -95,6 +95,7 @@ USED: list[tuple[type, str, str]] = [
     # Faust's consumer and its thread (app/eos/consumer.py)
     (AIOKafkaConsumerThread, "_create_worker_consumer", "consumer.py"),
     (AIOKafkaConsumerThread, "_highwaters", "consumer.py"),
+    (AIOKafkaConsumerThread, "_fetch_records", "consumer.py: ConsumerThread._fetch_records"),
     (AIOKafkaConsumerThread, "_ensure_consumer", "consumer.py, manager.py"),
     (ServiceThread, "thread_loop", "manager.py"),
     (FaustConsumer, "_new_consumer_thread", "consumer.py"),
