@@ -97,6 +97,11 @@ class Follower:
 
     async def _turn(self) -> None:
         if not self.followed:
+            # Cleared here too: left set by a rebalance that gave this worker no standby
+            # partition, the wait below returned at once and this loop took a whole core of an
+            # idle worker (and of a busy one's event loop). No await lies between the check and
+            # the clear, so a ``follow()`` after it sets the event again.
+            self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=1.0)
             return

@@ -157,3 +157,25 @@ def test_no_partition_followed_is_a_quiet_wait() -> None:
 
     asyncio.run(one())
     assert follower.status() == {}
+
+
+def test_with_nothing_to_follow_a_turn_waits_for_a_change() -> None:
+    """A rebalance that leaves no standby partition here must not leave the follower spinning:
+    a turn waits (up to a second) for the next ``follow()`` instead of returning at once (it
+    did, and an idle worker's event loop ran at 100% of a core)."""
+    follower = follower_with(Reader({}, {}))
+    follower.follow({})
+
+    async def run() -> tuple[bool, bool]:
+        try:
+            await asyncio.wait_for(follower._turn(), timeout=0.2)
+            waited = False
+        except TimeoutError:
+            waited = True
+        turn = asyncio.ensure_future(follower._turn())
+        await asyncio.sleep(0)
+        follower.follow({})  # the next rebalance ends the wait
+        await asyncio.wait_for(turn, timeout=0.5)
+        return waited, turn.done()
+
+    assert asyncio.run(run()) == (True, True)
