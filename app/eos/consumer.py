@@ -90,10 +90,10 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
     ) -> Mapping[TP, list[Any]]:
         """Faust's, parsing at most :data:`HELD_BACK_MAX_RECORDS` records per call while a
         rebalance or recovery runs. Faust leaves ``max_poll_records`` unset, so one call parses
-        a whole fetch response: in a standby takeover at 10M ids one such call (a changelog
-        fetched from its start right after the assignment) held this thread, which also sends
-        the group's heartbeats, for 5 s; the session expired and a second rebalance followed
-        (an 8.7 s takeover). Steady processing keeps whole responses: a cap there cost
+        a whole fetch response: in a standby takeover at 10M ids one such call, right after the
+        assignment (py-spy does not show which partitions it parsed), held this thread, which
+        also sends the group's heartbeats, for 5 s; the session expired and a second rebalance
+        followed (an 8.7 s takeover). Steady processing keeps whole responses: a cap there cost
         throughput (0.76-0.88x in the contender benchmark)."""
         if max_records is None and records_held_back(self.app):
             max_records = HELD_BACK_MAX_RECORDS
