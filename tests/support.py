@@ -48,6 +48,14 @@ class Broker:
             check=False,
         )
 
+    def alter_configs(self, *entity_and_change: str) -> None:
+        """``kafka-configs --alter`` on this broker, e.g. ``("--entity-type", "topics",
+        "--entity-name", t, "--add-config", "k=v")``; fails the test when it is refused."""
+        result = self.script(
+            "configs", "--bootstrap-server", self.bootstrap, "--alter", *entity_and_change
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
 
 async def create_topic(
     bootstrap: str, topic: str, partitions: int, config: Mapping[str, str] | None = None

@@ -123,20 +123,6 @@ def test_a_commit_rolled_back_after_it_was_acknowledged_is_not_kept(
 VERIFICATION = "transaction.partition.verification.enable"
 
 
-def broker_default(broker: Broker, *change: str) -> None:
-    result = broker.script(
-        "configs",
-        "--bootstrap-server",
-        broker.bootstrap,
-        "--alter",
-        "--entity-type",
-        "brokers",
-        "--entity-default",
-        *change,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
 async def leave_a_hanging_transaction(bootstrap: str, transactional_id: str, tp: TP) -> int:
     """Write, with the task's own transactional id, a transaction on changelog partition ``tp``
     that the transaction coordinator does not know of: what a broker that dropped its markers
@@ -187,7 +173,8 @@ def test_a_transaction_the_broker_left_open_on_the_changelog_is_committed_throug
     wait_drained(broker, names, timeout=300, workers=workers)
     worker.kill(signal.SIGTERM)
     tp = TP(names.changelog_topic, 0)
-    broker_default(broker, "--add-config", f"{VERIFICATION}=false")
+    cluster_wide = ("--entity-type", "brokers", "--entity-default")
+    broker.alter_configs(*cluster_wide, "--add-config", f"{VERIFICATION}=false")
     try:
         # The setting reaches the broker a moment later: until then the write is refused.
         deadline = time.monotonic() + 60
@@ -203,7 +190,7 @@ def test_a_transaction_the_broker_left_open_on_the_changelog_is_committed_throug
                 assert time.monotonic() < deadline, "the broker kept verifying partitions"
                 time.sleep(1)
     finally:
-        broker_default(broker, "--delete-config", VERIFICATION)
+        broker.alter_configs(*cluster_wide, "--delete-config", VERIFICATION)
     stable = asyncio.run(end_offsets(broker.bootstrap, tp.topic))[0]
     end = asyncio.run(end_offsets(broker.bootstrap, tp.topic, isolation_level="read_uncommitted"))
     assert stable < end[0], "no transaction was left open: the test would prove nothing"

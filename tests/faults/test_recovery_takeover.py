@@ -423,12 +423,10 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
     # So is one older than the deletes the changelog keeps (its delete.retention.ms, read from
     # the broker: 1 s here for a moment, then Kafka's default 24 h again).
     def set_delete_retention(ms: int) -> None:
-        changed = broker.script(
-            "configs", "--bootstrap-server", broker.bootstrap, "--alter", "--entity-type",
-            "topics", "--entity-name", names.changelog_topic, "--add-config",
-            f"delete.retention.ms={ms}",
+        broker.alter_configs(
+            "--entity-type", "topics", "--entity-name", names.changelog_topic,
+            "--add-config", f"delete.retention.ms={ms}",
         )  # fmt: skip
-        assert changed.returncode == 0, changed.stdout + changed.stderr
 
     set_delete_retention(1_000)
     time.sleep(1.5)
