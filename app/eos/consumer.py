@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 #: Records parsed per fetch call while a rebalance or recovery runs (about 0.1 s of parsing).
 HELD_BACK_MAX_RECORDS = 10_000
+#: Records parsed per fetch call in steady processing: more than one call gathers there as a
+#: rule, so it rarely binds; it bounds a call made before a rebalance that parses after it
+#: (about 0.5 s of parsing).
+STEADY_MAX_RECORDS = 100_000
 
 
 def request_rejoin(app: Any) -> None:
@@ -89,14 +93,19 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         max_records: int | None = None,
     ) -> Mapping[TP, list[Any]]:
         """Faust's, parsing at most :data:`HELD_BACK_MAX_RECORDS` records per call while a
-        rebalance or recovery runs. Faust leaves ``max_poll_records`` unset, so one call parses
-        a whole fetch response: in a standby takeover at 10M ids one such call, right after the
-        assignment (py-spy does not show which partitions it parsed), held this thread, which
-        also sends the group's heartbeats, for 5 s; the session expired and a second rebalance
-        followed (an 8.7 s takeover). Steady processing keeps whole responses: a cap there cost
-        throughput (0.76-0.88x in the contender benchmark)."""
-        if max_records is None and records_held_back(self.app):
-            max_records = HELD_BACK_MAX_RECORDS
+        rebalance or recovery runs, and :data:`STEADY_MAX_RECORDS` otherwise.
+
+        Faust leaves ``max_poll_records`` unset, so one call parsed a whole fetch response. A
+        rebalance gives every changelog partition a fetch position at its start until the
+        recovery seeks it, and a call made before the rebalance waits through it and then
+        parses what was fetched from there: in standby takeovers at 10M ids, 4 MiB of records
+        of each changelog partition, which held this thread, which also sends the group's
+        heartbeats, for 5 s; the session expired and a second rebalance followed (takeovers of
+        7.9-8.7 s). A cap of 10,000 in steady processing cost throughput (0.76-0.88x in the
+        contender benchmark); one above what a steady call gathers does not."""
+        if max_records is None:
+            held_back = records_held_back(self.app)
+            max_records = HELD_BACK_MAX_RECORDS if held_back else STEADY_MAX_RECORDS
         records: Mapping[TP, list[Any]] = await super()._fetch_records(
             consumer, active_partitions, timeout=timeout, max_records=max_records
         )
