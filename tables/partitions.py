@@ -29,14 +29,20 @@ class PartitionSet:
         family_options: Options,
         extra_cfs: tuple[str, ...],
         key_format: int = 0,
+        bulk_options: Options | None = None,
     ) -> None:
+        """``bulk_options``: the database options of a bulk restore into an empty database
+        (``tables.rocks.StoreOptions.bulk_ids``; None: ``options`` then too)."""
         self.directory = directory
         self._key_format = key_format
         self._table_name = table_name
         self._options = options
         self._family_options = family_options
         self._extra_cfs = extra_cfs
+        self._bulk_options = bulk_options
         self._open: dict[int, PartitionDB] = {}
+        #: Partitions whose database is (to be) opened with the bulk options.
+        self._bulk: set[int] = set()
 
     def path(self, partition: int) -> Path:
         return self.directory / f"{self._table_name}-{partition}.db"
@@ -52,7 +58,7 @@ class PartitionSet:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(partition)
         try:
-            pdb = self._new(path)
+            pdb = self._new(partition)
         except Exception as exc:
             if "lock" in str(exc).lower():
                 raise  # another process uses this data dir: never touch its files
@@ -67,7 +73,7 @@ class PartitionSet:
                 aside.name,
             )
             path.rename(aside)
-            return self._new(path)
+            return self._new(partition)
         why = None
         if pdb.restoring():
             # A bulk restore wrote without the write-ahead log and stopped before its flush:
@@ -87,11 +93,27 @@ class PartitionSet:
         # The column family handles keep RocksDB's lock until the object is gone.
         del pdb
         shutil.rmtree(path)
-        return self._new(path)
+        return self._new(partition)
 
-    def _new(self, path: Path) -> PartitionDB:
+    def reopen(self, partition: int, *, bulk: bool) -> PartitionDB:
+        """Close the database of ``partition`` and open it again, with the bulk options
+        (``bulk``) or the usual ones. Open a database for a bulk restore before marking it as
+        being restored: one opened marked is rebuilt empty. The caller holds no reference to
+        the database it had (its column families keep RocksDB's lock while they live)."""
+        self.close(partition)
+        if bulk and self._bulk_options is not None:
+            self._bulk.add(partition)
+        return self.get(partition)
+
+    def _new(self, partition: int) -> PartitionDB:
+        bulk_options = self._bulk_options if partition in self._bulk else None
         return PartitionDB(
-            path, self._options, self._family_options, self._extra_cfs, self._key_format
+            self.path(partition),
+            bulk_options or self._options,
+            self._family_options,
+            self._extra_cfs,
+            self._key_format,
+            bulk=bulk_options is not None,
         )
 
     def held(self) -> list[int]:
@@ -102,6 +124,8 @@ class PartitionSet:
         return iter(list(self._open.values()))
 
     def close(self, partition: int) -> None:
+        """Close the database of ``partition``; opened again, it has the usual options."""
+        self._bulk.discard(partition)
         pdb = self._open.pop(partition, None)
         if pdb is not None:
             pdb.close()

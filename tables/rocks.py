@@ -30,6 +30,7 @@ from rocksdict import (
     BlockBasedOptions,
     Cache,
     DBCompressionType,
+    MemtableFactory,
     Options,
     Rdict,
     WriteBatch,
@@ -78,10 +79,9 @@ COMPRESSION = {
     "snappy": DBCompressionType.snappy,
     "none": DBCompressionType.none,
 }
-#: Most bytes of the ids' memtable while a restore fills an empty database with keys in no
-#: order (random UUIDs): they insert into a smaller skiplist faster (4M ids, from 64 MiB: 16 MiB
-#: +17%, 8 MiB +31%, 4 MiB +32%, 2 MiB +26%; ``bench/results-recovery.md``).
-BULK_WRITE_BUFFER_BYTES = 8 * 1024 * 1024
+#: Memtables of the ids a bulk restore may fill before it waits for their flushes: the one it
+#: writes and those RocksDB's threads are still sorting and writing to disk.
+BULK_MEMTABLES = 6
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096
 
@@ -111,7 +111,16 @@ class PartitionDB:
     """One partition's database: the table's keys in the default column family, the store's
     bookkeeping in :data:`META_CF`, and any column families a subclass derives locally."""
 
-    __slots__ = ("_format_stored", "db", "extra", "handles", "key_format", "meta", "meta_handle")
+    __slots__ = (
+        "_format_stored",
+        "bulk",
+        "db",
+        "extra",
+        "handles",
+        "key_format",
+        "meta",
+        "meta_handle",
+    )
 
     def __init__(
         self,
@@ -120,9 +129,13 @@ class PartitionDB:
         family_options: Options,
         extra_cfs: tuple[str, ...] = (),
         key_format: int = 0,
+        *,
+        bulk: bool = False,
     ) -> None:
+        """``bulk``: ``options`` are :attr:`StoreOptions.bulk_ids` (see :meth:`write`)."""
         families = {name: family_options for name in (META_CF, *extra_cfs)}
         self.db = Rdict(str(path), options, column_families=families)
+        self.bulk = bulk
         self.key_format = key_format
         self.meta = self.db.get_column_family(META_CF)
         self.meta_handle = self.db.get_column_family_handle(META_CF)
@@ -157,7 +170,11 @@ class PartitionDB:
 
     def write(self, batch: WriteBatch, offset: int | None, *, wal: bool = True) -> None:
         """Apply ``batch`` and (atomically with it) the changelog offset it brings us to;
-        ``wal=False``: without the write-ahead log (a bulk restore, see :meth:`restoring`)."""
+        ``wal=False``: without the write-ahead log (a bulk restore, see :meth:`restoring`).
+
+        In a database opened for a bulk restore (``bulk``), the ids' memtable is handed to a
+        flush after each write, so reads between writes never meet a memtable being written
+        (a read of the vector memtable copies and sorts it first)."""
         if offset is not None:
             batch.put(OFFSET_KEY, offset.to_bytes(8, "big"), self.meta_handle)
         if not self._format_stored:
@@ -167,6 +184,8 @@ class PartitionDB:
         else:
             self.db.write(batch, NO_WAL)
         self._format_stored = True
+        if self.bulk:
+            self.db.flush(False)
 
     def restoring(self) -> bool:
         """True while a bulk restore writes without the write-ahead log: opened in this state,
@@ -181,10 +200,6 @@ class PartitionDB:
         else:
             batch.delete(RESTORING_KEY, self.meta_handle)
         self.db.write(batch, SYNCED)
-
-    def set_write_buffer(self, size: int) -> None:
-        """Size of the ids' memtables from the next one on (RocksDB's ``write_buffer_size``)."""
-        self.db.set_options({"write_buffer_size": str(size)})
 
     def flush(self) -> None:
         """Every column family's memtable to disk (waits)."""
@@ -214,20 +229,50 @@ def decode_source_offsets(raw: bytes) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(raw).items()}
 
 
-def options_for(tuning: RocksTuning) -> tuple[Options, Options, Cache]:
-    """Options for every partition database of one store, sharing one cache and one budget:
-    those of the ids (the default column family) and those of the other column families."""
+@dataclass(frozen=True)
+class StoreOptions:
+    """Options of every partition database of one store, sharing one cache and one budget."""
+
+    #: The database and its ids (the default column family).
+    ids: Options
+    #: The same while a bulk restore fills an empty database (:data:`PartitionDB.bulk`): the
+    #: ids go into *vector* memtables, appended as they come and sorted once, by the flush in
+    #: RocksDB's own thread. A skiplist memtable sorts each key as it is inserted, in the
+    #: writer's thread with the GIL held: random UUIDs cost some 2-3 us each there.
+    bulk_ids: Options
+    #: The other column families (bookkeeping, the age-out index).
+    families: Options
+    cache: Cache
+
+
+def store_options(tuning: RocksTuning) -> StoreOptions:
     cache = Cache(tuning.block_cache_bytes)
     # No stall: past the budget RocksDB flushes memtables early instead of blocking writers.
     budget = WriteBufferManager(tuning.memtable_budget_bytes, False)
+    ids, bulk_ids = _ids_options(tuning, cache, budget), _ids_options(tuning, cache, budget)
+    bulk_ids.set_memtable_factory(MemtableFactory.vector())
+    bulk_ids.set_allow_concurrent_memtable_write(False)  # the vector memtable cannot
+    bulk_ids.set_max_write_buffer_number(BULK_MEMTABLES)
+    # The other families are only scanned (the age-out index) or hold a few keys: no filter.
+    families = family_options(tuning, cache, budget, bloom=False)
+    return StoreOptions(ids, bulk_ids, families, cache)
+
+
+def options_for(tuning: RocksTuning) -> tuple[Options, Options, Cache]:
+    """Options for every partition database of one store outside bulk restores: those of the
+    ids (the default column family), those of the other column families, their cache."""
+    options = store_options(tuning)
+    return options.ids, options.families, options.cache
+
+
+def _ids_options(tuning: RocksTuning, cache: Cache, budget: WriteBufferManager) -> Options:
     ids = family_options(tuning, cache, budget)
     # Most lookups are of ids not held (every first sighting): a bloom filter over the whole
     # keys of the memtable answers those without walking its skiplist, which grows to hundreds
     # of thousands of ids per partition before a flush.
     ids.set_memtable_whole_key_filtering(True)
     ids.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
-    # The other families are only scanned (the age-out index) or hold a few keys: no filter.
-    return ids, family_options(tuning, cache, budget, bloom=False), cache
+    return ids
 
 
 def family_options(

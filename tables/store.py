@@ -32,15 +32,14 @@ from rocksdict import Rdict, WriteBatch
 
 from tables.partitions import PartitionSet
 from tables.rocks import (
-    BULK_WRITE_BUFFER_BYTES,
     SOURCE_OFFSETS_AT_KEY,
     SOURCE_OFFSETS_KEY,
     PartitionDB,
     RocksTuning,
-    options_for,
+    store_options,
 )
 from tables.staging import Staging
-from tables.written_keys import WrittenKeys, mostly_in_order
+from tables.written_keys import WrittenKeys
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +91,18 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         #: Partition -> the keys its restore into an empty database wrote so far (begin_bulk to
         #: end_bulk): the index upkeep reads back only those (``tables/written_keys.py``).
         self._written: dict[int, WrittenKeys] = {}
-        #: Partitions restored into an empty database whose memtable size is not chosen yet.
-        self._memtable_unsized: set[int] = set()
         self.tuning = tuning = tuning or RocksTuning()
-        options, family_options, self._cache = options_for(tuning)
+        options = store_options(tuning)
+        self._cache = options.cache
         self.directory = Path(app.conf.tabledir)
         self._partitions = PartitionSet(
             self.directory,
             self.table_name,
-            options,
-            family_options,
+            options.ids,
+            options.families,
             self.extra_cfs,
             self.key_format,
+            bulk_options=options.bulk_ids,
         )
 
     # -- partitions ----------------------------------------------------------------------------
@@ -122,7 +121,6 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def close_partition(self, partition: int) -> None:
         self._staging.discard(partition)
         self._written.pop(partition, None)
-        self._memtable_unsized.discard(partition)
         self._partitions.close(partition)
 
     async def on_rebalance(
@@ -315,20 +313,18 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def begin_bulk(self, partition: int, records: int) -> bool:
         """True (and the database is marked as being restored) when it holds nothing yet: the
         restore's ``records`` (changelog offsets) then skip the write-ahead log, read back only
-        the keys they may have written themselves (``tables/written_keys.py``), and, when the
-        keys come in no order, go through a smaller memtable
-        (:data:`tables.rocks.BULK_WRITE_BUFFER_BYTES`; :meth:`write_restored`)."""
-        pdb = self.partition_db(partition)
-        if pdb.restoring():
+        the keys they may have written themselves (``tables/written_keys.py``), and go into the
+        database opened again with the bulk options (``tables.rocks.StoreOptions.bulk_ids``)
+        until :meth:`end_bulk`."""
+        if self.partition_db(partition).restoring():
             # A restore stopped by a rebalance, going on in the same open database (one opened
             # marked is emptied first, ``tables/partitions.py``), with the keys it recorded as
             # written so far; without them (none recorded) every key is read back.
             return True
-        if pdb.offset() is not None:
+        if self.partition_db(partition).offset() is not None:
             return False
-        pdb.mark_restoring(True)
+        self._partitions.reopen(partition, bulk=True).mark_restoring(True)
         self._written[partition] = WrittenKeys(records)
-        self._memtable_unsized.add(partition)
         return True
 
     def write_restored(
@@ -339,26 +335,17 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         *,
         wal: bool,
     ) -> None:
-        if partition in self._memtable_unsized and records:
-            # The first batch of a restore into an empty database shows the keys' order: keys
-            # in no order (random UUIDs) go through a smaller memtable; keys in order keep the
-            # full one, which takes them as fast with fewer flushes (10M numbered ids: 8 MiB
-            # restored 285,409-317,720 ids/s, 64 MiB 324,243-370,920).
-            self._memtable_unsized.discard(partition)
-            if not mostly_in_order([key for key, _ in records]):
-                self.partition_db(partition).set_write_buffer(
-                    min(BULK_WRITE_BUFFER_BYTES, self.tuning.memtable_bytes)
-                )
         self.write_partition(partition, records, offset, wal=wal)
 
     def end_bulk(self, partition: int) -> None:
+        self._written.pop(partition, None)
         pdb = self.partition_db(partition)
-        self._memtable_unsized.discard(partition)
-        if self._written.pop(partition, None) is not None:
-            pdb.set_write_buffer(self.tuning.memtable_bytes)
         if pdb.restoring():
             pdb.flush()
             pdb.mark_restoring(False)
+        if pdb.bulk:
+            del pdb  # its column families keep the database's lock while they live
+            self._partitions.reopen(partition, bulk=False)
 
     def apply_changelog_batch(
         self,

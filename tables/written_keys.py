@@ -18,8 +18,6 @@ restored. At 16 bits per key about 6% of new keys are still read; past the cap, 
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import numpy as np
 
 #: Bits of the bitmap per changelog offset to restore.
@@ -67,16 +65,3 @@ class WrittenKeys:
             bits[byte[lost]] |= bit[lost]
             lost = lost[(bits[byte[lost]] & bit[lost]) == 0]
         return maybe
-
-
-#: Share of a batch's neighbouring keys that must ascend for :func:`mostly_in_order`.
-IN_ORDER_SHARE = 0.9
-
-
-def mostly_in_order(keys: list[bytes]) -> bool:
-    """True when at least :data:`IN_ORDER_SHARE` of neighbouring ``keys`` ascend (numbered or
-    time-ordered ids; random UUIDs ascend about half the time)."""
-    if len(keys) < 2:
-        return True
-    ascending = sum(1 for a, b in pairwise(keys) if a < b)
-    return ascending >= IN_ORDER_SHARE * (len(keys) - 1)

@@ -410,30 +410,42 @@ def test_a_bulk_restore_into_an_empty_store_reads_back_only_keys_it_wrote(
     assert bulk.summary(0) == one_by_one.summary(0)
 
 
-def test_a_restore_of_keys_in_no_order_goes_through_the_smaller_memtable(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Into an empty database, random keys get the bulk memtable size, keys in order keep the
-    store's own; the end of the restore sets the store's own size back."""
-    from tables.rocks import BULK_WRITE_BUFFER_BYTES, PartitionDB
+def memtable_factory(store: SeenIdsStore) -> str:
+    """The ids' memtable factory in the newest OPTIONS file RocksDB wrote for partition 0."""
+    store.partition_db(0)  # opened on first use
+    files = store.partition_path(0).glob("OPTIONS-*")
+    text = max(files, key=lambda f: int(f.name.split("-")[1])).read_text()
+    default = text[text.index('[CFOptions "default"]') :]
+    factory = default.split("memtable_factory=", 1)[1].split("\n", 1)[0]
+    return factory.removeprefix("{id=").split(";", 1)[0].strip()
 
-    sizes: list[int] = []
-    monkeypatch.setattr(PartitionDB, "set_write_buffer", lambda self, size: sizes.append(size))
-    rnd = random.Random(2)
-    shuffled = [f"id-{i:06d}".encode() for i in range(500)]
-    rnd.shuffle(shuffled)
-    in_order = sorted(shuffled)
-    own = world.store.tuning.memtable_bytes
-    for name, keys in (("random", shuffled), ("ordered", in_order)):
-        store = world.new_store(name)
-        sizes.clear()
-        assert store.begin_bulk(0, len(keys))
-        records = [(k, window.encode_entry(1_000, n)) for n, k in enumerate(keys)]
-        store.write_restored(0, records[:250], 249, wal=False)
-        store.write_restored(0, records[250:], 499, wal=False)
-        chosen = list(sizes)
-        store.end_bulk(0)
-        after = sizes[len(chosen) :]
-        assert chosen == ([BULK_WRITE_BUFFER_BYTES] if name == "random" else [])
-        assert after == [own]
-        assert store.summary(0).held == 500
+
+def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: World) -> None:
+    """Into an empty database the restore reopens it with vector memtables (keys appended and
+    sorted once, at the flush), hands each batch's memtable to a flush right after the write, so
+    no read meets the memtable being written, and reopens it with the usual skiplist at its end.
+    Repeats of keys from earlier batches are read back and end as written one by one."""
+    rnd = random.Random(5)
+    keys = [f"{rnd.getrandbits(128):032x}".encode() for _ in range(300)]
+    writes = [(k, window.encode_entry(1_000 + n, n)) for n, k in enumerate(keys)]
+    writes += [(k, window.encode_entry(5 * BUCKET_MS, 300 + n)) for n, k in enumerate(keys[:40])]
+    writes += [(k, None) for k in keys[40:60]]
+    bulk, one_by_one = world.new_store("bulk"), world.new_store("one_by_one")
+    for n, write in enumerate(writes):
+        one_by_one.write_partition(0, [write], n)
+    assert memtable_factory(bulk) == "SkipListFactory"
+    assert bulk.begin_bulk(0, len(writes))
+    assert bulk.partition_db(0).bulk and bulk.partition_db(0).restoring()
+    assert memtable_factory(bulk) == "VectorRepFactory"
+    for start in range(0, len(writes), 50):
+        bulk.write_restored(0, writes[start : start + 50], start + 49, wal=False)
+        db = bulk.partition_db(0).db
+        assert db.property_int_value("rocksdb.num-entries-active-mem-table") == 0
+    bulk.end_bulk(0)
+    pdb = bulk.partition_db(0)
+    assert not pdb.bulk and not pdb.restoring()
+    assert memtable_factory(bulk) == "SkipListFactory"
+    assert world.ids(bulk) == world.ids(one_by_one)
+    assert world.index(bulk) == world.index(one_by_one)
+    assert bulk.summary(0) == one_by_one.summary(0)
+    assert bulk.summary(0).held == 280

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import random
-import uuid
 
-from tables.written_keys import MAX_BYTES, MIN_BYTES, WrittenKeys, mostly_in_order
+from tables.written_keys import MAX_BYTES, MIN_BYTES, WrittenKeys
 
 
 def test_a_key_marked_before_is_always_reported_and_new_keys_mostly_not() -> None:
@@ -35,13 +34,3 @@ def test_the_bitmap_size_follows_the_records_within_its_bounds() -> None:
     assert WrittenKeys(0).nbytes == MIN_BYTES
     assert WrittenKeys(1_000_000).nbytes == 2_000_000
     assert WrittenKeys(10**9).nbytes == MAX_BYTES
-
-
-def test_numbered_ids_are_in_order_and_random_uuids_not() -> None:
-    rnd = random.Random(5)
-    numbered = [f"id-{i:012d}".encode() for i in range(1_000)]
-    assert mostly_in_order(numbered)
-    assert mostly_in_order([*numbered[:50], b"id-zzz", *numbered[50:]])  # one out of place
-    uuids = [str(uuid.UUID(bytes=rnd.randbytes(16), version=4)).encode() for _ in range(1_000)]
-    assert not mostly_in_order(uuids)
-    assert mostly_in_order([]) and mostly_in_order([b"one"])
