@@ -101,8 +101,9 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         parses what was fetched from there (read from aiokafka's code and the dumps' timing):
         in standby takeovers at 10M ids, 4 MiB of records of each changelog partition, which
         held this thread, which also sends the group's heartbeats, for 5 s; the session expired
-        and a second rebalance followed (takeovers of 7.9-9.2 s). A cap of 10,000 in steady processing cost throughput (0.76-0.88x in the
-        contender benchmark); one above what a steady call gathers does not."""
+        and a second rebalance followed (takeovers of 7.9-9.2 s). A cap of 10,000 in steady
+        processing cost throughput (0.76-0.88x in the contender benchmark); one above what a
+        steady call gathers does not."""
         if max_records is None:
             held_back = records_held_back(self.app)
             max_records = HELD_BACK_MAX_RECORDS if held_back else STEADY_MAX_RECORDS
