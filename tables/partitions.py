@@ -41,8 +41,6 @@ class PartitionSet:
         self._extra_cfs = extra_cfs
         self._bulk_options = bulk_options
         self._open: dict[int, PartitionDB] = {}
-        #: Partitions whose database is (to be) opened with the bulk options.
-        self._bulk: set[int] = set()
 
     def path(self, partition: int) -> Path:
         return self.directory / f"{self._table_name}-{partition}.db"
@@ -54,11 +52,11 @@ class PartitionSet:
             pdb = self._open[partition] = self._open_db(partition)
         return pdb
 
-    def _open_db(self, partition: int) -> PartitionDB:
+    def _open_db(self, partition: int, *, bulk: bool = False) -> PartitionDB:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(partition)
         try:
-            pdb = self._new(partition)
+            pdb = self._new(partition, bulk)
         except Exception as exc:
             if "lock" in str(exc).lower():
                 raise  # another process uses this data dir: never touch its files
@@ -73,7 +71,7 @@ class PartitionSet:
                 aside.name,
             )
             path.rename(aside)
-            return self._new(partition)
+            return self._new(partition, bulk)
         why = None
         if pdb.restoring():
             # A bulk restore wrote without the write-ahead log and stopped before its flush:
@@ -93,7 +91,7 @@ class PartitionSet:
         # The column family handles keep RocksDB's lock until the object is gone.
         del pdb
         shutil.rmtree(path)
-        return self._new(partition)
+        return self._new(partition, bulk)
 
     def reopen(self, partition: int, *, bulk: bool) -> PartitionDB:
         """Close the database of ``partition`` and open it again, with the bulk options
@@ -101,12 +99,11 @@ class PartitionSet:
         being restored: one opened marked is rebuilt empty. The caller holds no reference to
         the database it had (its column families keep RocksDB's lock while they live)."""
         self.close(partition)
-        if bulk and self._bulk_options is not None:
-            self._bulk.add(partition)
-        return self.get(partition)
+        pdb = self._open[partition] = self._open_db(partition, bulk=bulk)
+        return pdb
 
-    def _new(self, partition: int) -> PartitionDB:
-        bulk_options = self._bulk_options if partition in self._bulk else None
+    def _new(self, partition: int, bulk: bool) -> PartitionDB:
+        bulk_options = self._bulk_options if bulk else None
         return PartitionDB(
             self.path(partition),
             bulk_options or self._options,
@@ -124,8 +121,6 @@ class PartitionSet:
         return iter(list(self._open.values()))
 
     def close(self, partition: int) -> None:
-        """Close the database of ``partition``; opened again, it has the usual options."""
-        self._bulk.discard(partition)
         pdb = self._open.pop(partition, None)
         if pdb is not None:
             pdb.close()
