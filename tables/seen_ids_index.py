@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from rocksdict import WriteBatch
 
 from tables import keys as key_forms
 from tables.rocks import PartitionDB
 from tables.store import TransactionalStore
-from tables.window import index_key_of
+from tables.window import index_key_of, index_keys_of
 
 #: Column family of the local age-out index: index key -> the id's key (in its disk form).
 INDEX_CF = "dedupe-age-index"
@@ -27,6 +27,9 @@ INDEX_CF = "dedupe-age-index"
 SUMMARY_KEY = b"seen-ids-summary"
 #: Greater than every index key (those are 16 bytes): no index entry put yet.
 _ABOVE_EVERY_INDEX_KEY = b"\xff" * 17
+#: Writes of new ids from this many on take the whole-array path of :meth:`extend_batch`
+#: (below it, its fixed cost outweighs the per-id work it saves).
+FRESH_IN_BULK = 256
 
 
 @dataclass
@@ -128,7 +131,22 @@ class SeenIdsStore(TransactionalStore):
         put, delete = batch.put, batch.delete
         last = dict(writes)
         disk_keys, olds = self.committed(partition, list(last)) if last else ([], [])
-        for new, disk_key, old in zip(last.values(), disk_keys, olds, strict=True):
+        values = list(last.values())
+        fresh = None
+        if len(values) >= FRESH_IN_BULK and olds.count(None) == len(olds) and None not in values:
+            # Every id new (a restore into an empty store, a commit of first sightings): the
+            # index keys and the summary's marks in whole-array steps.
+            fresh = index_keys_of(cast(list[bytes], values), bucket_ms)
+        if fresh is not None:
+            for disk_key, new, ik in zip(disk_keys, values, fresh.keys, strict=True):
+                put(disk_key, new)
+                put(ik, disk_key, handle)
+            held += len(values)
+            top_seq = max(top_seq, fresh.top_seq)
+            newest = max(newest, fresh.newest)
+            lowest_put = fresh.lowest
+            values, disk_keys, olds = [], [], []
+        for new, disk_key, old in zip(values, disk_keys, olds, strict=True):
             if old is not None:
                 if new is not None and old[:16] == new[:16]:
                     # A repeat counted: same first sighting and sequence, so the same index

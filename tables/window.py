@@ -23,6 +23,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -102,6 +104,48 @@ def index_key_of(encoded_entry: bytes, bucket_ms: int) -> bytes:
     8 bytes are the index key's last 8)."""
     first_seen_ms = int.from_bytes(encoded_entry[:8], "big")
     return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + encoded_entry[8:16]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexKeys:
+    """The index keys of many encoded entries, and the marks the summary keeps of them."""
+
+    #: ``index_key_of`` of each entry, in order.
+    keys: list[bytes]
+    #: The greatest sequence number and first sighting (8 bytes each, big-endian).
+    top_seq: bytes
+    newest: bytes
+    #: The least of ``keys``.
+    lowest: bytes
+
+
+def index_keys_of(entries: list[bytes], bucket_ms: int) -> IndexKeys | None:
+    """``index_key_of`` of every one of ``entries`` in whole-array steps, with their marks; None
+    when the entries are not all of one length of at least 16 bytes (then one by one)."""
+    n = len(entries)
+    if n == 0:
+        return None
+    width = len(entries[0])
+    joined = b"".join(entries)
+    if width < 16 or len(joined) != width * n or min(map(len, entries)) != width:
+        return None
+    rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, width)
+    # Big-endian 8-byte fields: as unsigned numbers they order as their bytes do.
+    first_seen = rows[:, :8].copy().view(">u8").ravel()
+    seq = rows[:, 8:16].copy().view(">u8").ravel()
+    buckets = (first_seen - first_seen % np.uint64(bucket_ms)).astype(">u8")
+    keys = np.empty((n, 16), dtype=np.uint8)
+    keys[:, :8] = buckets.view(np.uint8).reshape(n, 8)
+    keys[:, 8:] = rows[:, 8:16]
+    lowest_bucket = buckets.min()
+    lowest_seq = seq[buckets == lowest_bucket].min()
+    return IndexKeys(
+        # One 16-byte bytes object per row ("V": raw bytes, trailing zero bytes kept).
+        keys=keys.view("V16").ravel().tolist(),
+        top_seq=int(seq.max()).to_bytes(8, "big"),
+        newest=int(first_seen.max()).to_bytes(8, "big"),
+        lowest=int(lowest_bucket).to_bytes(8, "big") + int(lowest_seq).to_bytes(8, "big"),
+    )
 
 
 def bucket_of_index_key(key: bytes) -> int:

@@ -449,3 +449,93 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
     assert world.index(bulk) == world.index(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)
     assert bulk.summary(0).held == 280
+
+
+def test_batches_of_new_ids_take_the_whole_array_path_and_end_as_one_by_one(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes of new ids only, from ``FRESH_IN_BULK`` on, get their index keys and the
+    summary's marks in whole-array steps: ids, index and summary end as written one by one,
+    across buckets, first sightings below the hint, sequences with zero bytes at their end,
+    entries with a content hash, entries of mixed lengths and batches with repeats (those two
+    take the loop)."""
+    from tables import seen_ids_index
+
+    rnd = random.Random(17)
+    n = seen_ids_index.FRESH_IN_BULK
+
+    def fresh(
+        count: int, seq0: int, content: bytes = b"", latest: int = 9 * BUCKET_MS
+    ) -> list[tuple[bytes, bytes | None]]:
+        return [
+            (
+                f"{rnd.getrandbits(128):032x}".encode(),
+                window.encode_entry(rnd.randint(0, latest), seq0 + 256 * i, 0, content),
+            )
+            for i in range(count)
+        ]
+
+    batches = [
+        fresh(n, 0, latest=20 * BUCKET_MS),  # the newest first sightings of all
+        fresh(n + 7, 10**6, b"\x07" * 8),  # 28-byte entries
+        fresh(n - 1, 2 * 10**6),  # below the threshold: the loop
+    ]
+    mixed = fresh(n, 3 * 10**6)
+    mixed[5] = (mixed[5][0], mixed[5][1] + b"\x01" * 8)  # one longer entry: the loop
+    batches.append(mixed)
+    repeats = fresh(n, 4 * 10**6)
+    old_key, old_value = batches[0][3]
+    assert old_value is not None
+    repeats[9] = (old_key, old_value[:16] + (1).to_bytes(4, "big"))  # a repeat counted
+    batches.append(repeats)
+    early = fresh(n, 5 * 10**6)
+    early[0] = (early[0][0], window.encode_entry(0, 7))  # below every index key so far
+    batches.append(early)
+
+    took: list[bool] = []
+    real = seen_ids_index.index_keys_of
+
+    def spy(values: list[bytes], bucket_ms: int) -> window.IndexKeys | None:
+        found = real(values, bucket_ms)
+        took.append(found is not None)
+        return found
+
+    monkeypatch.setattr(seen_ids_index, "index_keys_of", spy)
+    batched, one_by_one = world.new_store("batched"), world.new_store("one_by_one")
+    hint = window.index_key(5 * BUCKET_MS, BUCKET_MS, 0)
+    for store in (batched, one_by_one):  # age-out left a hint: the walk starts at bucket 5
+        store.stage_hint(0, hint)
+        store.write_partition(0, [(b"seed", window.encode_entry(6 * BUCKET_MS, 1))], 0)
+        assert store.summary(0).hint == hint
+    offset = 1
+    for batch in batches:
+        for write in batch:
+            one_by_one.write_partition(0, [write], offset)
+        offset += len(batch)
+        batched.write_partition(0, batch, offset)
+    assert took == [True, True, False, True]  # the batch with a repeat is not all new
+    assert world.ids(batched) == world.ids(one_by_one)
+    assert world.index(batched) == world.index(one_by_one)
+    a, b = one_by_one.summary(0), batched.summary(0)
+    assert (b.held, b.next_seq, b.newest_ms) == (a.held, a.next_seq, a.newest_ms)
+    assert b.hint == a.hint == min(world.index(batched)) < hint
+    assert b.held == sum(map(len, batches)) - 1 + 1  # a repeat, and the seed
+
+
+def test_index_keys_of_many_entries_are_those_of_each() -> None:
+    rnd = random.Random(3)
+    for bucket_ms in (1, 7, 1000, 3_600_000):
+        entries = [
+            window.encode_entry(rnd.randrange(2**62), rnd.choice([0, 256, rnd.randrange(2**64)]))
+            for _ in range(500)
+        ]
+        found = window.index_keys_of(entries, bucket_ms)
+        assert found is not None
+        expected = [window.index_key_of(e, bucket_ms) for e in entries]
+        assert found.keys == expected
+        assert found.lowest == min(expected)
+        assert found.top_seq == max(e[8:16] for e in entries)
+        assert found.newest == max(e[:8] for e in entries)
+    assert window.index_keys_of([], 1) is None
+    assert window.index_keys_of([b"x" * 20, b"x" * 21], 1) is None
+    assert window.index_keys_of([b"x" * 15], 1) is None
