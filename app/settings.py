@@ -240,7 +240,8 @@ class Settings(KafkaSecuritySettings):
         "DEDUPE_ROCKSDB_COMPRESSION",
         "Compression of the state's RocksDB blocks: zstd (about 50 bytes per UUID id held, ids "
         "and age-out index), lz4, snappy (RocksDB's default) or none. Applies to files written "
-        "from then on; older files keep theirs.",
+        "from then on; older files keep theirs. (A bulk restore writes level 0 uncompressed; "
+        "compaction compresses it.)",
         one_of=("zstd", "lz4", "snappy", "none"),
     )
     rocksdb_block_bytes: int = setting(

@@ -259,6 +259,14 @@ def store_options(tuning: RocksTuning) -> StoreOptions:
     # filter over it either (0.47-0.54 -> 0.34-0.37 us per id written, index entry included).
     bulk_ids.set_memtable_whole_key_filtering(False)
     bulk_ids.set_memtable_prefix_bloom_ratio(0.0)
+    # Its flushes go to level 0 uncompressed: zstd was half of RocksDB's flush thread, which
+    # shares this machine's cores with the restore, and compaction compresses what it merges
+    # below level 0 (with the usual options after the restore, too). Only in bulk mode: a
+    # worker's steady flushes stay compressed (1M ids, mostly in level 0: 85 bytes per id on
+    # disk against 55).
+    compression = COMPRESSION[tuning.compression]
+    bulk_ids.set_num_levels(LEVELS)
+    bulk_ids.set_compression_per_level([DBCompressionType.none()] + [compression()] * (LEVELS - 1))
     # The other families are only scanned (the age-out index) or hold a few keys: no filter.
     families = family_options(tuning, cache, budget, bloom=False)
     return StoreOptions(ids, bulk_ids, families, cache)
@@ -300,14 +308,7 @@ def family_options(
     # compaction) against 103.4 with RocksDB's default Snappy (1M uuid-shaped ids, keys as
     # text, 4 KiB blocks). Blocks are compressed at flush and compaction, in RocksDB's own
     # threads, and decompressed only on block cache misses.
-    compression = COMPRESSION[tuning.compression]
-    opts.set_compression_type(compression())
-    # Except level 0, which holds flushed memtables until compaction merges them into the
-    # level below (a few files in steady running): written uncompressed, a flush costs less
-    # of the core the worker shares with RocksDB's threads (RocksDB's tuning guide says the
-    # same), at some bytes for a while.
-    opts.set_num_levels(LEVELS)
-    opts.set_compression_per_level([DBCompressionType.none()] + [compression()] * (LEVELS - 1))
+    opts.set_compression_type(COMPRESSION[tuning.compression]())
     table = BlockBasedOptions()
     # 16 KiB blocks (the default): 51.9 bytes per id against 54.7 with RocksDB's 4 KiB (1M
     # uuid-shaped ids over 8 partitions, keys in their 16-byte form; bench/results-scale.md).

@@ -410,13 +410,22 @@ def test_a_bulk_restore_into_an_empty_store_reads_back_only_keys_it_wrote(
     assert bulk.summary(0) == one_by_one.summary(0)
 
 
-def memtable_factory(store: SeenIdsStore) -> str:
-    """The ids' memtable factory in the newest OPTIONS file RocksDB wrote for partition 0."""
+def ids_option(store: SeenIdsStore, name: str) -> str:
+    """An option of the ids' column family in the newest OPTIONS file RocksDB wrote for
+    partition 0 ("": not there)."""
     store.partition_db(0)  # opened on first use
     files = store.partition_path(0).glob("OPTIONS-*")
     text = max(files, key=lambda f: int(f.name.split("-")[1])).read_text()
     default = text[text.index('[CFOptions "default"]') :]
-    factory = default.split("memtable_factory=", 1)[1].split("\n", 1)[0]
+    default = default[: default.index("[TableOptions")]
+    if f"  {name}=" not in default:
+        return ""
+    return default.split(f"  {name}=", 1)[1].split("\n", 1)[0].strip()
+
+
+def memtable_factory(store: SeenIdsStore) -> str:
+    """The ids' memtable factory in the newest OPTIONS file RocksDB wrote for partition 0."""
+    factory = ids_option(store, "memtable_factory")
     return factory.removeprefix("{id=").split(";", 1)[0].strip()
 
 
@@ -437,6 +446,9 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
     assert bulk.begin_bulk(0, len(writes))
     assert bulk.partition_db(0).bulk and bulk.partition_db(0).restoring()
     assert memtable_factory(bulk) == "VectorRepFactory"
+    # Flushes to level 0 uncompressed, the levels below as configured; no memtable filter.
+    assert ids_option(bulk, "compression_per_level") == "kNoCompression" + ":kZSTD" * 6
+    assert ids_option(bulk, "memtable_prefix_bloom_size_ratio") == "0.000000"
     for start in range(0, len(writes), 50):
         bulk.write_restored(0, writes[start : start + 50], start + 49, wal=False)
         db = bulk.partition_db(0).db
@@ -445,6 +457,8 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
     pdb = bulk.partition_db(0)
     assert not pdb.bulk and not pdb.restoring()
     assert memtable_factory(bulk) == "SkipListFactory"
+    assert ids_option(bulk, "compression_per_level") == ""
+    assert ids_option(bulk, "compression") == "kZSTD"
     assert world.ids(bulk) == world.ids(one_by_one)
     assert world.index(bulk) == world.index(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)
