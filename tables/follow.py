@@ -37,6 +37,8 @@ class Followed:
     store: BulkTarget
     held: int | None = None
     lag: int | None = None
+    #: Any bulk restore of it was ended (before its first write; see :meth:`Follower._turn`).
+    bulk_ended: bool = False
 
 
 class LazyReader:
@@ -111,7 +113,15 @@ class Follower:
             tps = sorted(self.followed)
             reader.assign(tps)
             for tp in tps:
-                held = self.followed[tp].store.restored_offset(tp.partition)
+                followed = self.followed[tp]
+                if not followed.bulk_ended:
+                    # A partition new to the follower may hold a bulk restore that a rebalance
+                    # stopped (active here before, a standby now): what it wrote is flushed,
+                    # its mark cleared and the usual options back, so the follower goes on from
+                    # that prefix with the WAL, not through memtables flushed at every write.
+                    followed.store.end_bulk(tp.partition)
+                    followed.bulk_ended = True
+                held = followed.store.restored_offset(tp.partition)
                 reader.seek(tp, 0 if held is None else held + 1)
         fetched = await reader.getmany(timeout_ms=500)
         for tp, records in fetched.items():

@@ -68,6 +68,7 @@ class Store:
     offset: int | None = None
     written: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     wal: list[bool] = field(default_factory=list)
+    bulk_ended: int = 0
 
     def restored_offset(self, partition: int) -> int | None:
         assert partition == self.partition
@@ -83,7 +84,9 @@ class Store:
     def begin_bulk(self, partition: int, records: int) -> bool:
         return False
 
-    def end_bulk(self, partition: int) -> None: ...
+    def end_bulk(self, partition: int) -> None:
+        assert partition == self.partition
+        self.bulk_ended += 1
 
 
 def log_of(n: int, prefix: str) -> list[Record]:
@@ -179,3 +182,22 @@ def test_with_nothing_to_follow_a_turn_waits_for_a_change() -> None:
         return waited, turn.done()
 
     assert asyncio.run(run()) == (True, True)
+
+
+def test_a_partition_new_to_the_follower_ends_any_bulk_restore_first() -> None:
+    """A partition whose bulk restore a rebalance stopped, now a standby here, leaves bulk
+    mode before the follower's first write to it; one followed already is left as it is."""
+    a, b = Store(0), Store(1)
+    reader = Reader({A: log_of(2, "a"), B: log_of(2, "b")}, {A: 2, B: 2})
+    follower = follower_with(reader)
+    follower.follow({A: a})
+    assert (a.bulk_ended, b.bulk_ended) == (0, 0)  # at the next turn, not in the rebalance
+    turns(follower, 1)
+    assert (a.bulk_ended, b.bulk_ended) == (1, 0) and a.written
+    follower.follow({A: a, B: b})
+    turns(follower, 1)
+    assert (a.bulk_ended, b.bulk_ended) == (1, 1)
+    follower.follow({B: b})
+    follower.follow({A: a, B: b})  # A followed again after a rebalance away: new again
+    turns(follower, 1)
+    assert (a.bulk_ended, b.bulk_ended) == (2, 1)

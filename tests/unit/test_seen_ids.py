@@ -553,3 +553,32 @@ def test_index_keys_of_many_entries_are_those_of_each() -> None:
     assert window.index_keys_of([], 1) is None
     assert window.index_keys_of([b"x" * 20, b"x" * 21], 1) is None
     assert window.index_keys_of([b"x" * 15], 1) is None
+
+
+def test_a_bulk_restore_ended_midway_keeps_its_prefix_on_disk(world: World) -> None:
+    """A restore that a rebalance stopped, its partition now a standby here, is ended where it
+    stopped (``tables/follow.py``): what it wrote without the WAL is flushed and the mark
+    cleared, so a reopened database keeps that prefix (it is not rebuilt), and writes with the
+    WAL go on from it with the usual options."""
+    rnd = random.Random(23)
+    writes = [
+        (f"{rnd.getrandbits(128):032x}".encode(), window.encode_entry(1_000 + n, n))
+        for n in range(600)
+    ]
+    bulk, one_by_one = world.new_store("bulk"), world.new_store("one_by_one")
+    for n, write in enumerate(writes):
+        one_by_one.write_partition(0, [write], n)
+    assert bulk.begin_bulk(0, len(writes))
+    bulk.write_restored(0, writes[:300], 299, wal=False)
+    bulk.end_bulk(0)  # stopped at offset 299 of 599
+    pdb = bulk.partition_db(0)
+    assert not pdb.bulk and not pdb.restoring() and pdb.offset() == 299
+    assert memtable_factory(bulk) == "SkipListFactory"
+    del pdb
+    bulk.close_partition(0)  # a database opened marked would be emptied: this one is not
+    assert bulk.restored_offset(0) == 299
+    assert not bulk.begin_bulk(0, 300)  # it holds a prefix: the rest goes with the WAL
+    bulk.write_restored(0, writes[300:], 599, wal=True)
+    assert world.ids(bulk) == world.ids(one_by_one)
+    assert world.index(bulk) == world.index(one_by_one)
+    assert bulk.summary(0) == one_by_one.summary(0)
