@@ -326,3 +326,56 @@ def test_a_changelog_batch_is_a_transactional_batch_of_the_changelog_codec(codec
     assert built.compression_type == CODECS[codec]
     assert built.is_transactional
     assert [r.key for r in built] == [b"id-%d" % i for i in range(200)]
+
+
+class _Sender:
+    """aiokafka's ``Sender`` as far as closing goes: cancelled, its routine awaits its request in
+    flight (``Sender._sender_routine``), and ``close()`` cancels it and awaits it."""
+
+    def __init__(self, in_flight: asyncio.Task[None]) -> None:
+        self.in_flight = in_flight
+        self.sender_task = asyncio.create_task(self._routine())
+
+    async def _routine(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await self.in_flight
+
+    async def close(self) -> None:
+        self.sender_task.cancel()
+        await self.sender_task
+
+
+def test_force_close_ends_with_an_abort_in_flight_waiting_for_a_held_batch() -> None:
+    """A broker paused while an abort was in flight: the abort waits for the transaction's
+    batch to be sent (aiokafka's ``flush_for_commit``), which only the sender does, and the
+    cancelled sender waits for the abort. Closing fails the held batches first, so both end
+    (before: force_close awaited the sender first and never returned)."""
+
+    from aiokafka.cluster import ClusterMetadata
+    from aiokafka.producer.message_accumulator import MessageAccumulator
+
+    from app.eos import producer as producers
+
+    async def scenario() -> None:
+        acc = MessageAccumulator(ClusterMetadata(), 16384, 0, 30)
+        delivered = await acc.add_message(TopicPartition("out", 0), b"k", b"v", timeout=1)
+        abort = asyncio.create_task(acc.flush_for_commit())
+        await asyncio.sleep(0)
+        sender = _Sender(abort)
+        closed: list[bool] = []
+
+        async def close_client() -> None:
+            closed.append(True)
+
+        producer = SimpleNamespace(
+            _sender=sender,
+            _message_accumulator=acc,
+            client=SimpleNamespace(close=close_client),
+        )
+        await asyncio.wait_for(producers.force_close(producer), timeout=5)  # type: ignore[arg-type]
+        assert sender.sender_task.done() and abort.done() and closed == [True]
+        assert delivered.done() and isinstance(delivered.exception(), KafkaConnectionError)
+
+    asyncio.run(scenario())
