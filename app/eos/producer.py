@@ -88,50 +88,20 @@ def is_transaction_error(producer: AIOKafkaProducer | None, exc: BaseException) 
     return isinstance(exc, KafkaError | IllegalOperation) or is_fenced(producer, exc)
 
 
-#: How long :func:`force_close` waits for the producer's sender to end, in rounds of
-#: :data:`FORCE_CLOSE_ROUND` seconds, before it leaves the sender to end on its own.
-FORCE_CLOSE_ROUNDS = 10
-FORCE_CLOSE_ROUND = 0.5
-
-
-def _fail_held_batches(producer: AIOKafkaProducer) -> None:
-    """Fail (quietly) every batch the producer still holds: its futures, and any waiter on them."""
-    acc = producer._message_accumulator
-    for batch in (*(b for bs in acc._batches.values() for b in bs), *acc._pending_batches):
-        for fut in (batch.future, batch._drain_waiter, *(f for f, _ in batch._msg_futures)):
-            retrieve_exception_later(fut)
-    acc.fail_all(KafkaConnectionError("the transactional producer was dropped"))
-
-
 async def force_close(producer: AIOKafkaProducer) -> None:
     """Close ``producer`` after its ``stop()`` was cut short (it waits for the broker to take
     what it holds, and a paused broker never does): stop its sender and close its connections,
     so no producer of a given-up transaction lives on, sends once the broker is back, and then
-    fails futures nobody awaits (every producer we drop is fenced anyway).
-
-    The batches it holds are failed *before* the wait for its sender: a cancelled sender
-    waits for its request in flight, and an abort or commit in flight waits for the batches
-    of its transaction to be sent (aiokafka's ``flush_for_commit``), which only the sender
-    would do. Awaiting the sender first waited forever (a broker paused while an abort was in
-    flight; ``test_broker_pauses_keep_exactly_once``). Closing the connections ends requests in
-    flight; a send that failed may put its batch back, so the batches are failed again at each
-    round of the wait, which is bounded: a sender still running then is left to end on its own
-    (it can only abort a transaction of a producer that is fenced)."""
+    fails futures nobody awaits (every producer we drop is fenced anyway)."""
     try:
-        sender = producer._sender.sender_task
-        if sender is not None:
-            sender.cancel()
-            retrieve_exception_later(sender)
-        _fail_held_batches(producer)
+        await producer._sender.close()
+        # stop() waits for the batches still held to be sent: fail them (quietly) so it ends.
+        acc = producer._message_accumulator
+        for batch in (*(b for bs in acc._batches.values() for b in bs), *acc._pending_batches):
+            for fut in (batch.future, batch._drain_waiter, *(f for f, _ in batch._msg_futures)):
+                retrieve_exception_later(fut)
+        acc.fail_all(KafkaConnectionError("the transactional producer was dropped"))
         await producer.client.close()
-        for _ in range(FORCE_CLOSE_ROUNDS if sender is not None else 0):
-            done, _pending = await asyncio.wait({sender}, timeout=FORCE_CLOSE_ROUND)
-            if done:
-                break
-            _fail_held_batches(producer)
-        else:
-            if sender is not None:
-                log.warning("a dropped transactional producer's sender did not stop; left to end")
     except Exception as exc:  # closing what is already broken: nothing more to do
         log.warning("dropping a transactional producer: %r", exc)
 
