@@ -88,13 +88,30 @@ def is_transaction_error(producer: AIOKafkaProducer | None, exc: BaseException) 
     return isinstance(exc, KafkaError | IllegalOperation) or is_fenced(producer, exc)
 
 
-async def force_close(producer: AIOKafkaProducer) -> None:
+async def force_close(producer: AIOKafkaProducer, wait: float) -> None:
     """Close ``producer`` after its ``stop()`` was cut short (it waits for the broker to take
     what it holds, and a paused broker never does): stop its sender and close its connections,
     so no producer of a given-up transaction lives on, sends once the broker is back, and then
-    fails futures nobody awaits (every producer we drop is fenced anyway)."""
+    fails futures nobody awaits (every producer we drop is fenced anyway).
+
+    The wait for the cancelled sender is bounded by ``wait`` seconds (more than its requests'
+    timeout): a cancelled sender waits for its request in flight, and an abort in flight waits
+    for the batches of its transaction to be sent (aiokafka's ``flush_for_commit``), which only
+    the sender would do, so unbounded it waited forever (seen once: a broker paused while an
+    abort was in flight). The held batches are failed only after that wait: failing a batch
+    still in flight breaks aiokafka's own bookkeeping of it."""
     try:
-        await producer._sender.close()
+        sender = producer._sender.sender_task
+        if sender is not None and not sender.done():
+            sender.cancel()
+            done, _pending = await asyncio.wait({sender}, timeout=wait)
+            if not done:
+                retrieve_exception_later(sender)
+                log.warning(
+                    "a dropped transactional producer's sender did not stop in %.0fs (a request "
+                    "in flight waits for batches it holds): failing them",
+                    wait,
+                )
         # stop() waits for the batches still held to be sent: fail them (quietly) so it ends.
         acc = producer._message_accumulator
         for batch in (*(b for bs in acc._batches.values() for b in bs), *acc._pending_batches):
@@ -217,4 +234,5 @@ class TransactionalProducers:
             await asyncio.wait_for(producer.stop(), timeout=self.settings.commit_timeout)
         except Exception as exc:  # closing runs in rebalance callbacks: never raise there
             log.warning("closing a transactional producer failed (%r): dropping it", exc)
-            await force_close(producer)
+            # Its requests time out after min(commit timeout, 30 s): wait for two, and a backoff.
+            await force_close(producer, 2 * min(self.settings.commit_timeout, 30.0) + 1.0)

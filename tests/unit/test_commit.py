@@ -347,18 +347,11 @@ class _Sender:
         await self.sender_task
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known deadlock, not fixed: force_close awaits the cancelled sender, which awaits an "
-    "abort in flight, which waits for a held batch that force_close fails only afterwards "
-    "(seen once in CI: test_broker_pauses_keep_exactly_once). Failing the held batches first "
-    "made aiokafka's reenqueue raise KeyError in about 1 run in 6 (orphaned future)",
-)
 def test_force_close_ends_with_an_abort_in_flight_waiting_for_a_held_batch() -> None:
     """A broker paused while an abort was in flight: the abort waits for the transaction's
     batch to be sent (aiokafka's ``flush_for_commit``), which only the sender does, and the
-    cancelled sender waits for the abort. Closing must end both (force_close awaits the sender
-    first and never returns: a known bug, marked xfail until it is fixed)."""
+    cancelled sender waits for the abort. The wait for the sender is bounded; then the held
+    batch is failed and both end (before: force_close awaited the sender and never returned)."""
 
     from aiokafka.cluster import ClusterMetadata
     from aiokafka.producer.message_accumulator import MessageAccumulator
@@ -381,7 +374,10 @@ def test_force_close_ends_with_an_abort_in_flight_waiting_for_a_held_batch() -> 
             _message_accumulator=acc,
             client=SimpleNamespace(close=close_client),
         )
-        await asyncio.wait_for(producers.force_close(producer), timeout=5)  # type: ignore[arg-type]
+        close = producers.force_close(producer, 0.5)  # type: ignore[arg-type]
+        await asyncio.wait_for(close, timeout=5)
+        # The held batch failed, the abort and then the sender end (on their own).
+        await asyncio.wait({sender.sender_task}, timeout=1)
         assert sender.sender_task.done() and abort.done() and closed == [True]
         assert delivered.done() and isinstance(delivered.exception(), KafkaConnectionError)
 
