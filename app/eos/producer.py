@@ -190,8 +190,14 @@ class TransactionalProducers:
             # :meth:`changelog_batch`.
             compression_type=None if s.compression == "none" else s.compression,
             max_request_size=s.dlq_max_message_bytes,
-            request_timeout_ms=int(min(s.commit_timeout, 30) * 1000),
+            request_timeout_ms=int(self.request_timeout * 1000),
         )
+
+    @property
+    def request_timeout(self) -> float:
+        """Seconds before a transactional producer's request times out: the commit timeout, at
+        most 30."""
+        return min(self.settings.commit_timeout, 30.0)
 
     def changelog_batch(self) -> BatchBuilder:
         """An empty transactional batch for a changelog partition, compressed as
@@ -234,5 +240,5 @@ class TransactionalProducers:
             await asyncio.wait_for(producer.stop(), timeout=self.settings.commit_timeout)
         except Exception as exc:  # closing runs in rebalance callbacks: never raise there
             log.warning("closing a transactional producer failed (%r): dropping it", exc)
-            # Its requests time out after min(commit timeout, 30 s): wait for two, and a backoff.
-            await force_close(producer, 2 * min(self.settings.commit_timeout, 30.0) + 1.0)
+            # Long enough for two of its requests to time out, and a backoff.
+            await force_close(producer, 2 * self.request_timeout + 1.0)
