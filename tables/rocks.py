@@ -84,6 +84,13 @@ COMPRESSION = {
 BULK_MEMTABLES = 6
 #: Levels of each database (RocksDB's default).
 LEVELS = 7
+#: Level-0 files of the ids that start a compaction during a bulk restore (RocksDB's default
+#: and the usual options: 4). Random ids overlap every file, so each compaction out of level 0
+#: rewrites all the ids below it: the fewer compactions, the less rewriting (10M random UUIDs:
+#: RocksDB's compaction thread 31 s of CPU at 4, 13-19 s at 12-16). Below RocksDB's default
+#: write slowdown (20 files), so writes slow down before level 0 grows past it, and a database
+#: reopened with the usual options after the restore starts with no stalled writes.
+BULK_LEVEL0_COMPACTION_FILES = 12
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096
 
@@ -259,6 +266,7 @@ def store_options(tuning: RocksTuning) -> StoreOptions:
     # filter over it either (0.47-0.54 -> 0.34-0.37 us per id written, index entry included).
     bulk_ids.set_memtable_whole_key_filtering(False)
     bulk_ids.set_memtable_prefix_bloom_ratio(0.0)
+    bulk_ids.set_level_zero_file_num_compaction_trigger(BULK_LEVEL0_COMPACTION_FILES)
     # Its flushes go to level 0 uncompressed: zstd was half of RocksDB's flush thread, which
     # shares this machine's cores with the restore, and compaction compresses what it merges
     # below level 0 (with the usual options after the restore, too). Only in bulk mode: a

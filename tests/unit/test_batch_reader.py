@@ -104,3 +104,16 @@ def test_a_batch_whose_checksum_does_not_match_raises() -> None:
 def test_nothing_fetched_leaves_the_offset_where_it_was() -> None:
     keys, cuts, next_offset = read(offset=5)
     assert (keys, cuts, next_offset) == ([], [], 5)
+
+
+def test_a_compacted_batch_is_read_through_its_last_offset() -> None:
+    """Compaction removed the last records of a batch, and the batch kept its last offset: a
+    whole batch read is held through that offset, and a batch read from inside (the fetch
+    offset within it) through its last record read."""
+    raw = bytearray(batch(10, ["a", "b"]))  # records at 10 and 11
+    struct.pack_into(">i", raw, 23, 4)  # last offset delta: the batch ran to offset 14
+    struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
+    compacted = bytes(raw)
+    assert read(compacted, batch(15, ["c"]), offset=10) == (["a", "b", "c"], [(2, 14), (3, 15)], 16)
+    assert read(compacted, offset=11) == (["b"], [(1, 11)], 15)
+    assert read(compacted, offset=10, end=12) == (["a", "b"], [(2, 11)], 15)

@@ -449,6 +449,8 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
     # Flushes to level 0 uncompressed, the levels below as configured; no memtable filter.
     assert ids_option(bulk, "compression_per_level") == "kNoCompression" + ":kZSTD" * 6
     assert ids_option(bulk, "memtable_prefix_bloom_size_ratio") == "0.000000"
+    # Fewer compactions out of level 0 while the restore writes.
+    assert ids_option(bulk, "level0_file_num_compaction_trigger") == "12"
     for start in range(0, len(writes), 50):
         bulk.write_restored(0, writes[start : start + 50], start + 49, wal=False)
         db = bulk.partition_db(0).db
@@ -459,6 +461,7 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
     assert memtable_factory(bulk) == "SkipListFactory"
     assert ids_option(bulk, "compression_per_level") == ""
     assert ids_option(bulk, "compression") == "kZSTD"
+    assert ids_option(bulk, "level0_file_num_compaction_trigger") == "4"
     assert world.ids(bulk) == world.ids(one_by_one)
     assert world.index(bulk) == world.index(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)
