@@ -87,9 +87,10 @@ LEVELS = 7
 #: Level-0 files of the ids that start a compaction during a bulk restore (RocksDB's default
 #: and the usual options: 4). Random ids overlap every file, so each compaction out of level 0
 #: rewrites all the ids below it: the fewer compactions, the less rewriting (10M random UUIDs:
-#: RocksDB's compaction thread 31 s of CPU at 4, 13-19 s at 12-16). Below RocksDB's default
-#: write slowdown (20 files), so writes slow down before level 0 grows past it, and a database
-#: reopened with the usual options after the restore starts with no stalled writes.
+#: RocksDB's compaction thread 31 s of CPU at 4, 13-19 s at 12-16). Kept below RocksDB's write
+#: slowdown (20 files, in these options and the usual ones), so a compaction starts before writes
+#: slow down: the restore, and the database reopened with the usual options after it, meet the
+#: slowdown only when compaction falls 8 files behind.
 BULK_LEVEL0_COMPACTION_FILES = 12
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096
