@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from tables.restore import BATCH_RECORDS, BulkTarget
+from tables.restore import BATCH_RECORDS, BulkTarget, settle
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ class Followed:
     lag: int | None = None
     #: Any bulk restore of it was ended (before its first write; see :meth:`Follower._turn`).
     bulk_ended: bool = False
+    #: RocksDB had compacted what any such restore wrote (see :meth:`Follower._turn`).
+    settled: bool = False
 
 
 class LazyReader:
@@ -121,6 +123,13 @@ class Follower:
                     # that prefix with the WAL, not through memtables flushed at every write.
                     followed.store.end_bulk(tp.partition)
                     followed.bulk_ended = True
+                if not followed.settled:
+                    # What such a restore wrote is compacted before the follower writes to it
+                    # (``tables/restore.py``: a restore compacts only at its end), so no write
+                    # stalls the event loop on it.
+                    if not await settle(followed.store, tp, lambda: not self._changed.is_set()):
+                        return  # the partitions followed changed meanwhile: start over
+                    followed.settled = True
                 held = followed.store.restored_offset(tp.partition)
                 reader.seek(tp, 0 if held is None else held + 1)
         fetched = await reader.getmany(timeout_ms=500)

@@ -16,6 +16,10 @@ disk. A database still marked when it is opened lost its unflushed batches in a 
 rebuilt from the changelog (``tables/partitions.py``). A restore onto existing state (the tail
 after a restart) keeps the WAL.
 
+Into an empty store nothing is compacted while the batches are written (``tables/rocks.py``):
+at its end the restore turns compactions on and waits, with the event loop free, until RocksDB
+has compacted what it wrote (:func:`settle`); only then does the partition count as restored.
+
 The restore ends at the partition's last stable offset read at its start: only this partition's
 transactional producer writes its changelog, and it has fenced any older one and is idle until
 the recovery ends, so nothing is written past it meanwhile.
@@ -23,6 +27,7 @@ the recovery ends, so nothing is written past it meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -70,6 +75,10 @@ class BulkTarget(Protocol):
 
     def end_bulk(self, partition: int) -> None:
         """Every batch written is on disk: flush, then clear what :meth:`begin_bulk` marked."""
+
+    def compacting(self, partition: int) -> bool:
+        """True while RocksDB still compacts what the restore wrote (it compacts nothing while
+        it writes): writes to the partition could stall until it is done."""
 
 
 @dataclass
@@ -119,6 +128,32 @@ class ChangelogReader(Protocol):
         """Close its connections."""
 
 
+#: How often (seconds) a restore that ended looks whether RocksDB has compacted what it wrote.
+SETTLE_POLL = 0.05
+
+
+async def settle(store: BulkTarget, tp: TopicPartition, still_wanted: Callable[[], bool]) -> bool:
+    """Wait (without blocking the event loop: RocksDB compacts in its own threads) until the
+    store no longer compacts what a bulk restore of ``tp`` wrote; False when
+    ``still_wanted()`` turned false first. The partition's database is complete either way:
+    this only keeps its first writes after the restore from stalling on the compaction."""
+    if not store.compacting(tp.partition):
+        return True
+    started = logged_at = time.monotonic()
+    log.info("%s-%d: waiting for RocksDB to compact the restored ids", *tp)
+    while store.compacting(tp.partition):
+        if not still_wanted():
+            return False
+        await asyncio.sleep(SETTLE_POLL)
+        if time.monotonic() - logged_at >= PROGRESS_EVERY:
+            log.info("%s-%d: still compacting the restored ids", *tp)
+            logged_at = time.monotonic()
+    log.info(
+        "%s-%d: restored ids compacted in %.1fs", tp.topic, tp.partition, time.monotonic() - started
+    )
+    return True
+
+
 class Restorer:
     """Restores changelog partitions into their stores (see the module docstring) with
     ``reader``, which it closes in :meth:`close`."""
@@ -147,7 +182,10 @@ class Restorer:
             log.info(
                 "%s-%d: nothing to restore (the store holds it through offset %d)", *tp, end - 1
             )
-            return True
+            # A restore stopped after its last write, or one whose compaction a rebalance
+            # stopped waiting for: ended (again; a no-op for a store that is not in bulk mode).
+            store.end_bulk(tp.partition)
+            return await settle(store, tp, still_wanted)
         wal = not store.begin_bulk(tp.partition, end - start)
         log.info(
             "restoring %s-%d from offset %d to %d (%d offsets%s)",
@@ -187,6 +225,8 @@ class Restorer:
         # The last records may be commit markers: the store holds the changelog through them.
         store.write_restored(tp.partition, [], end - 1, wal=wal)
         store.end_bulk(tp.partition)
+        if not await settle(store, tp, still_wanted):
+            return False
         progress.position = end
         if self._on_progress is not None:
             self._on_progress(progress, 0)

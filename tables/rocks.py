@@ -84,14 +84,14 @@ COMPRESSION = {
 BULK_MEMTABLES = 6
 #: Levels of each database (RocksDB's default).
 LEVELS = 7
-#: Level-0 files of the ids that start a compaction during a bulk restore (RocksDB's default
-#: and the usual options: 4). Random ids overlap every file, so each compaction out of level 0
-#: rewrites all the ids below it: the fewer compactions, the less rewriting (10M random UUIDs:
-#: RocksDB's compaction thread 31 s of CPU at 4, 13-19 s at 12-16). Kept below RocksDB's write
-#: slowdown (20 files, in these options and the usual ones), so a compaction starts before writes
-#: slow down: the restore, and the database reopened with the usual options after it, meet the
-#: slowdown only when compaction falls 8 files behind.
-BULK_LEVEL0_COMPACTION_FILES = 12
+#: Level-0 files of the ids that start a compaction (RocksDB's default, in the usual options).
+#: A bulk restore compacts nothing while it writes (see :func:`store_options`) and counts as
+#: done only once level 0 holds fewer files than this again (:meth:`PartitionDB.compacting`).
+LEVEL0_COMPACTION_FILES = 4
+#: Threads the compaction at the end of a bulk restore splits into, by key range (nothing else
+#: writes the partition meanwhile). 50M random UUIDs over 4 partitions, compaction at each
+#: partition's end: 415,255 ids/s with RocksDB's 1, 527,578 with 2 (this machine's cores).
+BULK_SUBCOMPACTIONS = 2
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096
 
@@ -197,6 +197,17 @@ class PartitionDB:
         if self.bulk:
             self.db.flush(False)
 
+    def start_compactions(self) -> None:
+        """Let RocksDB compact the ids again, in its own threads (a bulk restore turned its
+        compactions off, :func:`store_options`)."""
+        self.db.set_options({"disable_auto_compactions": "false"})
+
+    def compacting(self) -> bool:
+        """True while level 0 of the ids holds enough files for a compaction (after a bulk
+        restore, until RocksDB has compacted what it wrote): writes could stall on it."""
+        files = self.db.property_int_value("rocksdb.num-files-at-level0") or 0
+        return files >= LEVEL0_COMPACTION_FILES
+
     def restoring(self) -> bool:
         """True while a bulk restore writes without the write-ahead log: opened in this state,
         the database lost whatever was not flushed yet."""
@@ -267,7 +278,14 @@ def store_options(tuning: RocksTuning) -> StoreOptions:
     # filter over it either (0.47-0.54 -> 0.34-0.37 us per id written, index entry included).
     bulk_ids.set_memtable_whole_key_filtering(False)
     bulk_ids.set_memtable_prefix_bloom_ratio(0.0)
-    bulk_ids.set_level_zero_file_num_compaction_trigger(BULK_LEVEL0_COMPACTION_FILES)
+    # No compaction while the restore writes: random ids overlap every level-0 file, so each
+    # compaction out of level 0 rewrites every id below it, and with compactions as usual a
+    # partition's ids were rewritten again and again as it grew (10M random UUIDs: RocksDB's
+    # compaction thread 28-31 s of CPU with level 0 compacted from 4 files, 17-19 s from 12).
+    # Level 0 is compacted once, when the restore ends (:meth:`PartitionDB.compacting`).
+    # RocksDB does not slow writes down for level-0 files while compactions are off.
+    bulk_ids.set_disable_auto_compactions(True)
+    bulk_ids.set_max_subcompactions(BULK_SUBCOMPACTIONS)
     # Its flushes go to level 0 uncompressed: zstd was half of RocksDB's flush thread, which
     # shares this machine's cores with the restore, and compaction compresses what it merges
     # below level 0 (with the usual options after the restore, too). Only in bulk mode: a

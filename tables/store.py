@@ -315,7 +315,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         restore's ``records`` (changelog offsets) then skip the write-ahead log, read back only
         the keys they may have written themselves (``tables/written_keys.py``), and go into the
         database opened again with the bulk options (``tables.rocks.StoreOptions.bulk_ids``)
-        until :meth:`end_bulk`."""
+        until RocksDB has compacted what it wrote, after :meth:`end_bulk` (:meth:`compacting`
+        says when)."""
         if self.partition_db(partition).restoring():
             # A restore stopped by a rebalance, going on in the same open database (one opened
             # marked is emptied first, ``tables/partitions.py``), with the keys it recorded as
@@ -338,14 +339,27 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         self.write_partition(partition, records, offset, wal=wal)
 
     def end_bulk(self, partition: int) -> None:
+        """Flush, clear the mark, and let RocksDB compact what the restore wrote (it compacted
+        nothing meanwhile); :meth:`compacting` says when that is done."""
         self._written.pop(partition, None)
         pdb = self.partition_db(partition)
         if pdb.restoring():
             pdb.flush()
             pdb.mark_restoring(False)
         if pdb.bulk:
+            pdb.start_compactions()
+
+    def compacting(self, partition: int) -> bool:
+        """True while RocksDB still compacts what a bulk restore wrote (in its own threads,
+        with the bulk options: ``BULK_SUBCOMPACTIONS`` of them at once). Once it is done the
+        database is opened again with the usual options, and this is False."""
+        pdb = self.partition_db(partition)
+        if pdb.compacting():
+            return True
+        if pdb.bulk:
             del pdb  # its column families keep the database's lock while they live
             self._partitions.reopen(partition, bulk=False)
+        return False
 
     def apply_changelog_batch(
         self,

@@ -13,7 +13,9 @@ read then finds nothing), never cleared, so no key this restore wrote is taken f
 
 Memory: :data:`BITS_PER_RECORD` bits per changelog offset the restore covers (2 bytes; 10M
 records: 20 MB), at most :data:`MAX_BYTES` per partition, held only while the partition is being
-restored. At 16 bits per key about 6% of new keys are still read; past the cap, more.
+restored. Each key sets two bits: at 16 bits per key about 1.4% of new keys
+are still read when the bitmap is full (with one bit, 6%; each such read looks through every
+level-0 file, and a restore compacts nothing until its end); past the cap, more.
 """
 
 from __future__ import annotations
@@ -50,18 +52,29 @@ class WrittenKeys:
         call are looked up before any of them is marked, in whole-array steps.)"""
         if not keys:
             return []
-        hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
-        slots = hashes.view(np.uint64) % np.uint64(self._size)
+        hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
+        # Two bits per key, from the two halves of its 64-bit hash (the bitmap has at most
+        # 2**28 bits, so the halves give independent positions).
+        size = np.uint64(self._size)
+        places = [self._place(hashes % size), self._place((hashes >> np.uint64(32)) % size)]
+        bits = self._bits
+        maybe_mask = np.ones(len(keys), dtype=bool)
+        for byte, bit in places:
+            maybe_mask &= (bits[byte] & bit) != 0
+        for byte, bit in places:
+            bits[byte] |= bit
+            # Keys of this call that share a byte: only the last one's bit was kept; set the
+            # others again (a few per batch of 20,000 in a bitmap of millions of bytes).
+            lost = np.flatnonzero((bits[byte] & bit) == 0)
+            while lost.size:
+                bits[byte[lost]] |= bit[lost]
+                lost = lost[(bits[byte[lost]] & bit[lost]) == 0]
+        maybe: list[int] = np.flatnonzero(maybe_mask).tolist()
+        return maybe
+
+    @staticmethod
+    def _place(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The byte and the bit (a mask) of each bitmap position in ``slots``."""
         byte = slots >> np.uint64(3)
         bit = np.left_shift(np.uint8(1), (slots & np.uint64(7)).astype(np.uint8))
-        bits = self._bits
-        held = bits[byte]
-        maybe: list[int] = np.flatnonzero(held & bit).tolist()
-        bits[byte] = held | bit
-        # Keys of this call that share a byte: only the last one's bit was kept; set the others
-        # again (a few per batch of 20,000 in a bitmap of millions of bytes).
-        lost = np.flatnonzero((bits[byte] & bit) == 0)
-        while lost.size:
-            bits[byte[lost]] |= bit[lost]
-            lost = lost[(bits[byte[lost]] & bit[lost]) == 0]
-        return maybe
+        return byte, bit

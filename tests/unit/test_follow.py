@@ -7,8 +7,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiokafka.structs import TopicPartition
 
+from tables import restore
 from tables.follow import Follower
 
 A = TopicPartition("app-seen_ids-changelog", 0)
@@ -87,6 +89,17 @@ class Store:
     def end_bulk(self, partition: int) -> None:
         assert partition == self.partition
         self.bulk_ended += 1
+
+    #: Answers of :meth:`compacting` still to give (then False).
+    compacting_answers: list[bool] = field(default_factory=list)
+
+    #: Records written when :meth:`compacting` was asked, each time.
+    written_when_asked: list[int] = field(default_factory=list)
+
+    def compacting(self, partition: int) -> bool:
+        assert partition == self.partition
+        self.written_when_asked.append(len(self.written))
+        return self.compacting_answers.pop(0) if self.compacting_answers else False
 
 
 def log_of(n: int, prefix: str) -> list[Record]:
@@ -201,3 +214,38 @@ def test_a_partition_new_to_the_follower_ends_any_bulk_restore_first() -> None:
     follower.follow({A: a, B: b})  # A followed again after a rebalance away: new again
     turns(follower, 1)
     assert (a.bulk_ended, b.bulk_ended) == (2, 1)
+
+
+def test_a_new_partition_is_written_only_once_its_store_has_compacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bulk restore compacts only at its end (tables/rocks.py): a partition whose restore a
+    rebalance stopped is compacted before the follower's first write, which could stall on it."""
+    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    a = Store(0, compacting_answers=[True, True])
+    follower = follower_with(Reader({A: log_of(2, "a")}, {A: 2}))
+    follower.follow({A: a})
+    turns(follower, 1)
+    assert a.written_when_asked == [0, 0, 0] and len(a.written) == 2
+    turns(follower, 1)
+    assert len(a.written_when_asked) == 3  # settled once, not at every turn
+
+
+def test_a_rebalance_while_a_store_compacts_starts_the_turn_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    a, b = Store(0, compacting_answers=[True] * 3), Store(1)
+    follower = follower_with(Reader({A: log_of(2, "a"), B: log_of(2, "b")}, {A: 2, B: 2}))
+    follower.follow({A: a})
+
+    def rebalance_on_second_ask(partition: int) -> bool:
+        if len(a.written_when_asked) == 2:
+            follower.follow({A: a, B: b})
+        return Store.compacting(a, partition)
+
+    a.compacting = rebalance_on_second_ask  # type: ignore[method-assign]
+    turns(follower, 1)
+    assert a.written == [] and b.written == []  # the turn ended at the change, writing nothing
+    turns(follower, 1)
+    assert a.compacting_answers == [] and len(a.written) == 2 and len(b.written) == 2

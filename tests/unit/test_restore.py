@@ -86,6 +86,14 @@ class RecordingStore:
     def end_bulk(self, partition: int) -> None:
         self.bulk_ended = True
 
+    #: Answers of :meth:`compacting` still to give (then False); each call is counted.
+    compacting_answers: list[bool] = field(default_factory=list)
+    compacting_asked: int = 0
+
+    def compacting(self, partition: int) -> bool:
+        self.compacting_asked += 1
+        return self.compacting_answers.pop(0) if self.compacting_answers else False
+
 
 def changelog(n: int) -> list[Record]:
     """``n`` records at offsets 0..n-1 with a commit marker after every fourth (no record)."""
@@ -148,6 +156,61 @@ def test_a_restore_no_longer_wanted_stops_before_its_next_write(after_writes: in
     done = asyncio.run(Restorer(reader).restore(store, TP, end, still_wanted))
     assert not done and not store.bulk_ended
     assert len(store.writes) == after_writes
+
+
+def test_a_restore_ends_once_the_store_has_compacted_what_it_wrote(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restore compacts nothing while it writes (tables/rocks.py): it reports the partition
+    restored only when the store no longer compacts, waiting without blocking the loop."""
+    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    records = changelog(6)
+    end = records[-1].offset + 1
+    store = RecordingStore(compacting_answers=[True, True, True])
+    ticks = 0
+
+    async def run() -> bool:
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            return await Restorer(ScriptedReader(records, end)).restore(
+                store, TP, end, lambda: True
+            )
+        finally:
+            ticker.cancel()
+
+    assert asyncio.run(run())
+    assert store.bulk_ended and store.compacting_asked == 4  # 3 times yes, then no
+    assert ticks >= 3  # the event loop ran other tasks while it waited
+
+
+def test_a_restore_no_longer_wanted_while_its_store_compacts_is_not_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    records = changelog(6)
+    end = records[-1].offset + 1
+    store = RecordingStore(compacting_answers=[True] * 100)
+    wanted = [True]
+
+    def still_wanted() -> bool:
+        if store.compacting_asked >= 3:
+            wanted[0] = False
+        return wanted[0]
+
+    reader = ScriptedReader(records, end)
+    assert not asyncio.run(Restorer(reader).restore(store, TP, end, still_wanted))
+    assert store.bulk_ended and store.offset == end - 1  # written in full, not settled
+    # The next restore has nothing to read, and still waits for the compaction.
+    store.compacting_answers = [True, False]
+    asked = store.compacting_asked
+    assert asyncio.run(Restorer(reader).restore(store, TP, end, lambda: True))
+    assert store.compacting_asked == asked + 2 and reader.fetches == [0, 3]
 
 
 def test_a_fetch_is_written_in_batches_that_end_where_its_record_batches_end(

@@ -5,6 +5,7 @@ summary as the live store."""
 from __future__ import annotations
 
 import random
+import time
 import types
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -410,14 +411,14 @@ def test_a_bulk_restore_into_an_empty_store_reads_back_only_keys_it_wrote(
     assert bulk.summary(0) == one_by_one.summary(0)
 
 
-def ids_option(store: SeenIdsStore, name: str) -> str:
-    """An option of the ids' column family in the newest OPTIONS file RocksDB wrote for
-    partition 0 ("": not there)."""
+def ids_option(store: SeenIdsStore, name: str, section: str = '[CFOptions "default"]') -> str:
+    """An option of the ids' column family (or of another ``section``: "[DBOptions]") in the
+    newest OPTIONS file RocksDB wrote for partition 0 ("": not there)."""
     store.partition_db(0)  # opened on first use
     files = store.partition_path(0).glob("OPTIONS-*")
     text = max(files, key=lambda f: int(f.name.split("-")[1])).read_text()
-    default = text[text.index('[CFOptions "default"]') :]
-    default = default[: default.index("[TableOptions")]
+    default = text[text.index(section) :]
+    default = default[: default.index("\n[", 1)]
     if f"  {name}=" not in default:
         return ""
     return default.split(f"  {name}=", 1)[1].split("\n", 1)[0].strip()
@@ -449,19 +450,32 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
     # Flushes to level 0 uncompressed, the levels below as configured; no memtable filter.
     assert ids_option(bulk, "compression_per_level") == "kNoCompression" + ":kZSTD" * 6
     assert ids_option(bulk, "memtable_prefix_bloom_size_ratio") == "0.000000"
-    # Fewer compactions out of level 0 while the restore writes.
-    assert ids_option(bulk, "level0_file_num_compaction_trigger") == "12"
+    # No compaction while the restore writes: each of its writes stays a level-0 file.
+    assert ids_option(bulk, "disable_auto_compactions") == "true"
     for start in range(0, len(writes), 50):
         bulk.write_restored(0, writes[start : start + 50], start + 49, wal=False)
         db = bulk.partition_db(0).db
         assert db.property_int_value("rocksdb.num-entries-active-mem-table") == 0
+        db.flush(True)  # the flush requested at each write, waited for here
+    assert db.property_int_value("rocksdb.num-files-at-level0") == 8  # ceil(380 / 50)
+    assert bulk.partition_db(0).compacting()  # 8 files: a compaction's worth, not started
+    del db
     bulk.end_bulk(0)
+    assert bulk.partition_db(0).bulk and not bulk.partition_db(0).restoring()
+    assert ids_option(bulk, "max_subcompactions", "[DBOptions]") == "2"
+    # RocksDB compacts level 0 in its own threads, still with the bulk options; once it is
+    # done the database is opened again with the usual ones.
+    deadline = time.monotonic() + 30
+    while bulk.compacting(0) and time.monotonic() < deadline:
+        time.sleep(0.01)
     pdb = bulk.partition_db(0)
-    assert not pdb.bulk and not pdb.restoring()
+    assert not pdb.bulk and not pdb.restoring() and not bulk.compacting(0)
+    assert pdb.db.property_int_value("rocksdb.num-files-at-level0") == 0
     assert memtable_factory(bulk) == "SkipListFactory"
     assert ids_option(bulk, "compression_per_level") == ""
     assert ids_option(bulk, "compression") == "kZSTD"
-    assert ids_option(bulk, "level0_file_num_compaction_trigger") == "4"
+    assert ids_option(bulk, "disable_auto_compactions") == "false"
+    assert ids_option(bulk, "max_subcompactions", "[DBOptions]") == "1"
     assert world.ids(bulk) == world.ids(one_by_one)
     assert world.index(bulk) == world.index(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)
@@ -574,6 +588,7 @@ def test_a_bulk_restore_ended_midway_keeps_its_prefix_on_disk(world: World) -> N
     assert bulk.begin_bulk(0, len(writes))
     bulk.write_restored(0, writes[:300], 299, wal=False)
     bulk.end_bulk(0)  # stopped at offset 299 of 599
+    assert not bulk.compacting(0)  # one level-0 file: nothing to compact
     pdb = bulk.partition_db(0)
     assert not pdb.bulk and not pdb.restoring() and pdb.offset() == 299
     assert memtable_factory(bulk) == "SkipListFactory"
