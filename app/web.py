@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
-from faust.exceptions import SameNode
+from faust.exceptions import ConsumerNotStarted, SameNode
 from faust.web import Request, Response, View
 
 from app import metrics
@@ -40,6 +40,25 @@ from app.rules import partition_for
 from app.strategy import scoped_key
 from tables.producers import TABLE_NAME as PRODUCERS_TABLE
 from tables.seen_ids_table import TABLE_NAME
+
+
+def is_ready(app: faust.App) -> bool:
+    """``/ready``: partitions assigned, their state recovered, no rebalance under way."""
+    try:
+        assigned = bool(app.consumer.assignment())
+    except ConsumerNotStarted:
+        # The web server starts before the consumer's thread: asked then, /ready answered
+        # 500 with a traceback in the log instead of 503.
+        return False
+    recovery = app.tables.recovery
+    # Faust never clears ``completed`` after the first recovery: during a rebalance it still
+    # reads set while the new partitions' state is not recovered yet.
+    return (
+        assigned
+        and recovery.completed.is_set()
+        and not recovery.in_recovery
+        and not app.rebalancing
+    )
 
 
 def _lag(app: faust.App, tm: TaskTransactionManager, topic: str, partition: int) -> int | None:
@@ -136,15 +155,7 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
     @app.page("/ready")
     class Ready(View):  # type: ignore[misc]
         async def get(self, request: Request) -> Response:
-            recovery = app.tables.recovery
-            # Faust never clears ``completed`` after the first recovery: during a rebalance it
-            # still reads set while the new partitions' state is not recovered yet.
-            ready = bool(
-                app.consumer.assignment()
-                and recovery.completed.is_set()
-                and not recovery.in_recovery
-                and not app.rebalancing
-            )
+            ready = is_ready(app)
             body = {"ready": ready, "partitions": sorted(app.consumer.transactions.tasks)}
             return self.json(body, status=200 if ready else 503)
 
