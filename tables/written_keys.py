@@ -53,8 +53,8 @@ class WrittenKeys:
         if not keys:
             return []
         hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
-        # Two bits per key, from the two halves of its 64-bit hash (the bitmap has at most
-        # 2**28 bits, so the halves give independent positions).
+        # Two bits per key: at its whole 64-bit hash and at its upper half, modulo the bitmap's
+        # size (at most 2**28 bits, so far fewer bits than either number has).
         size = np.uint64(self._size)
         places = [self._place(hashes % size), self._place((hashes >> np.uint64(32)) % size)]
         bits = self._bits
