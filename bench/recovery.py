@@ -533,7 +533,7 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
         if "changelog bytes per id" in sizes
         else "- the changelog's size: not measured (the broker is not the local one)",
         f"- data dir after the bulk restore: {sizes['data dir bytes per id']:.1f} bytes per id "
-        "(not compacted)",
+        "(the restore compacts level 0 before the worker is ready)",
         f"- snapshot of the running worker (`python -m app snapshot`): "
         f"{sizes['snapshot seconds']:.1f}s, {sizes['snapshot bytes per id']:.1f} bytes per id; "
         f"`restore` into a new data dir: {sizes['restore seconds']:.1f}s (both include the "
