@@ -37,10 +37,9 @@ class Followed:
     store: BulkTarget
     held: int | None = None
     lag: int | None = None
-    #: Any bulk restore of it was ended (before its first write; see :meth:`Follower._turn`).
+    #: Any bulk restore of it was ended and compacted (before its first write; see
+    #: :meth:`Follower._turn`).
     bulk_ended: bool = False
-    #: RocksDB had compacted what any such restore wrote (see :meth:`Follower._turn`).
-    settled: bool = False
 
 
 class LazyReader:
@@ -118,18 +117,15 @@ class Follower:
                 followed = self.followed[tp]
                 if not followed.bulk_ended:
                     # A partition new to the follower may hold a bulk restore that a rebalance
-                    # stopped (active here before, a standby now): what it wrote is flushed,
-                    # its mark cleared and the usual options back, so the follower goes on from
-                    # that prefix with the WAL, not through memtables flushed at every write.
+                    # stopped (active here before, a standby now): what it wrote is flushed and
+                    # its mark cleared, then compacted (a restore compacts only at its end, and
+                    # a write could stall the event loop on it) and the usual options are back,
+                    # so the follower goes on from that prefix with the WAL, not through
+                    # memtables flushed at every write. Ending it again is harmless.
                     followed.store.end_bulk(tp.partition)
-                    followed.bulk_ended = True
-                if not followed.settled:
-                    # What such a restore wrote is compacted before the follower writes to it
-                    # (``tables/restore.py``: a restore compacts only at its end), so no write
-                    # stalls the event loop on it.
                     if not await settle(followed.store, tp, lambda: not self._changed.is_set()):
                         return  # the partitions followed changed meanwhile: start over
-                    followed.settled = True
+                    followed.bulk_ended = True
                 held = followed.store.restored_offset(tp.partition)
                 reader.seek(tp, 0 if held is None else held + 1)
         fetched = await reader.getmany(timeout_ms=500)
