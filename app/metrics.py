@@ -41,6 +41,17 @@ COMMIT_SECONDS = Histogram(
 )
 
 
+COMMIT_FAILURES = Counter(
+    "dedupe_commit_failures",
+    "Transactions that did not commit and whose partition is re-read, by reason: "
+    "not_enough_replicas (partitions it writes have fewer replicas in sync than "
+    "min.insync.replicas: brokers down), unknown_outcome (the commit's answer was lost and it "
+    "had not committed), error (any other failure).",
+    labelnames=["partition", "reason"],
+    registry=REGISTRY,
+)
+
+
 REBALANCE_SECONDS = Histogram(
     "dedupe_rebalance_seconds",
     "Duration of a consumer group rebalance on this worker, from its start until the "

@@ -36,7 +36,9 @@ from app import faults
 from app.eos.broker import BrokerReader
 from app.eos.collector import retrieve_exception_later
 from app.eos.producer import TransactionalProducers, abandon, is_fenced, send_lingering
+from app.eos.replicas import ReplicaCheck
 from app.eos.task import Task
+from app.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
 from tables.rocks import SOURCE_OFFSETS_KEY, encode_source_offsets
 
@@ -67,6 +69,16 @@ class CommitResult:
     error: BaseException | None = None
     #: FAILED: why, for the log.
     why: str = ""
+    #: FAILED: the kind of failure (the ``reason`` label of ``dedupe_commit_failures_total``):
+    #: ``not_enough_replicas`` (brokers down: app/eos/replicas.py), ``error``, or
+    #: ``unknown_outcome`` (the commit's answer was lost and it had not committed).
+    reason: str = "error"
+
+
+def failed(task: Task, reason: str) -> None:
+    """Count a transaction that will not commit (``dedupe_commit_failures_total``), when the
+    failure is known: a stalled commit shows in the metric while it still waits."""
+    COMMIT_FAILURES.labels(str(task.partition), reason).inc()
 
 
 class Committer:
@@ -79,9 +91,11 @@ class Committer:
         group_id: str,
         timeout: float,
         plan: faults.FaultPlan | None = None,
+        replicas: ReplicaCheck | None = None,
     ) -> None:
         self.producers = producers
         self.broker = broker
+        self.replicas = replicas
         self.group_id = group_id
         self.timeout = timeout
         self.faults = plan
@@ -117,9 +131,16 @@ class Committer:
         except Exception as exc:
             if is_fenced(producer, exc):
                 return CommitResult(Outcome.FENCED, error=exc)
+            # Asked and counted before the abort, which itself waits for the missing brokers.
+            short = await self._short_of_replicas(task)
+            failed(task, "not_enough_replicas" if short else "error")
             aborted = await self.abort(task)
             if aborted.outcome is Outcome.FENCED:
                 return aborted
+            if short:
+                return CommitResult(
+                    Outcome.FAILED, error=exc, why=short, reason="not_enough_replicas"
+                )
             return CommitResult(
                 Outcome.FAILED, error=exc, why=f"transaction failed before the commit: {exc!r}"
             )
@@ -156,12 +177,35 @@ class Committer:
                 return CommitResult(Outcome.FENCED, error=exc)
             # Step 6. Unknown outcome: never abort; ask the broker.
             if not await self._did_commit(task, offsets, exc):
+                failed(task, "unknown_outcome")
                 return CommitResult(
                     Outcome.FAILED,
                     error=exc,
                     why="the transaction did not commit (outcome was unknown)",
+                    reason="unknown_outcome",
                 )
         return CommitResult(Outcome.COMMITTED, changelog_offsets=changelog_offsets)
+
+    async def _short_of_replicas(self, task: Task) -> str:
+        """Why the transaction's writes are refused, when the cause is brokers down ("" when it
+        is not, or the brokers do not say); logged at once, since the abort that follows waits
+        until enough brokers are back."""
+        if self.replicas is None:
+            return ""
+        short = await self.replicas.short(task.collector.targets | task.collector.changelog_tps)
+        if not short:
+            return ""
+        named = "; ".join(map(str, short[:3])) + (
+            f"; {len(short) - 3} more" if len(short) > 3 else ""
+        )
+        why = (
+            "the cluster refuses this transaction's writes: fewer replicas in sync than "
+            f"min.insync.replicas ({named}); brokers are down. Nothing of "
+            "the transaction is visible; the partition waits, then is re-read, until enough "
+            "brokers are back"
+        )
+        log.error("partition %d: %s", task.partition, why)
+        return why
 
     async def abort(self, task: Task) -> CommitResult:
         """Abort the open transaction: ABORTED, or FENCED. An abort that fails otherwise

@@ -32,6 +32,7 @@ from app.eos.positions import (
     raise_to_stored_offsets,
 )
 from app.eos.producer import TransactionalProducers
+from app.eos.replicas import ReplicaCheck
 from app.eos.task import Task, TaskState
 from tables.protocol import SourceOffsetStore, StagedState
 
@@ -69,8 +70,9 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self.faults = faults.parse(s.fault_injection)
         self.producers = TransactionalProducers(s, lambda: bool(self.should_stop))
         self.broker = BrokerReader(s, self.group_id, self.source_topics, lambda: self.tasks)
+        self.replicas = ReplicaCheck(s)
         self.committer = Committer(
-            self.producers, self.broker, self.group_id, s.commit_timeout, self.faults
+            self.producers, self.broker, self.group_id, s.commit_timeout, self.faults, self.replicas
         )
         self.life = TaskLife(
             self.producers,
@@ -328,6 +330,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         for task in tasks:
             await self.life.drop(task)
         await self.broker.close()
+        await self.replicas.close()
 
     async def _commit_tasks(self, tasks: Iterable[Task]) -> None:
         await asyncio.gather(*(self._commit_task(t) for t in tasks))
