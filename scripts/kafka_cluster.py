@@ -55,7 +55,13 @@ class Cluster:
         port: int | None = None,
         nodes: int | None = None,
         data_dir: Path | None = None,
+        *,
+        proxied: bool = False,
     ) -> None:
+        """``proxied``: each broker also listens on its port + 10 and advertises port + 20,
+        where a fault proxy (tests/faults/proxy.py) forwards to it (the cluster tier's
+        network rows)."""
+        self.proxied = proxied
         self.port = port or int(os.environ.get("KAFKA_CLUSTER_PORT", "9300"))
         self.size = nodes or int(os.environ.get("KAFKA_NODES", "3"))
         if not 3 <= self.size <= 9:

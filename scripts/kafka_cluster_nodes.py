@@ -119,6 +119,16 @@ class Node:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def proxied_port(self) -> int:
+        """The broker's listener behind the fault proxy (with ``proxied``)."""
+        return self.port + 10
+
+    @property
+    def proxy_port(self) -> int:
+        """The port that listener advertises: where the fault proxy listens."""
+        return self.port + 20
+
     def write_config(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
         voters = f"{CONTROLLER_ID}@127.0.0.1:{self.cluster.port}"
@@ -139,8 +149,15 @@ class Node:
         else:
             props["listeners"] = f"PLAINTEXT://{self.address}"
             props["advertised.listeners"] = f"PLAINTEXT://{self.address}"
-            props["inter.broker.listener.name"] = "PLAINTEXT"
             props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            if self.cluster.proxied:
+                # A second listener whose advertised port is a fault proxy's (which forwards to
+                # the listener): clients bootstrapped there reach this broker only through the
+                # proxy, while the brokers and the controller talk directly.
+                props["listeners"] += f",PROXIED://127.0.0.1:{self.proxied_port}"
+                props["advertised.listeners"] += f",PROXIED://127.0.0.1:{self.proxy_port}"
+                props["listener.security.protocol.map"] += ",PROXIED:PLAINTEXT"
+            props["inter.broker.listener.name"] = "PLAINTEXT"
             props.update(BROKER_PROPS)
         lines = ["# Written by scripts/kafka_cluster.py (rewritten on every start)."]
         self.props.write_text("\n".join([*lines, *(f"{k}={v}" for k, v in props.items())]) + "\n")

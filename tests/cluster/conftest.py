@@ -23,7 +23,7 @@ CLUSTER_PORT = int(os.environ.get("DEDUPE_TEST_CLUSTER_PORT", "19300"))
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
-    c = Cluster(port=CLUSTER_PORT)
+    c = Cluster(port=CLUSTER_PORT, proxied=True)
     c.up()
     return c
 
