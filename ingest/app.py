@@ -16,6 +16,8 @@ Endpoints (all JSON):
   after decompression; 415 neither ``application/json`` nor ``text/plain`` (browser beacons send
   JSON as text/plain), or an unsupported Content-Encoding; 503
   Kafka did not acknowledge every event in time (retry: copies are dropped downstream).
+- ``POST /v1/m``: analytics.js's own usage metrics; read (at most the batch limit), dropped,
+  200 ``{"success": true}``.
 - ``OPTIONS`` on each of those paths: the browser's CORS preflight (``ingest/cors.py``), 204
   with the allow headers for an origin in ``DEDUPE_INGEST_CORS_ORIGINS``, 403 otherwise. Every
   answer on them to an allowed ``Origin`` carries ``Access-Control-Allow-Origin``.
@@ -75,6 +77,10 @@ REFUSED = web.AppKey("refused_origins", RefusedOrigins)
 #: one-letter forms of each (/v1/b, /v1/t...).
 ROUTE = "/v1/{kind:" + "|".join(("batch", *EVENT_TYPES, *SHORT_PATHS)) + "}"
 
+#: Where analytics.js posts its own usage metrics (segmentio/analytics-next,
+#: packages/browser/src/core/stats/remote-metrics.ts).
+METRICS_PATH = "/v1/m"
+
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -100,7 +106,9 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
     app.on_startup.append(_warn_when_open)
     app.on_response_prepare.append(_cors_headers)
     app.router.add_post(ROUTE, ingest)
+    app.router.add_post(METRICS_PATH, sdk_metrics)
     app.router.add_route(hdrs.METH_OPTIONS, ROUTE, preflight)
+    app.router.add_route(hdrs.METH_OPTIONS, METRICS_PATH, preflight)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
     return app
@@ -252,6 +260,14 @@ async def preflight(request: web.Request) -> web.Response:
     if headers is None:
         return error_response(403, "origin_not_allowed", _origin_refused(request, origin))
     return web.Response(status=204, headers=headers)
+
+
+async def sdk_metrics(request: web.Request) -> web.Response:
+    """POST /v1/m: analytics.js's usage metrics, read and dropped (a 404 would only make the
+    SDK log an error); bounded like a batch so it cannot be used to fill the memory."""
+    limits = request.app[LIMITS]
+    await _read_body(request, limits.max_batch_bytes, too_large(limits))
+    return web.json_response({"success": True})
 
 
 async def health(request: web.Request) -> web.Response:

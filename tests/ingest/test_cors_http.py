@@ -26,8 +26,8 @@ pytestmark = pytest.mark.integration
 PORTS = {"any": 19502, "listed": 19503, "none": 19504}  # 19501: the broker's controller
 PAGE = "http://127.0.0.1:19510"  # the page's origin: another port is another origin
 OTHER = "https://evil.example"
-#: Every path a browser may preflight: the tracking paths (long and short forms).
-PATHS = ["/v1/" + kind for kind in ROUTE.split(":", 1)[1].rstrip("}").split("|")]
+#: Every path a browser may preflight: the tracking paths (long and short forms) and /v1/m.
+PATHS = ["/v1/" + kind for kind in ROUTE.split(":", 1)[1].rstrip("}").split("|")] + ["/v1/m"]
 
 Answer = tuple[int, dict[str, str], Any]
 
@@ -149,6 +149,20 @@ def test_cross_origin_posts_land_and_every_answer_is_readable(
     status, headers, _ = call(url + "/v1/t", "POST", plain, json.dumps(sdk_event(8)).encode())
     assert status == 200 and "Access-Control-Allow-Origin" not in headers
     assert records_in(broker, services["any"].topic) - before == 7
+
+
+def test_the_sdk_metrics_are_accepted_and_dropped(
+    broker: Broker, services: dict[str, IngestProcess]
+) -> None:
+    """analytics.js posts its usage metrics to /v1/m as text/plain (remote-metrics.ts)."""
+    before = records_in(broker, services["any"].topic)
+    metric = {"type": "Counter", "metric": "analytics_js.invoke", "value": 1, "tags": {}}
+    headers = {"Origin": PAGE, "Content-Type": "text/plain"}
+    status, answer, body = call(
+        services["any"].url + "/v1/m", "POST", headers, json.dumps({"series": [metric]}).encode()
+    )
+    assert (status, body, answer["Access-Control-Allow-Origin"]) == (200, {"success": True}, "*")
+    assert records_in(broker, services["any"].topic) == before
 
 
 def test_listed_origins_are_echoed_and_others_refused_and_logged_once(
