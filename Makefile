@@ -19,11 +19,13 @@ TEST_SECURE_KAFKA_PORT ?= 19192
 TEST_CLUSTER_PORT ?= 19300
 # `make bench` starts its own broker on this port unless KAFKA_BOOTSTRAP_SERVERS is set.
 BENCH_KAFKA_PORT ?= 39092
+# The browser tier's npm packages (tests/browser/package.json) and the bundled page, git-ignored.
+BROWSER_DIR := .cache/browser
 
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
-        test-cluster kafka-cluster-up kafka-cluster-down \
+        test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake bench-recovery \
         servers-install servers-up servers-down test-idempotency bench-idempotency
 
@@ -126,6 +128,26 @@ test-ingest: $(STAMP) kafka-jars ## HTTP ingest tests: real service, broker, wor
 test-security: $(STAMP) kafka-jars spark-jars ## Security tier: its own SASL_SSL broker with ACLs; each component as its own principal, refusals, kill -9
 	@DEDUPE_TEST_SECURE_KAFKA_PORT=$(TEST_SECURE_KAFKA_PORT) $(PY) -m pytest --durations=10 tests/security -q -s
 
+$(BROWSER_DIR)/.installed: tests/browser/package.json tests/browser/package-lock.json
+	@command -v chromium >/dev/null || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	@command -v npm >/dev/null || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
+	mkdir -p $(BROWSER_DIR)
+	cp tests/browser/package.json tests/browser/package-lock.json $(BROWSER_DIR)/
+	cd $(BROWSER_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(BROWSER_DIR)/analytics.js: $(BROWSER_DIR)/.installed tests/browser/page.js
+	cp tests/browser/page.js $(BROWSER_DIR)/page.js
+	$(BROWSER_DIR)/node_modules/.bin/esbuild $(BROWSER_DIR)/page.js --bundle --format=iife \
+	  --target=chrome120 --log-level=warning --outfile=$@
+
+browser-install: $(BROWSER_DIR)/analytics.js ## Debian's chromium (apt-get, as root), the pinned analytics.js SDK and esbuild (npm), the page bundled
+
+test-browser: $(STAMP) kafka-jars browser-install ## Browser tier: analytics.js in headless Chromium from another origin, through an ingest crash, exactly once
+	$(call pytest_tier,tests/browser,-q -s)
+
 servers-install: ## Install PostgreSQL and Redis from Debian's packages when missing (apt-get, as root)
 	$(SERVERS) install
 
@@ -138,7 +160,7 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-test: lint test-unit test-integration test-faults test-cluster test-spark test-ingest test-security test-idempotency ## Lint and every test tier
+test: lint test-unit test-integration test-faults test-cluster test-spark test-ingest test-security test-idempotency test-browser ## Lint and every test tier
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

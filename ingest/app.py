@@ -16,6 +16,11 @@ Endpoints (all JSON):
   after decompression; 415 neither ``application/json`` nor ``text/plain`` (browser beacons send
   JSON as text/plain), or an unsupported Content-Encoding; 503
   Kafka did not acknowledge every event in time (retry: copies are dropped downstream).
+- ``POST /v1/m``: analytics.js's own usage metrics; read (at most the batch limit), dropped,
+  200 ``{"success": true}``.
+- ``OPTIONS`` on each of those paths: the browser's CORS preflight (``ingest/cors.py``), 204
+  with the allow headers for an origin in ``DEDUPE_INGEST_CORS_ORIGINS``, 403 otherwise. Every
+  answer on them to an allowed ``Origin`` carries ``Access-Control-Allow-Origin``.
 - ``GET /health`` (liveness): 200 ``{"status": "ok"}`` while the process serves.
 - ``GET /ready`` (readiness, for load balancers): 200 ``{"status": "ready", "topic": ...}``
   while Kafka answers the producer (a metadata request for the input topic within
@@ -37,6 +42,7 @@ from datetime import UTC, datetime
 from aiohttp import hdrs, web
 from aiokafka.errors import KafkaError
 
+from ingest.cors import RefusedOrigins, answer_headers, preflight_headers, refusal
 from ingest.events import (
     EVENT_TYPES,
     SHORT_PATHS,
@@ -65,10 +71,15 @@ LIMITS = web.AppKey("limits", Limits)
 SINK = web.AppKey[EventSink]("sink")
 ACKED = web.AppKey("acked", list[int])  # [requests acknowledged by Kafka], for fault tests
 READY = web.AppKey("ready", list[bool])  # [what the last GET /ready found]
+REFUSED = web.AppKey("refused_origins", RefusedOrigins)
 
 #: Path of the ingest endpoints: /v1/batch and one per Segment call type, and analytics.js's
 #: one-letter forms of each (/v1/b, /v1/t...).
 ROUTE = "/v1/{kind:" + "|".join(("batch", *EVENT_TYPES, *SHORT_PATHS)) + "}"
+
+#: Where analytics.js posts its own usage metrics (segmentio/analytics-next,
+#: packages/browser/src/core/stats/remote-metrics.ts).
+METRICS_PATH = "/v1/m"
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -91,8 +102,13 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
         app[SINK] = sink
     app[ACKED] = [0]
     app[READY] = [True]
+    app[REFUSED] = RefusedOrigins()
     app.on_startup.append(_warn_when_open)
+    app.on_response_prepare.append(_cors_headers)
     app.router.add_post(ROUTE, ingest)
+    app.router.add_post(METRICS_PATH, sdk_metrics)
+    app.router.add_route(hdrs.METH_OPTIONS, ROUTE, preflight)
+    app.router.add_route(hdrs.METH_OPTIONS, METRICS_PATH, preflight)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
     return app
@@ -212,6 +228,46 @@ def _maybe_crash(app: web.Application) -> None:
             log.warning("fault injection: exiting after %d acknowledged requests", crash_after)
             logging.shutdown()
             os._exit(137)
+
+
+def _origin_refused(request: web.Request, origin: str) -> str:
+    """The refusal's sentence, logged the first time this origin is refused."""
+    env = request.app[SETTINGS].describe("cors_origins").env
+    message = refusal(request.app[SETTINGS].cors_policy, origin, env)
+    if request.app[REFUSED].first_time(origin):
+        log.warning("%s (logged once per origin)", message)
+    return message
+
+
+async def _cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Access-Control-Allow-Origin on every answer of the /v1/ paths, errors included, so that a
+    page on an allowed origin can read why a request failed."""
+    if not request.path.startswith("/v1/"):
+        return
+    origin = request.headers.get(hdrs.ORIGIN)
+    for name, value in answer_headers(request.app[SETTINGS].cors_policy, origin).items():
+        response.headers[name] = value
+    if origin is not None and hdrs.ACCESS_CONTROL_ALLOW_ORIGIN not in response.headers:
+        _origin_refused(request, origin)
+
+
+async def preflight(request: web.Request) -> web.Response:
+    """OPTIONS /v1/<kind>: a browser's CORS preflight (or a plain OPTIONS, answered 204)."""
+    origin = request.headers.get(hdrs.ORIGIN)
+    if origin is None or hdrs.ACCESS_CONTROL_REQUEST_METHOD not in request.headers:
+        return web.Response(status=204, headers={hdrs.ALLOW: "POST, OPTIONS"})
+    headers = preflight_headers(request.app[SETTINGS].cors_policy, origin)
+    if headers is None:
+        return error_response(403, "origin_not_allowed", _origin_refused(request, origin))
+    return web.Response(status=204, headers=headers)
+
+
+async def sdk_metrics(request: web.Request) -> web.Response:
+    """POST /v1/m: analytics.js's usage metrics, read and dropped (a 404 would only make the
+    SDK log an error); bounded like a batch so it cannot be used to fill the memory."""
+    limits = request.app[LIMITS]
+    await _read_body(request, limits.max_batch_bytes, too_large(limits))
+    return web.json_response({"success": True})
 
 
 async def health(request: web.Request) -> web.Response:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from envsettings import SettingsError, setting
 from envsettings.kafka_security import SECURITY_FIELDS, KafkaSecuritySettings
+from ingest.cors import CorsPolicy, origin_problems
 
 __all__ = ["IngestSettings", "SettingsError"]
 
@@ -54,6 +55,14 @@ class IngestSettings(KafkaSecuritySettings):
         "'source:key' also names the key's source: its events carry the header dedupe.source "
         "(the worker's DEDUPE_SOURCE_POLICIES and DEDUPE_SCOPE read it). Empty: no "
         "authentication, and a warning at start-up.",
+    )
+    cors_origins: str = setting(
+        "*",
+        "DEDUPE_INGEST_CORS_ORIGINS",
+        "Origins whose web pages may call the service from a browser (CORS: preflights "
+        "answered, answers readable), comma-separated scheme://host[:port]. '*': any origin, "
+        "as Segment's API (the write key is the credential; cookies are never allowed). "
+        "'none': no origin.",
     )
     max_event_bytes: int = setting(
         SEGMENT_MAX_EVENT_BYTES,
@@ -135,6 +144,7 @@ class IngestSettings(KafkaSecuritySettings):
             if source is not None and not 1 <= len(source.encode()) <= 255:
                 out.append(f"{env('write_keys')}: a source name must be 1-255 bytes")
                 break
+        out.extend(origin_problems(self.cors_origins, env("cors_origins")))
         for key in self.write_key_list:
             if ":" in key or any(c.isspace() for c in key):
                 out.append(
@@ -154,6 +164,11 @@ class IngestSettings(KafkaSecuritySettings):
                 f"{env('crash_after_acks')}={self.crash_after_acks}: must be 0 (off) or more"
             )
         return out
+
+    @property
+    def cors_policy(self) -> CorsPolicy:
+        """Which origins' pages may send events (ingest/cors.py)."""
+        return CorsPolicy.parse(self.cors_origins)
 
     @property
     def write_key_list(self) -> frozenset[str]:

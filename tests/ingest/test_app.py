@@ -286,3 +286,18 @@ async def test_not_ready_is_503_with_the_reason_and_logged_once(
             assert (await client.get("/ready")).status == 200
     assert caplog.text.count("not ready (GET /ready answers 503): no broker of") == 1
     assert caplog.text.count("ready again") == 1
+
+
+async def test_sdk_metrics_are_read_and_dropped_within_the_batch_limit() -> None:
+    """POST /v1/m (analytics.js's usage metrics, text/plain, no write key): 200, nothing sent;
+    a body over the batch limit is 413 like any other."""
+    sink = RecordingSink()
+    async with serve(sink) as client:
+        metric = {"series": [{"type": "Counter", "metric": "analytics_js.invoke", "value": 1}]}
+        resp = await client.post(
+            "/v1/m", data=json.dumps(metric), headers={"Content-Type": "text/plain"}
+        )
+        assert (resp.status, await resp.json()) == (200, {"success": True})
+        resp = await client.post("/v1/m", data=b"x" * (500 * 1024 + 1))
+        assert (resp.status, (await resp.json())["code"]) == (413, "request_too_large")
+    assert sink.requests == []

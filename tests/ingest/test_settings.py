@@ -21,6 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
     "input_topic": "events",
     "write_keys": "",
+    "cors_origins": "*",
     "max_event_bytes": 32 * 1024,
     "max_message_id_bytes": 256,
     "max_batch_bytes": 500 * 1024,
@@ -56,8 +57,11 @@ def test_from_env_reads_every_variable() -> None:
             "DEDUPE_INGEST_READY_TIMEOUT": "3s",
             "DEDUPE_INGEST_MAX_BATCH_BYTES": "100000",
             "DEDUPE_LOG_LEVEL": "DEBUG",
+            "DEDUPE_INGEST_CORS_ORIGINS": "https://Shop.example, http://localhost:3000/",
         }
     )
+    assert settings.cors_policy.origins == {"https://shop.example", "http://localhost:3000"}
+    assert not settings.cors_policy.any_origin
     assert (settings.port, settings.host, settings.input_topic) == (9000, "0.0.0.0", "raw")
     assert settings.write_key_list == frozenset({"k1", "k2"})
     assert settings.ack_timeout == 2.5
@@ -76,6 +80,10 @@ def test_from_env_reads_every_variable() -> None:
         ({"DEDUPE_WRITE_KEYS": "web:a:b"}, "DEDUPE_WRITE_KEYS"),
         ({"DEDUPE_WRITE_KEYS": "web:a b"}, "DEDUPE_WRITE_KEYS"),
         ({"DEDUPE_WRITE_KEYS": "x" * 256 + ":k"}, "DEDUPE_WRITE_KEYS"),
+        ({"DEDUPE_INGEST_CORS_ORIGINS": "shop.example"}, "DEDUPE_INGEST_CORS_ORIGINS"),
+        ({"DEDUPE_INGEST_CORS_ORIGINS": "https://a.example/app"}, "'https://a.example/app'"),
+        ({"DEDUPE_INGEST_CORS_ORIGINS": "*, https://a.example"}, "'*' already allows"),
+        ({"DEDUPE_INGEST_CORS_ORIGINS": "none,https://a.example"}, "'none' allows no"),
         ({"DEDUPE_MAX_EVENT_BYTES": "10"}, "DEDUPE_MAX_EVENT_BYTES"),
         ({"DEDUPE_INGEST_MAX_BATCH_BYTES": "1000"}, "DEDUPE_INGEST_MAX_BATCH_BYTES"),
         ({"DEDUPE_INGEST_MAX_BATCH_EVENTS": "0"}, "DEDUPE_INGEST_MAX_BATCH_EVENTS"),
