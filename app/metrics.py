@@ -44,10 +44,17 @@ COMMIT_SECONDS = Histogram(
 COMMIT_FAILURES = Counter(
     "dedupe_commit_failures",
     "Transactions that did not commit and whose partition is re-read, by reason: "
-    "not_enough_replicas (partitions it writes have fewer replicas in sync than "
-    "min.insync.replicas: brokers down), unknown_outcome (the commit's answer was lost and it "
-    "had not committed), error (any other failure).",
+    "unknown_outcome (the commit's answer was lost and it had not committed), error (any "
+    "other failure).",
     labelnames=["partition", "reason"],
+    registry=REGISTRY,
+)
+BELOW_MIN_INSYNC = Gauge(
+    "dedupe_partitions_below_min_insync",
+    "Partitions of the worker's topics and of __transaction_state and __consumer_offsets with "
+    "fewer replicas in sync than their min.insync.replicas, as the brokers last said (every "
+    "10 s): above 0, writes and transactions wait for brokers to return (app/eos/replicas.py).",
+    labelnames=["topic"],
     registry=REGISTRY,
 )
 

@@ -109,6 +109,11 @@ class Cluster:
             f"in {time.monotonic() - started:.0f}s (data {self.dir})"
         )
 
+    def start_stopped(self) -> None:
+        """Start every node that is not running (a test that failed mid-fault left it down)."""
+        for node in (self.controller, *self.brokers):
+            node.start()
+
     def down(self) -> None:
         for node in (*self.brokers, self.controller):
             node.stop()

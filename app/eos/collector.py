@@ -34,14 +34,7 @@ def retrieve_exception_later(fut: asyncio.Future[Any]) -> None:
 class RecordCollector:
     """The open transaction's records of one task (see the module docstring)."""
 
-    __slots__ = (
-        "builders",
-        "changelog_batch",
-        "changelog_pending",
-        "changelog_tps",
-        "pending",
-        "targets",
-    )
+    __slots__ = ("builders", "changelog_batch", "changelog_pending", "changelog_tps", "pending")
 
     def __init__(self) -> None:
         #: Batches being built, per target partition. Keyed by ``TopicPartition``, which equals
@@ -54,9 +47,6 @@ class RecordCollector:
         self.changelog_pending: dict[str, list[Sent]] = {}
         #: The changelog partitions among the targets.
         self.changelog_tps: set[TopicPartition] = set()
-        #: Every partition a batch of this transaction went to (to name the ones that refuse
-        #: writes when the transaction cannot complete: app/eos/replicas.py).
-        self.targets: set[TopicPartition] = set()
         #: Makes the empty batches of changelog partitions (their own compression); None: the
         #: producer's own, as for every other target.
         self.changelog_batch: Callable[[], Any] | None = None
@@ -105,7 +95,6 @@ class RecordCollector:
     async def send_batch(self, producer: AIOKafkaProducer, tp: TopicPartition) -> None:
         """Hand the open batch for ``tp`` to the producer (it joins the open transaction)."""
         builder = self.builders.pop(tp)
-        self.targets.add(tp)
         builder.close()  # complete: ``producer.send`` must not add to it
         fut = await producer.send_batch(builder, tp.topic, partition=tp.partition)
         last = builder.record_count() - 1
@@ -149,6 +138,5 @@ class RecordCollector:
         for fut, _ in self._sent():
             retrieve_exception_later(fut)
         self.builders.clear()
-        self.targets.clear()
         self.pending.clear()
         self.changelog_pending.clear()

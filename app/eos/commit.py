@@ -36,7 +36,6 @@ from app import faults
 from app.eos.broker import BrokerReader
 from app.eos.collector import retrieve_exception_later
 from app.eos.producer import TransactionalProducers, abandon, is_fenced, send_lingering
-from app.eos.replicas import ReplicaCheck
 from app.eos.task import Task
 from app.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
@@ -70,8 +69,8 @@ class CommitResult:
     #: FAILED: why, for the log.
     why: str = ""
     #: FAILED: the kind of failure (the ``reason`` label of ``dedupe_commit_failures_total``):
-    #: ``not_enough_replicas`` (brokers down: app/eos/replicas.py), ``error``, or
-    #: ``unknown_outcome`` (the commit's answer was lost and it had not committed).
+    #: ``error``, or ``unknown_outcome`` (the commit's answer was lost and it had not
+    #: committed).
     reason: str = "error"
 
 
@@ -91,11 +90,9 @@ class Committer:
         group_id: str,
         timeout: float,
         plan: faults.FaultPlan | None = None,
-        replicas: ReplicaCheck | None = None,
     ) -> None:
         self.producers = producers
         self.broker = broker
-        self.replicas = replicas
         self.group_id = group_id
         self.timeout = timeout
         self.faults = plan
@@ -131,16 +128,11 @@ class Committer:
         except Exception as exc:
             if is_fenced(producer, exc):
                 return CommitResult(Outcome.FENCED, error=exc)
-            # Asked and counted before the abort, which itself waits for the missing brokers.
-            short = await self._short_of_replicas(task)
-            failed(task, "not_enough_replicas" if short else "error")
+            # Counted before the abort, which waits for the brokers when they are the cause.
+            failed(task, "error")
             aborted = await self.abort(task)
             if aborted.outcome is Outcome.FENCED:
                 return aborted
-            if short:
-                return CommitResult(
-                    Outcome.FAILED, error=exc, why=short, reason="not_enough_replicas"
-                )
             return CommitResult(
                 Outcome.FAILED, error=exc, why=f"transaction failed before the commit: {exc!r}"
             )
@@ -185,27 +177,6 @@ class Committer:
                     reason="unknown_outcome",
                 )
         return CommitResult(Outcome.COMMITTED, changelog_offsets=changelog_offsets)
-
-    async def _short_of_replicas(self, task: Task) -> str:
-        """Why the transaction's writes are refused, when the cause is brokers down ("" when it
-        is not, or the brokers do not say); logged at once, since the abort that follows waits
-        until enough brokers are back."""
-        if self.replicas is None:
-            return ""
-        short = await self.replicas.short(task.collector.targets | task.collector.changelog_tps)
-        if not short:
-            return ""
-        named = "; ".join(map(str, short[:3])) + (
-            f"; {len(short) - 3} more" if len(short) > 3 else ""
-        )
-        why = (
-            "the cluster refuses this transaction's writes: fewer replicas in sync than "
-            f"min.insync.replicas ({named}); brokers are down. Nothing of "
-            "the transaction is visible; the partition waits, then is re-read, until enough "
-            "brokers are back"
-        )
-        log.error("partition %d: %s", task.partition, why)
-        return why
 
     async def abort(self, task: Task) -> CommitResult:
         """Abort the open transaction: ABORTED, or FENCED. An abort that fails otherwise

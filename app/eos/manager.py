@@ -32,7 +32,7 @@ from app.eos.positions import (
     raise_to_stored_offsets,
 )
 from app.eos.producer import TransactionalProducers
-from app.eos.replicas import ReplicaCheck
+from app.eos.replicas import WATCH_INTERVAL, ReplicaWatch
 from app.eos.task import Task, TaskState
 from tables.protocol import SourceOffsetStore, StagedState
 
@@ -70,10 +70,10 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self.faults = faults.parse(s.fault_injection)
         self.producers = TransactionalProducers(s, lambda: bool(self.should_stop))
         self.broker = BrokerReader(s, self.group_id, self.source_topics, lambda: self.tasks)
-        self.replicas = ReplicaCheck(s)
         self.committer = Committer(
-            self.producers, self.broker, self.group_id, s.commit_timeout, self.faults, self.replicas
+            self.producers, self.broker, self.group_id, s.commit_timeout, self.faults
         )
+        self.replicas = ReplicaWatch(s, self._topics_written)
         self.life = TaskLife(
             self.producers,
             self.committer,
@@ -308,6 +308,18 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 quiet_since = time.monotonic()
                 continue
             await self.watchdog.check(self.tasks.values(), quiet_since)
+
+    @Service.task  # type: ignore[untyped-decorator]
+    async def _replica_watch(self) -> None:
+        """Say so when brokers are down below ``min.insync.replicas`` (app/eos/replicas.py)."""
+        while not self.should_stop:
+            await self.sleep(WATCH_INTERVAL)
+            await self.replicas.check()
+
+    def _topics_written(self) -> list[str]:
+        s = self.settings
+        changelogs = [topic for _store, topic in self.committer.changelogs]
+        return [*self.source_topics, s.output_topic, s.dlq_topic, *changelogs]
 
     async def _seek_back(self, tp: TopicPartition, position: int) -> None:
         self.skipping.pop(tp, None)

@@ -31,6 +31,7 @@ def cluster() -> Cluster:
 @pytest.fixture
 def broker(cluster: Cluster) -> Broker:
     """The cluster, once whole again (overrides the single broker of tests/conftest.py)."""
+    cluster.start_stopped()
     cluster.wait_healthy(240)
     return Broker(cluster.bootstrap, cluster.brokers[0].port)
 

@@ -11,6 +11,7 @@ import yaml
 from app.settings import Settings
 from envsettings import EnvSettings
 from ingest.settings import IngestSettings
+from scripts.kafka_cluster_nodes import BROKER_PROPS, CONTROLLER_KEYS
 from spark.settings import SparkSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +24,19 @@ ROLES: dict[str, tuple[str, type[EnvSettings]]] = {
     "ingest": ("web", IngestSettings),
     "spark": ("spark", SparkSettings),
 }
+
+
+#: The cluster tier's broker settings that exactly-once depends on (the rest only fit the
+#: test cluster onto two cores).
+TESTED = (
+    "default.replication.factor",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "auto.create.topics.enable",
+)
 
 
 def procfile() -> dict[str, str]:
@@ -91,3 +105,26 @@ def test_the_images_default_command_is_the_procfiles_worker() -> None:
     assert f"CMD {spark!r}".replace("'", '"') in dockerfile
     for package in ("app", "tables", "envsettings", "ingest", "spark"):
         assert f"COPY {package} ./{package}" in dockerfile, package
+
+
+def test_the_kafka_nodes_are_the_cluster_tiers_shape() -> None:
+    """A dedicated controller and three brokers with the settings the cluster tier tests
+    (scripts/kafka_cluster_nodes.py), and no feature overrides: Kafka's defaults."""
+    found = services()
+    controller = found["controller"]["environment"]
+    assert controller["KAFKA_PROCESS_ROLES"] == "controller"
+    brokers = [found[f"kafka-{n}"]["environment"] for n in (1, 2, 3)]
+    assert [b["KAFKA_NODE_ID"] for b in brokers] == [1, 2, 3]
+    for env in brokers:
+        assert env["KAFKA_PROCESS_ROLES"] == "broker"
+        for key, value in BROKER_PROPS.items():
+            name = "KAFKA_" + key.upper().replace(".", "_")
+            if key in TESTED:
+                assert str(env[name]).lower() == value, name
+    for key in CONTROLLER_KEYS:
+        name = "KAFKA_" + key.upper().replace(".", "_")
+        assert str(controller[name]).lower() == BROKER_PROPS[key], name
+    assert not any("FEATURE" in k for s in found.values() for k in s.get("environment", {}))
+    bootstrap = ",".join(f"kafka-{n}:9092" for n in (1, 2, 3))
+    for name in ROLES:
+        assert found[name]["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == bootstrap, name
