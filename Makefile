@@ -18,7 +18,9 @@ TEST_SECURE_KAFKA_PORT ?= 19192
 # The cluster tier's controller port; its three brokers listen on the next three ports.
 TEST_CLUSTER_PORT ?= 19300
 # `make bench` starts its own broker on this port unless KAFKA_BOOTSTRAP_SERVERS is set.
-BENCH_KAFKA_PORT ?= 39092
+BENCH_KAFKA_PORT ?= 29092
+# `make bench-cluster` starts a three-broker cluster here (the controller; brokers on +1..+3).
+BENCH_CLUSTER_PORT ?= 29300
 # The browser tier's npm packages (tests/browser/package.json) and the bundled page, git-ignored.
 BROWSER_DIR := .cache/browser
 
@@ -26,7 +28,7 @@ BROWSER_DIR := .cache/browser
 .PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
-        spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake bench-recovery \
+        spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery \
         servers-install servers-up servers-down test-idempotency bench-idempotency
 
 help: ## Show this help
@@ -166,6 +168,13 @@ bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_E
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
 	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
 	  $(PY) -m bench.throughput $(BENCH_ARGS)
+
+bench-cluster: $(STAMP) kafka-jars ## Contender benchmark on a three-broker cluster, replication 3 (bench/results-cluster.md); BENCH_CLUSTER_ARGS
+	KAFKA_CLUSTER_PORT=$(BENCH_CLUSTER_PORT) $(PY) -m scripts.kafka_cluster up
+	$(PY) -m bench.throughput --replication 3 \
+	  --bootstrap $$(KAFKA_CLUSTER_PORT=$(BENCH_CLUSTER_PORT) $(PY) -m scripts.kafka_cluster bootstrap) \
+	  --results bench/results-cluster.md --chart bench/results-cluster.png \
+	  $${BENCH_CLUSTER_ARGS:---contenders a,b --profiles dup0.6,dup20 --events 500000}
 
 bench-lake: $(STAMP) kafka-jars spark-jars ## Rows/s into the lake, append vs merge; files before/after optimize (bench/results-lake.md)
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

@@ -4,7 +4,7 @@
     make bench-lake BENCH_LAKE_ARGS="--events 50000"   # quicker
     python -m bench.lake --events 200000 --batch 20000 # with KAFKA_BOOTSTRAP_SERVERS set
 
-It needs a broker (``make bench-lake`` starts one on ``BENCH_KAFKA_PORT``, 39092, unless
+It needs a broker (``make bench-lake`` starts one on ``BENCH_KAFKA_PORT``, 29092, unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set). It produces ``--events`` distinct Segment-style events
 (``scripts.streams``, keyed by messageId, 4 partitions) to a fresh topic standing in for the
 worker's clean topic, then, in one local[2] Spark session, runs the job's own events query
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zorder", default="userId", help="optimize: Z-order by (empty: none)")
     parser.add_argument("--keep", action="store_true", help="keep the lakes under data/")
     args = parser.parse_args(argv)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:39092")
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:29092")
     topic = f"bench-lake-{int(time.time())}"
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))

@@ -9,7 +9,7 @@ the changelog, with Faust's per-record recovery and with the bulk restorer, in o
 At the default 10M ids a run takes about 25 minutes here (Faust's recovery some 13 of them,
 Quix Streams' fill and rebuild some 8); without those two, 4-5 minutes.
 
-Needs a broker (``make bench-recovery`` starts one on 127.0.0.1:39092 unless
+Needs a broker (``make bench-recovery`` starts one on 127.0.0.1:29092 unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set). It writes a ``seen_ids`` changelog of ``--ids`` ids the
 way the worker's transactions do (one transactional producer per partition, ``--txn`` records per
 transaction, each id on the partition the worker's partitioner gives it, values encoded as the
@@ -410,7 +410,7 @@ def logged_rate(log: Path) -> float | None:
 
 
 def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:39092")
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:29092")
     tag = f"benchrec-{int(time.time())}"
     root = DATA_ROOT / tag
     root.mkdir(parents=True, exist_ok=True)
