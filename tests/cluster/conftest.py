@@ -8,24 +8,54 @@ registered and no partition is under-replicated, so every fault meets a whole cl
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from scripts.kafka_cluster import Cluster
 from tests.faults.conftest import REPORT, SCALE
 from tests.reliability import Reliability
-from tests.support import Broker
+from tests.support import Broker, Names, unique_suffix
 
 CLUSTER_PORT = int(os.environ.get("DEDUPE_TEST_CLUSTER_PORT", "19300"))
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
+    """A new cluster for every session: a broker restarted after a kill -9 recovers and
+    re-replicates every partition it holds, so partitions left by earlier runs would slow
+    every fault down (seen: over 500 partitions, a restart not whole after 240 s)."""
     c = Cluster(port=CLUSTER_PORT, proxied=True)
+    c.wipe()
     c.up()
     return c
+
+
+@pytest.fixture
+def names(tmp_path: Path, cluster: Cluster) -> Iterator[Names]:
+    """Fresh names per test (overrides tests/conftest.py), and the test's topics deleted after
+    it, for the reason given at :func:`cluster`."""
+    fresh = Names(unique_suffix(), tmp_path)
+    yield fresh
+    try:
+        asyncio.run(asyncio.wait_for(delete_topics_of(cluster.bootstrap, fresh.suffix), 60))
+    except Exception as exc:  # a test that failed mid-fault may leave the cluster short
+        print(f"\ncould not delete the topics of {fresh.suffix}: {exc!r}")
+
+
+async def delete_topics_of(bootstrap: str, suffix: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if suffix in t]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
 
 
 @pytest.fixture
