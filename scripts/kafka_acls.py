@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.settings import Settings
+from app.topic_safety import AUTO_REPLICATION, wanted_min_insync, wanted_replication
 from app.topics import topic_specs
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.seen_ids_table import changelog_topic_name
@@ -171,15 +172,21 @@ def topic_commands(settings: Settings) -> list[str]:
     base = "kafka-topics.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties"
     out = []
     seen_ids, *more = changelogs(settings)
+    # "auto" as on a cluster of three or more brokers, the production shape these are for.
+    replication = wanted_replication(settings, AUTO_REPLICATION)
+    safe = {
+        "min.insync.replicas": str(wanted_min_insync(settings, replication)),
+        "unclean.leader.election.enable": "false",
+    }
     for spec in topic_specs(settings, seen_ids, more):
-        configs = "".join(f" --config {k}={v}" for k, v in spec.config.items())
+        configs = "".join(f" --config {k}={v}" for k, v in (spec.config | safe).items())
         out.append(
             f"{base} --create --topic {spec.name} --partitions {settings.partitions} "
-            f"--replication-factor {settings.replication_factor}{configs}"
+            f"--replication-factor {replication}{configs}"
         )
     out.append(
         f"{base} --create --topic {leader_topic_name(settings)} --partitions 1 "
-        f"--replication-factor {settings.replication_factor}"
+        f"--replication-factor {replication}"
     )
     return out
 
