@@ -15,12 +15,15 @@ IDEM_LIB := libs/idempotent-consumer
 TEST_KAFKA_PORT ?= 19092
 # The security tier starts (and stops) its own SASL_SSL broker on this port (controller +1).
 TEST_SECURE_KAFKA_PORT ?= 19192
+# The cluster tier's controller port; its three brokers listen on the next three ports.
+TEST_CLUSTER_PORT ?= 19300
 # `make bench` starts its own broker on this port unless KAFKA_BOOTSTRAP_SERVERS is set.
 BENCH_KAFKA_PORT ?= 39092
 
 .DEFAULT_GOAL := help
 .PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
+        test-cluster kafka-cluster-up kafka-cluster-down \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-scale bench-lake bench-recovery \
         servers-install servers-up servers-down test-idempotency bench-idempotency
 
@@ -45,6 +48,12 @@ kafka-up: $(STAMP) kafka-jars ## Start a local single-node KRaft broker on 127.0
 
 kafka-down: ## Stop the local broker on $KAFKA_PORT (9092) and its controller
 	$(KAFKA) down
+
+kafka-cluster-up: $(STAMP) kafka-jars ## Start a KRaft controller + 3 brokers with Kafka's defaults ($KAFKA_CLUSTER_PORT, 9300; brokers +1..+3)
+	$(PY) -m scripts.kafka_cluster up
+
+kafka-cluster-down: ## Stop the local three-broker cluster on $KAFKA_CLUSTER_PORT (9300)
+	$(PY) -m scripts.kafka_cluster down
 
 kafka-acls: $(STAMP) kafka-jars ## Print each component's Kafka ACLs; with KAFKA_SECURITY=sasl_ssl also add them to the local broker
 	$(PY) -m scripts.kafka_acls $(if $(filter sasl_ssl,$(KAFKA_SECURITY)),--apply)
@@ -102,8 +111,11 @@ test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses
 	$(call pytest_tier,tests/faults,-q -s)
 
-soak: $(STAMP) kafka-jars ## The fault tier at 10x the events, about an hour, not in make test (writes docs/soak.md)
-	DEDUPE_FAULT_SCALE=10 $(MAKE) test-faults
+test-cluster: $(STAMP) kafka-jars ## Cluster tier: 3 brokers, Kafka's defaults (19300-19303); leader, coordinator, controller kills, rolling restart
+	@DEDUPE_TEST_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m pytest --durations=10 tests/cluster -q -s
+
+soak: $(STAMP) kafka-jars ## The fault and cluster tiers at 10x the events, not in make test (writes docs/soak.md)
+	DEDUPE_FAULT_SCALE=10 $(MAKE) test-faults test-cluster
 
 test-spark: $(STAMP) kafka-jars spark-jars ## Spark tests: transforms, audit, worker -> Spark -> lake, kill -9
 	$(call pytest_tier,tests/spark,-q -s)
@@ -126,7 +138,7 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-test: lint test-unit test-integration test-faults test-spark test-ingest test-security test-idempotency ## Lint and every test tier
+test: lint test-unit test-integration test-faults test-cluster test-spark test-ingest test-security test-idempotency ## Lint and every test tier
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

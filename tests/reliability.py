@@ -1,0 +1,120 @@
+"""The fault tiers' published report (docs/reliability.md, docs/soak.md): every fault test
+records its figures, and each tier rewrites its own section of the report at the end of its
+session.
+
+A section keeps the rows of faults that did not run in this session (with the time of the run
+that measured them): a run of a subset (one file, ``-k``) must not shrink the published report.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+INTRO = """\
+Written by the fault tiers: `make test-faults` (one broker) and `make test-cluster` (three
+brokers with Kafka's defaults) each rewrite their own section of docs/reliability.md; `make soak`
+runs them at 10x the events and writes docs/soak.md. Every run injects real faults into real
+worker and broker processes on one machine, then checks the clean topic with read_committed (each
+expected id exactly once, value bytes of its first copy), the dead-letter topic, the committed
+offsets and open transactions. Time to recover: from the last fault until every input record was
+committed. A section keeps the rows of faults that did not run in its latest session, from the
+run that measured them.
+"""
+
+HEADER = (
+    "| fault | nodes | txn version (cluster / worker) | runs | events | faults injected "
+    "| duplicates | missing | time to recover (max) | run |\n" + "|---" * 10 + "|"
+)
+
+
+@dataclass
+class Row:
+    fault: str
+    runs: int
+    events: int
+    injected: int
+    duplicates: int
+    missing: int
+    recover_s: float
+
+
+class Reliability:
+    """One tier's rows; ``publish`` writes them into the tier's section of ``path``."""
+
+    def __init__(self, section: str, title: str, nodes: int, txn_version: str) -> None:
+        self.section = section
+        self.title = title
+        self.nodes = nodes
+        self.txn_version = txn_version
+        self.rows: list[Row] = []
+
+    def record(
+        self,
+        fault: str,
+        *,
+        events: int,
+        injected: int,
+        duplicates: int,
+        missing: int,
+        recover_s: float,
+    ) -> None:
+        self.rows.append(Row(fault, 1, events, injected, duplicates, missing, recover_s))
+
+    def lines(self, when: str) -> dict[str, str]:
+        """The table rows of this session, by fault; ``when``: the run's time."""
+        merged: dict[str, Row] = {}
+        for r in self.rows:
+            m = merged.setdefault(r.fault, Row(r.fault, 0, 0, 0, 0, 0, 0.0))
+            m.runs += 1
+            m.events += r.events
+            m.injected += r.injected
+            m.duplicates += r.duplicates
+            m.missing += r.missing
+            m.recover_s = max(m.recover_s, r.recover_s)
+        return {
+            m.fault: f"| {m.fault} | {self.nodes} | {self.txn_version} | {m.runs} | {m.events:,} "
+            f"| {m.injected} | {m.duplicates} | {m.missing} | {m.recover_s:.0f} s | {when} |"
+            for m in merged.values()
+        }
+
+    def publish(self, path: Path, heading: str) -> None:
+        if not self.rows:
+            return
+        text = path.read_text() if path.exists() else ""
+        sections = dict(re.findall(r"<!-- section: (\w+) -->\n(.*?)<!-- /section -->", text, re.S))
+        now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        rows = _rows_of(sections.get(self.section, ""))
+        rows.update(self.lines(now))
+        sections[self.section] = (
+            f"## {self.title}\n\nLatest run {now}, {platform.machine()}, {os.cpu_count()} cores: "
+            f"{len(self._ran())} of the {len(rows)} rows below.\n\n{HEADER}\n"
+            + "\n".join(rows[k] for k in sorted(rows, key=_fault_order))
+            + "\n\n"
+        )
+        body = "".join(
+            f"<!-- section: {name} -->\n{sections[name]}<!-- /section -->\n\n"
+            for name in sorted(sections)
+        )
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"# {heading}\n\n{INTRO}\n{body}".rstrip() + "\n")
+
+    def _ran(self) -> set[str]:
+        return {r.fault for r in self.rows}
+
+
+def _rows_of(section: str) -> dict[str, str]:
+    """The rows of an earlier section, by fault (each says when it ran)."""
+    return {
+        line[2:].split(" | ", 1)[0]: line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| fault ")
+    }
+
+
+def _fault_order(fault: str) -> tuple[int, str]:
+    return (len(fault.split()[0]), fault)

@@ -1,0 +1,52 @@
+"""The published fault report (tests/reliability.py): a tier rewrites only its own section, and
+a session that ran a subset keeps the other rows of its section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.reliability import Reliability
+
+
+def run(section: str, rows: dict[str, int], path: Path) -> None:
+    report = Reliability(section, f"{section} title", nodes=1, txn_version="1 / v1")
+    for fault, missing in rows.items():
+        report.record(fault, events=10, injected=1, duplicates=0, missing=missing, recover_s=1.0)
+    report.publish(path, "Reliability report")
+
+
+def table_rows(path: Path, section: str) -> dict[str, list[str]]:
+    text = path.read_text().split(f"<!-- section: {section} -->")[1].split("<!-- /section -->")[0]
+    return {
+        line.split(" | ")[0][2:]: line.split(" | ")
+        for line in text.splitlines()
+        if line.startswith("| F") or line.startswith("| C")
+    }
+
+
+def test_a_subset_run_keeps_the_rows_it_did_not_run(tmp_path: Path) -> None:
+    path = tmp_path / "reliability.md"
+    run("faults", {"F1 kill": 0, "F2 pause": 0, "F10 cut": 0}, path)
+    run("faults", {"F2 pause": 3}, path)
+    rows = table_rows(path, "faults")
+    assert set(rows) == {"F1 kill", "F2 pause", "F10 cut"}
+    assert rows["F2 pause"][7] == "3"  # the new figures replace the old
+    assert rows["F1 kill"][7] == "0"
+    assert list(rows) == ["F1 kill", "F2 pause", "F10 cut"]  # F10 after F2
+    assert "1 of the 3 rows below" in path.read_text()
+
+
+def test_each_tier_rewrites_only_its_own_section(tmp_path: Path) -> None:
+    path = tmp_path / "reliability.md"
+    run("faults", {"F1 kill": 0}, path)
+    run("cluster", {"C1 leader": 0}, path)
+    run("faults", {"F1 kill": 1}, path)
+    assert set(table_rows(path, "cluster")) == {"C1 leader"}
+    assert table_rows(path, "faults")["F1 kill"][7] == "1"
+    assert path.read_text().count("# Reliability report") == 1
+
+
+def test_a_session_without_rows_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "reliability.md"
+    run("faults", {}, path)
+    assert not path.exists()
