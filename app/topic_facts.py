@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from app.topic_safety import TopicFacts
+from envsettings.kafka_security import TOPIC_AUTHORIZATION_FAILED
 
 #: The configs the rule reads, and Kafka's defaults for a broker that does not report one.
 CONFIG_DEFAULTS = {
@@ -29,6 +30,14 @@ class FactsUnavailable(RuntimeError):
     """The brokers did not describe every topic in time."""
 
 
+class ConfigsDenied(RuntimeError):
+    """The principal may not read these topics' configs (no DescribeConfigs ACL)."""
+
+    def __init__(self, topics: list[str]) -> None:
+        super().__init__(f"DescribeConfigs denied on {topics}")
+        self.topics = topics
+
+
 async def broker_count(admin: AIOKafkaAdminClient) -> int:
     """How many brokers the cluster metadata lists (registered, not fenced)."""
     return len((await admin.describe_cluster())["brokers"])
@@ -36,18 +45,23 @@ async def broker_count(admin: AIOKafkaAdminClient) -> int:
 
 async def _configs(admin: AIOKafkaAdminClient, names: Sequence[str]) -> dict[str, dict[str, str]]:
     """Each topic's configs the rule reads; topics the broker reported an error for are left
-    out (a topic created a moment ago may not be known to every broker yet)."""
+    out (a topic created a moment ago may not be known to every broker yet), except a denial,
+    which no retry mends: :class:`ConfigsDenied`."""
     wanted = list(CONFIG_DEFAULTS)
     responses = await admin.describe_configs(
         [ConfigResource(ConfigResourceType.TOPIC, n, configs=dict.fromkeys(wanted)) for n in names]
     )
     out: dict[str, dict[str, str]] = {}
+    denied = []
     for response in responses:
         for error_code, _message, _type, name, entries in response.resources:
+            denied += [name] if error_code == TOPIC_AUTHORIZATION_FAILED else []
             if error_code:
                 continue
             found = {e[0]: e[1] for e in entries if e[1] is not None}
             out[name] = {k: found.get(k, default) for k, default in CONFIG_DEFAULTS.items()}
+    if denied:
+        raise ConfigsDenied(sorted(denied))
     return out
 
 

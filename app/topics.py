@@ -42,7 +42,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from app import access
 from app.settings import Settings
-from app.topic_facts import FactsUnavailable, broker_count, topic_facts
+from app.topic_facts import ConfigsDenied, FactsUnavailable, broker_count, topic_facts
 from app.topic_safety import (
     creation_problems,
     message,
@@ -246,6 +246,9 @@ async def _check_safety(
     exactly-once; log them as one warning when they only weaken it."""
     try:
         facts = await topic_facts(admin, {s.name: s.role for s in specs})
+    except ConfigsDenied as exc:
+        denials = [f"DescribeConfigs on topic {t!r}" for t in exc.topics]
+        raise access.AccessDenied(access.denied_message(settings, denials)) from None
     except (KafkaError, FactsUnavailable) as exc:
         raise TopicMismatch(f"cannot check the topics' replication and configs: {exc!r}") from exc
     problems = unsafe(facts, brokers, settings)
