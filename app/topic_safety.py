@@ -195,7 +195,8 @@ def _topic_problems(t: TopicFacts, brokers: int, settings: Settings) -> list[Pro
             "min.insync.replicas",
             t.min_insync,
             max(wanted_isr, 2),
-            "acks=all is acknowledged by a single replica, whose loss loses the write",
+            f"acks=all is acknowledged when {t.min_insync} replica(s) have a write, and "
+            "losing those loses it",
             f"{_ALTER} {t.name} --add-config min.insync.replicas={max(wanted_isr, 2)}",
             False,
         )
