@@ -24,6 +24,7 @@ from app.eos import BatchHandler, TaskTransactionManager, Transport
 from app.metrics import RebalanceSensor, restore_progress
 from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule
+from app.topic_safety import parse_count
 from app.topics import ensure_topics
 from app.web import register_views
 from tables.batch_reader import BatchReader
@@ -83,9 +84,12 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         s = self.dedupe_settings
         if not self.in_transaction:
             raise RuntimeError("the dedup worker must run as a Faust worker with exactly_once")
-        await ensure_topics(
+        replication = await ensure_topics(
             s, changelog_topic_name(s), more_changelogs=[producers_changelog_name(s)]
         )
+        # Topics Faust declares itself (the assignor's leader topic) are created after this,
+        # by its child services: with the replication the cluster's size gave ours.
+        self.conf.topic_replication_factor = replication
         # The state that follows the transactions: the table's store (its staged writes are
         # the changelog records, pulled at each commit; it keeps the source offsets too) and
         # the age-out's live figures.
@@ -182,7 +186,8 @@ def create_app(settings: Settings) -> Pipeline:
         processing_guarantee="exactly_once",
         consumer_auto_offset_reset="earliest",
         topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        # "auto" depends on the broker count: on_first_start sets it once that is known.
+        topic_replication_factor=parse_count(settings.replication_factor) or 1,
         table_standby_replicas=settings.standby_replicas,
         # Faust's own commit timer is a no-op under our transaction manager; keep it quiet.
         broker_commit_interval=max(settings.commit_interval, 1.0),

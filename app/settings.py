@@ -64,11 +64,21 @@ class Settings(KafkaSecuritySettings):
         "Existing topics must agree or the worker refuses to start.",
         within=(1, 10_000),
     )
-    replication_factor: int = setting(
-        1,
+    replication_factor: str = setting(
+        "auto",
         "DEDUPE_REPLICATION_FACTOR",
-        "Replication factor for topics the worker creates.",
-        within=(1, 32),
+        "Replication factor of the topics the worker creates: auto (3 on a cluster of three "
+        "or more brokers, else the broker count: 1 on a single node) or 1..32. An existing "
+        "topic with replication 1 on a cluster of two or more brokers stops the worker unless "
+        "this is set to 1 explicitly (then a warning).",
+    )
+    min_insync_replicas: str = setting(
+        "auto",
+        "DEDUPE_MIN_INSYNC_REPLICAS",
+        "min.insync.replicas written on the topics the worker creates: auto (2 when their "
+        "replication is 3 or more, else 1) or 1..32. With acks=all a write is acknowledged "
+        "once this many replicas have it; at 2 any one broker can be lost without losing a "
+        "committed transaction.",
     )
     data_dir: Path = setting(
         Path("./data"),

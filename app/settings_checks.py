@@ -1,6 +1,6 @@
 """What only the worker's settings as a whole can check (ranges and choices of single fields
 are declared on the fields, ``app/settings.py``): topic names and their clashes, the bucket
-within the window, fault specs, log level, source policies."""
+within the window, replication counts, fault specs, log level, source policies."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from app import faults
 from app.strategy import parse_policies
+from app.topic_safety import count_problem, parse_count
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -35,6 +36,21 @@ def cross_checks(s: Settings) -> list[str]:
         out.append(f"input, output, dead-letter and repartition topics must differ: {listed}")
     if 1 <= s.window <= 3650 * 86400 and not 0.001 <= s.bucket <= s.window:
         out.append(f"{env('bucket')}={s.bucket}s: must be 1ms..DEDUPE_WINDOW")
+    for name in ("replication_factor", "min_insync_replicas"):
+        if problem := count_problem(env(name), getattr(s, name), 32):
+            out.append(problem)
+    if not count_problem("", s.replication_factor, 32) and not count_problem(
+        "", s.min_insync_replicas, 32
+    ):
+        replication, min_insync = (
+            parse_count(s.replication_factor),
+            parse_count(s.min_insync_replicas),
+        )
+        if replication is not None and min_insync is not None and min_insync > replication:
+            out.append(
+                f"{env('min_insync_replicas')}={min_insync} is more than "
+                f"{env('replication_factor')}={replication}: no acks=all write could succeed"
+            )
     try:
         faults.parse(s.fault_injection)
     except ValueError as exc:

@@ -20,6 +20,11 @@ one pipeline (one input topic). Before anything else the worker reads the group'
 offsets (one OffsetFetch): offsets for a topic it does not read mean another pipeline's worker
 ran under this app id, and sharing its group and seen ids would drop this pipeline's events as
 repeats of the other's, so it refuses to start (:func:`foreign_topics`).
+
+Topics it creates get ``DEDUPE_REPLICATION_FACTOR`` replicas and ``DEDUPE_MIN_INSYNC_REPLICAS``
+(auto: 3 and 2 on three or more brokers) and unclean leader election off. Then every topic it
+uses, created or found, is checked by :mod:`app.topic_safety`: one message names each unsafe
+value, and the worker refuses to start when exactly-once cannot hold.
 """
 
 from __future__ import annotations
@@ -37,6 +42,14 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from app import access
 from app.settings import Settings
+from app.topic_facts import ConfigsDenied, FactsUnavailable, broker_count, topic_facts
+from app.topic_safety import (
+    creation_problems,
+    message,
+    unsafe,
+    wanted_min_insync,
+    wanted_replication,
+)
 from envsettings.kafka_security import connection_problem
 
 log = logging.getLogger(__name__)
@@ -150,10 +163,11 @@ async def ensure_topics(
     *,
     more_changelogs: Sequence[str] = (),
     timeout_ms: int = 30_000,
-) -> None:
+) -> int:
     """Check that the app id's group is this pipeline's (:class:`AppIdInUse` if not), create
-    missing topics, and raise :class:`TopicMismatch` if an existing one disagrees.
-    ``changelog`` is the seen ids' changelog, ``more_changelogs`` those of the other tables."""
+    missing topics, and raise :class:`TopicMismatch` if an existing one disagrees or is unsafe
+    (:mod:`app.topic_safety`). ``changelog`` is the seen ids' changelog, ``more_changelogs``
+    those of the other tables. Returns the replication factor topics are created with."""
     specs = topic_specs(settings, changelog, more_changelogs)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.bootstrap_servers,
@@ -173,6 +187,14 @@ async def ensure_topics(
         await _check_app_id_owner(admin, settings, changelog)
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
+        brokers = await broker_count(admin)
+        replication = wanted_replication(settings, brokers)
+        safe = {
+            "min.insync.replicas": str(wanted_min_insync(settings, replication)),
+            "unclean.leader.election.enable": "false",
+        }
+        if missing and (cannot := creation_problems(brokers, settings)):
+            raise TopicMismatch("refusing to start: " + "; ".join(cannot))
         if missing:
             # another worker may create them at the same moment
             with contextlib.suppress(TopicAlreadyExistsError):
@@ -181,15 +203,19 @@ async def ensure_topics(
                         NewTopic(
                             s.name,
                             num_partitions=settings.partitions,
-                            replication_factor=settings.replication_factor,
-                            topic_configs=s.config,
+                            replication_factor=replication,
+                            topic_configs=s.config | safe,
                         )
                         for s in missing
                     ],
                     timeout_ms=timeout_ms,
                 )
             for s in missing:
-                log.info("created %s topic %r (%d partitions)", s.role, s.name, settings.partitions)
+                log.info(
+                    "created %s topic %r (%d partitions, replication %d, min.insync.replicas %s)",
+                    *(s.role, s.name, settings.partitions, replication),
+                    safe["min.insync.replicas"],
+                )
         await access.check_visible(admin, settings, [s.name for s in specs])
         counts = await _partition_counts(admin, [s.name for s in specs], {s.name for s in missing})
         problems = [
@@ -203,12 +229,33 @@ async def ensure_topics(
                 "refusing to start: every topic must have the same partition count so that all "
                 "copies of an id meet the same state:\n  " + "\n  ".join(problems)
             )
+        await _check_safety(admin, settings, specs, brokers)
         changelogs = [changelog, *more_changelogs]
         read = [settings.input_topic, settings.repartition_topic, *changelogs]
         write = [settings.output_topic, settings.dlq_topic, settings.repartition_topic, *changelogs]
         await access.check_read_write(settings, read, write)
     finally:
         await admin.close()
+    return replication
+
+
+async def _check_safety(
+    admin: AIOKafkaAdminClient, settings: Settings, specs: list[TopicSpec], brokers: int
+) -> None:
+    """Raise :class:`TopicMismatch` naming every unsafe topic value when one of them breaks
+    exactly-once; log them as one warning when they only weaken it."""
+    try:
+        facts = await topic_facts(admin, {s.name: s.role for s in specs})
+    except ConfigsDenied as exc:
+        denials = [f"DescribeConfigs on topic {t!r}" for t in exc.topics]
+        raise access.AccessDenied(access.denied_message(settings, denials)) from None
+    except (KafkaError, FactsUnavailable) as exc:
+        raise TopicMismatch(f"cannot check the topics' replication and configs: {exc!r}") from exc
+    problems = unsafe(facts, brokers, settings)
+    if any(p.refuse for p in problems):
+        raise TopicMismatch(message(problems))
+    if problems:
+        log.warning("%s", message(problems))
 
 
 #: Kafka's default ``delete.retention.ms`` (24 h), for a topic that does not override it.

@@ -19,7 +19,8 @@ Each principal gets only what its component does (docs/security.md explains each
 - the worker reads its input, repartition, changelog and Faust's leader topic (and the output
   topic, where ``GET /messages/{id}`` finds an id's forwarded copy), writes the
   output, dead-letter, repartition and changelog topics inside transactions whose ids start with
-  ``<app id>-<input topic>-``, uses its group ``<app id>``, and creates its own topics (or,
+  ``<app id>-<input topic>-``, uses its group ``<app id>``, reads the configs of its topics
+  (DescribeConfigs: the start-up check of app/topic_safety.py), and creates its own topics (or,
   with ``--no-create``, an operator creates them first and the worker keeps Create only on
   Faust's leader topic, which Faust declares at every start);
 - the ingest service writes the input topic (its idempotent producer needs Write on a topic
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.settings import Settings
+from app.topic_safety import AUTO_REPLICATION, wanted_min_insync, wanted_replication
 from app.topics import topic_specs
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.seen_ids_table import changelog_topic_name
@@ -133,6 +135,9 @@ def worker_acls(settings: Settings, user: str, *, create: bool = True) -> list[A
             prefixed=True,
         ),
     ]
+    # The start-up check of replication and configs (app/topic_safety.py) reads them.
+    checked = tuple(t for t in worker_topics(settings) if t != leader_topic_name(settings))
+    acls.append(Acl(user, ("DescribeConfigs",), "topic", checked))
     # Faust declares its leader topic at every start, and the broker refuses even the create of
     # an existing topic to a principal without Create on it: that one Create stays.
     created = worker_topics(settings) if create else [leader_topic_name(settings)]
@@ -171,15 +176,21 @@ def topic_commands(settings: Settings) -> list[str]:
     base = "kafka-topics.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties"
     out = []
     seen_ids, *more = changelogs(settings)
+    # "auto" as on a cluster of three or more brokers, the production shape these are for.
+    replication = wanted_replication(settings, AUTO_REPLICATION)
+    safe = {
+        "min.insync.replicas": str(wanted_min_insync(settings, replication)),
+        "unclean.leader.election.enable": "false",
+    }
     for spec in topic_specs(settings, seen_ids, more):
-        configs = "".join(f" --config {k}={v}" for k, v in spec.config.items())
+        configs = "".join(f" --config {k}={v}" for k, v in (spec.config | safe).items())
         out.append(
             f"{base} --create --topic {spec.name} --partitions {settings.partitions} "
-            f"--replication-factor {settings.replication_factor}{configs}"
+            f"--replication-factor {replication}{configs}"
         )
     out.append(
         f"{base} --create --topic {leader_topic_name(settings)} --partitions 1 "
-        f"--replication-factor {settings.replication_factor}"
+        f"--replication-factor {replication}"
     )
     return out
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import TopicPartition
 
 from scripts.topic_reader import committed_offsets, end_offsets, read_topic
@@ -69,6 +70,37 @@ async def create_topic(
         )
     finally:
         await admin.close()
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """A topic as the brokers report it: each partition's replica count, and each config's
+    value with whether it is set on the topic itself (not a broker or Kafka default)."""
+
+    replicas: list[int]
+    configs: dict[str, tuple[str, bool]]
+
+
+async def topic_state(bootstrap: str, topic: str) -> TopicState:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([topic])
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    finally:
+        await admin.close()
+    configs: dict[str, tuple[str, bool]] = {}
+    for response in responses:
+        for _code, _message, _type, _name, entries in response.resources:
+            for name, value, _read_only, default_or_source, *_ in entries:
+                # DescribeConfigs v0 answers is_default, v1+ the source (1: set on the topic)
+                own = (
+                    not default_or_source
+                    if isinstance(default_or_source, bool)
+                    else default_or_source == 1
+                )
+                configs[name] = (value, own)
+    return TopicState([len(p["replicas"]) for p in described["partitions"]], configs)
 
 
 def unique_suffix() -> str:

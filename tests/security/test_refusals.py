@@ -88,6 +88,29 @@ def test_worker_missing_acls_is_refused_with_each_one_named(
     assert "python -m scripts.kafka_acls" in log
 
 
+def test_worker_without_describe_configs_is_refused_naming_each_topic(
+    secure: SecureBroker, names: Names, workers: list[Worker]
+) -> None:
+    """The start-up check of replication and configs (app/topic_safety.py) reads each topic's
+    configs: without DescribeConfigs the worker says so instead of running unchecked."""
+    acls = kafka_acls.all_acls(secure.admin(names))
+    secure.apply([a for a in acls if a.operations != ("DescribeConfigs",)])
+    worker = worker_as(secure, names, "dedupe-worker")
+    workers.append(worker)
+    worker.start()
+    log = refused(worker)
+    assert "Kafka denies User:dedupe-worker what this worker needs:" in log
+    for topic in (
+        names.input_topic,
+        names.repartition_topic,
+        names.changelog_topic,
+        f"{names.app_id}-producer_seqs-changelog",
+        names.output_topic,
+        names.dlq_topic,
+    ):
+        assert f"DescribeConfigs on topic {topic!r}" in log, topic
+
+
 def test_worker_without_its_transactional_ids_is_refused(
     secure: SecureBroker, names: Names, workers: list[Worker]
 ) -> None:

@@ -56,6 +56,15 @@ def test_the_worker_reads_and_writes_exactly_its_topics() -> None:
         producers,
     }
     assert granted(acls, "Read", "group") == {"shop"}
+    # the start-up safety check reads the configs of each topic it checks (app/topic_safety.py)
+    assert granted(acls, "DescribeConfigs", "topic") == {
+        "orders",
+        "shop-orders-repartition",
+        changelog,
+        producers,
+        "events-clean",
+        "events-dlq",
+    }
 
 
 def test_without_create_only_fausts_leader_topic_keeps_create() -> None:

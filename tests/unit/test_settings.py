@@ -25,7 +25,8 @@ DEFAULTS: dict[str, Any] = {
     "dlq_topic": "events-dlq",
     "repartition_topic": "dedupe-events-repartition",
     "partitions": 8,
-    "replication_factor": 1,
+    "replication_factor": "auto",
+    "min_insync_replicas": "auto",
     "data_dir": Path("./data"),
     "web_host": "127.0.0.1",
     "web_port": 6066,
@@ -118,7 +119,8 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "dlq_topic": ("dead-events", "dead-events"),
     "repartition_topic": ("rekeyed", "rekeyed"),
     "partitions": ("12", 12),
-    "replication_factor": ("3", 3),
+    "replication_factor": ("3", "3"),
+    "min_insync_replicas": ("2", "2"),
     "data_dir": ("/var/lib/dedupe", Path("/var/lib/dedupe")),
     "web_host": ("0.0.0.0", "0.0.0.0"),
     "web_port": ("8080", 8080),
@@ -283,6 +285,15 @@ INVALID = [
     pytest.param({"KAFKA_BOOTSTRAP_SERVERS": " "}, "KAFKA_BOOTSTRAP_SERVERS", id="no-brokers"),
     pytest.param({"DEDUPE_LOG_LEVEL": "loud"}, "DEDUPE_LOG_LEVEL", id="log-level-loud"),
     pytest.param({"DEDUPE_REPLICATION_FACTOR": "0"}, "DEDUPE_REPLICATION_FACTOR", id="rf-0"),
+    pytest.param({"DEDUPE_REPLICATION_FACTOR": "33"}, "DEDUPE_REPLICATION_FACTOR", id="rf-33"),
+    pytest.param({"DEDUPE_REPLICATION_FACTOR": "three"}, "DEDUPE_REPLICATION_FACTOR", id="rf-word"),
+    pytest.param({"DEDUPE_MIN_INSYNC_REPLICAS": "0"}, "DEDUPE_MIN_INSYNC_REPLICAS", id="isr-0"),
+    pytest.param({"DEDUPE_MIN_INSYNC_REPLICAS": "2.5"}, "DEDUPE_MIN_INSYNC_REPLICAS", id="isr-2.5"),
+    pytest.param(
+        {"DEDUPE_REPLICATION_FACTOR": "2", "DEDUPE_MIN_INSYNC_REPLICAS": "3"},
+        "DEDUPE_MIN_INSYNC_REPLICAS=3 is more than DEDUPE_REPLICATION_FACTOR=2",
+        id="isr-above-rf",
+    ),
     pytest.param({"DEDUPE_COMMIT_INTERVAL": "0.5ms"}, "DEDUPE_COMMIT_INTERVAL", id="ci-0.5ms"),
     pytest.param({"DEDUPE_COMMIT_INTERVAL": "61s"}, "DEDUPE_COMMIT_INTERVAL", id="ci-61s"),
     pytest.param({"DEDUPE_COMMIT_TIMEOUT": "11m"}, "DEDUPE_COMMIT_TIMEOUT", id="ct-11m"),
@@ -389,6 +400,10 @@ def test_unparsable_and_invalid_values_are_reported_together() -> None:
         pytest.param("DEDUPE_DLQ_MAX_MESSAGE_BYTES", "1000", "=1000", id="dlq-max"),
         pytest.param("DEDUPE_SESSION_TIMEOUT", "301", "=301", id="session"),
         pytest.param("DEDUPE_STANDBY_REPLICAS", "9", "=9", id="standby"),
+        pytest.param("DEDUPE_REPLICATION_FACTOR", "0", "=0: must be auto or 1..32", id="rf"),
+        pytest.param(
+            "DEDUPE_MIN_INSYNC_REPLICAS", "two", "='two': use auto or a whole number", id="isr"
+        ),
     ],
 )
 def test_invalid_values_are_shown(env: str, raw: str, shown: str) -> None:
@@ -423,6 +438,17 @@ def test_invalid_values_are_shown(env: str, raw: str, shown: str) -> None:
         ),
         pytest.param({"DEDUPE_LOG_LEVEL": "Critical"}, "log_level", "Critical", id="level"),
         pytest.param({"DEDUPE_STANDBY_REPLICAS": "8"}, "standby_replicas", 8, id="standby-8"),
+        pytest.param({"DEDUPE_REPLICATION_FACTOR": "1"}, "replication_factor", "1", id="rf-1"),
+        pytest.param({"DEDUPE_REPLICATION_FACTOR": "32"}, "replication_factor", "32", id="rf-32"),
+        pytest.param({"DEDUPE_REPLICATION_FACTOR": "AUTO"}, "replication_factor", "AUTO", id="rf"),
+        pytest.param(
+            {"DEDUPE_REPLICATION_FACTOR": "3", "DEDUPE_MIN_INSYNC_REPLICAS": "3"},
+            "min_insync_replicas",
+            "3",
+            id="isr-equals-rf",
+        ),
+        # auto replication: the broker count decides, checked at start-up (app/topic_safety.py)
+        pytest.param({"DEDUPE_MIN_INSYNC_REPLICAS": "5"}, "min_insync_replicas", "5", id="isr-5"),
     ],
 )
 def test_boundary_values_are_accepted(environ: dict[str, str], name: str, expected: Any) -> None:
