@@ -102,6 +102,15 @@ class Settings(KafkaSecuritySettings):
         "after this long (or at once when its partition is taken over).",
         within=(1.0, 900.0),
     )
+    transaction_protocol: str = setting(
+        "auto",
+        "DEDUPE_TRANSACTION_PROTOCOL",
+        "Kafka transaction protocol of the worker's producers: auto (from the cluster's "
+        "finalized transaction.version, read at start-up), v1 (the old flow, which every broker "
+        "accepts) or v2 (KIP-890; refused while the worker does not run it). The start-up log "
+        "and /stats say which one runs and what the cluster finalized.",
+        one_of=("auto", "v1", "v2"),
+    )
     compression: str = setting(
         "none",
         "DEDUPE_COMPRESSION",

@@ -33,6 +33,7 @@ from aiokafka.structs import TopicPartition
 from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
 
 if TYPE_CHECKING:
+    from app.eos.txn_protocol import TransactionProtocol
     from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,9 @@ class TransactionalProducers:
     def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:
         self.settings = settings
         self._should_stop = should_stop
+        #: The transaction protocol the producers run (app/eos/txn_protocol.py), set at
+        #: start-up before the first task starts.
+        self.protocol: TransactionProtocol | None = None
 
     def transactional_id(self, partition: int) -> str:
         """Stable per (app, input topic, partition): survives deploys and topology changes."""
