@@ -9,15 +9,14 @@ client reads the finalized features from ApiVersions v3+ (``ApiVersions.java``, 
 ``FinalizedFeaturesEpoch`` of the nodes it spoke to; ``TransactionManager
 .maybeUpdateTransactionV2Enabled``); this module asks every broker once the same way.
 
-aiokafka parses ApiVersions only up to v2 (no features), so v3/v4 are spelt here from
-``ApiVersionsRequest.json`` / ``ApiVersionsResponse.json``: v3 is the first flexible version
-(compact strings and arrays, a tagged-field section after each structure); the request has the
-flexible header (v2), but the response header stays v0 (no tagged fields) for every version,
-so a client that could not parse a newer ApiVersions still reads the error code.
+aiokafka parses ApiVersions only up to v2 (no features): v3/v4 are in ``txn_messages.py``.
 
-aiokafka itself speaks only the old protocol, and the worker's v2 flow is not written yet: the
-setting ``DEDUPE_TRANSACTION_PROTOCOL`` (``auto``, ``v1``, ``v2``) picks the protocol, ``auto``
-runs v1 and says what the cluster finalized, ``v2`` is refused at start-up.
+``DEDUPE_TRANSACTION_PROTOCOL`` (``auto``, ``v1``, ``v2``) picks the protocol: ``auto`` runs v2
+(``txn_v2.py``) when the cluster finalized 2 and v1 (aiokafka's own flow) otherwise; ``v2`` on a
+cluster that did not finalize it is refused at start-up. Unlike the Java client, which looks
+again at every ``beginTransaction``, the choice holds until the worker restarts: a cluster that
+finalizes 2 later keeps v1 workers running (brokers accept the old flow), and one whose
+``transaction.version`` is downgraded below 2 needs its v2 workers restarted.
 """
 
 from __future__ import annotations
@@ -25,21 +24,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from io import BytesIO
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-from aiokafka import __version__ as aiokafka_version
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import for_code
-from aiokafka.protocol.admin import ApiVersionRequest_v0
-from aiokafka.protocol.api import Request, RequestStruct, Response, ResponseHeader_v0
-from aiokafka.protocol.types import (
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    TaggedFields,
+from aiokafka.protocol.types import Int64
+
+from app.eos.txn_messages import (
+    FINALIZED_FEATURES,
+    TAG_FINALIZED_FEATURES,
+    TAG_FINALIZED_FEATURES_EPOCH,
+    ApiVersionsWithFeatures,
 )
 
 if TYPE_CHECKING:
@@ -51,83 +46,6 @@ log = logging.getLogger(__name__)
 TRANSACTION_VERSION = "transaction.version"
 #: ``DEDUPE_TRANSACTION_PROTOCOL``'s values.
 PROTOCOL_SETTINGS = ("auto", "v1", "v2")
-#: Whether this worker can run the v2 flow (``auto`` picks it when the cluster finalized 2).
-V2_SUPPORTED = False
-#: ``ClientSoftwareName`` must match ``[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`` (KIP-511).
-CLIENT_SOFTWARE_NAME = "dedupe-worker-aiokafka"
-
-#: Tagged fields of ApiVersionsResponse v3+.
-TAG_FINALIZED_FEATURES_EPOCH = 1
-TAG_FINALIZED_FEATURES = 2
-
-FINALIZED_FEATURES = CompactArray(
-    ("name", CompactString("utf-8")),
-    ("max_version_level", Int16),
-    ("min_version_level", Int16),
-    ("tags", TaggedFields),
-)
-
-
-class ApiVersionsResponse_v3(Response):  # type: ignore[misc]
-    API_KEY = 18
-    API_VERSION = 3
-    SCHEMA = Schema(
-        ("error_code", Int16),
-        (
-            "api_versions",
-            CompactArray(
-                ("api_key", Int16),
-                ("min_version", Int16),
-                ("max_version", Int16),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("throttle_time_ms", Int32),
-        ("tags", TaggedFields),
-    )
-
-
-class ApiVersionsResponse_v4(Response):  # type: ignore[misc]
-    API_KEY = 18
-    API_VERSION = 4
-    SCHEMA = ApiVersionsResponse_v3.SCHEMA
-
-
-class ApiVersionsRequest_v3(RequestStruct):  # type: ignore[misc]
-    FLEXIBLE_VERSION = True
-    API_KEY = 18
-    API_VERSION = 3
-    RESPONSE_TYPE = ApiVersionsResponse_v3
-    SCHEMA = Schema(
-        ("client_software_name", CompactString("utf-8")),
-        ("client_software_version", CompactString("utf-8")),
-        ("tags", TaggedFields),
-    )
-
-    def parse_response_header(self, read_buffer: BytesIO | bytes) -> Any:
-        # ApiVersionsResponse always has the v0 header (Kafka's ApiMessageTypeGenerator).
-        return ResponseHeader_v0.decode(read_buffer)
-
-
-class ApiVersionsRequest_v4(ApiVersionsRequest_v3):
-    API_VERSION = 4
-    RESPONSE_TYPE = ApiVersionsResponse_v4
-
-
-ApiVersionsStruct: TypeAlias = ApiVersionRequest_v0 | ApiVersionsRequest_v3 | ApiVersionsRequest_v4
-
-
-class ApiVersionsWithFeatures(Request[ApiVersionsStruct]):  # type: ignore[misc]
-    """ApiVersions at the newest version both sides know (v0 when the broker has no v3: it
-    then has no finalized features either)."""
-
-    API_KEY = 18
-    ALLOW_UNKNOWN_API_VERSION = True
-
-    def build(self, request_struct_class: type[ApiVersionsStruct]) -> ApiVersionsStruct:
-        if request_struct_class is ApiVersionRequest_v0:
-            return ApiVersionRequest_v0()
-        return request_struct_class(CLIENT_SOFTWARE_NAME, aiokafka_version, {})
 
 
 @dataclass(frozen=True)
@@ -186,7 +104,7 @@ async def cluster_features(settings: Settings) -> FinalizedFeatures:
 
 
 class ProtocolRefused(RuntimeError):
-    """``DEDUPE_TRANSACTION_PROTOCOL`` asks for a protocol this worker or cluster cannot run."""
+    """``DEDUPE_TRANSACTION_PROTOCOL=v2`` on a cluster that did not finalize it."""
 
 
 @dataclass(frozen=True)
@@ -213,14 +131,11 @@ class TransactionProtocol:
             "v1": "forced",
             "v2": "forced",
         }[self.setting]
-        text = (
+        return (
             f"transactions run protocol {self.running} (DEDUPE_TRANSACTION_PROTOCOL="
             f"{self.setting}: {why}); the cluster finalized "
             f"{TRANSACTION_VERSION}={self.cluster_transaction_version}"
         )
-        if self.running == "v1" and self.cluster_transaction_version >= 2 and not V2_SUPPORTED:
-            text += " (this worker does not run the v2 flow yet)"
-        return text
 
 
 def choose(setting: str, cluster_transaction_version: int) -> TransactionProtocol:
@@ -228,12 +143,6 @@ def choose(setting: str, cluster_transaction_version: int) -> TransactionProtoco
     if setting not in PROTOCOL_SETTINGS:
         raise ProtocolRefused(f"DEDUPE_TRANSACTION_PROTOCOL={setting!r}: use auto, v1 or v2")
     if setting == "v2":
-        if not V2_SUPPORTED:
-            raise ProtocolRefused(
-                "refusing to start: DEDUPE_TRANSACTION_PROTOCOL=v2, but this worker does not "
-                "run the transaction v2 (KIP-890) flow yet; use auto or v1 (both run v1, "
-                "which every Kafka broker accepts)"
-            )
         if cluster_transaction_version < 2:
             raise ProtocolRefused(
                 "refusing to start: DEDUPE_TRANSACTION_PROTOCOL=v2, but the cluster finalized "
@@ -241,7 +150,7 @@ def choose(setting: str, cluster_transaction_version: int) -> TransactionProtoco
                 "(kafka-features upgrade --feature transaction.version=2) or use auto or v1"
             )
         return TransactionProtocol("v2", setting, cluster_transaction_version)
-    if setting == "auto" and V2_SUPPORTED and cluster_transaction_version >= 2:
+    if setting == "auto" and cluster_transaction_version >= 2:
         return TransactionProtocol("v2", setting, cluster_transaction_version)
     return TransactionProtocol("v1", setting, cluster_transaction_version)
 

@@ -9,10 +9,15 @@ import asyncio
 import time
 
 import pytest
+from aiokafka.structs import TopicPartition
 
-from app.eos.txn_protocol import V2_SUPPORTED, cluster_features, detect
+from app.eos.collector import RecordCollector
+from app.eos.producer import TransactionalProducers, producer_id_and_epoch, send_lingering
+from app.eos.txn_protocol import cluster_features, detect
+from app.eos.txn_v2 import is_v2
 from app.settings import Settings
-from tests.support import Broker, Names, Worker, get
+from scripts.topic_reader import committed_offsets, read_topic
+from tests.support import Broker, Names, Worker, create_topic, get, unique_suffix
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +41,7 @@ def test_the_finalized_transaction_version_is_read(tv2_broker: Broker, tv1_broke
 
     chosen = asyncio.run(detect(settings_for(tv2_broker)))
     assert chosen.cluster_transaction_version == 2
-    assert chosen.running == ("v2" if V2_SUPPORTED else "v1")
+    assert chosen.running == "v2"
     assert asyncio.run(detect(settings_for(tv1_broker))).running == "v1"
     assert asyncio.run(detect(settings_for(tv2_broker, "v1"))).running == "v1"
 
@@ -51,39 +56,123 @@ def wait_stats(worker: Worker, timeout: float = 60) -> dict[str, object]:
     raise AssertionError(f"no /stats after {timeout}s:\n{worker.log_text()[-4000:]}")
 
 
-def test_a_worker_says_which_protocol_runs(tv2_broker: Broker, names: Names) -> None:
+def test_a_worker_says_which_protocol_runs(
+    tv2_broker: Broker, tv1_broker: Broker, names: Names
+) -> None:
+    """On the v2 broker ``auto`` runs v2 and ``v1`` is honoured; on the v1 broker ``v2`` is
+    refused at start-up."""
     auto = Worker(tv2_broker, names, index=0, partitions=2)
-    forced = Worker(
-        tv2_broker, names, index=1, partitions=2, extra_env={"DEDUPE_TRANSACTION_PROTOCOL": "v2"}
+    other_group = Names(unique_suffix(), names.data_root)
+    forced_v1 = Worker(
+        tv2_broker,
+        other_group,
+        index=1,
+        partitions=2,
+        extra_env={"DEDUPE_TRANSACTION_PROTOCOL": "v1"},
+    )
+    refused = Worker(
+        tv1_broker, names, index=2, partitions=2, extra_env={"DEDUPE_TRANSACTION_PROTOCOL": "v2"}
     )
     try:
         auto.start()
         auto.wait_ready()
-        running = "v2" if V2_SUPPORTED else "v1"
         assert wait_stats(auto)["transactions"] == {
-            "protocol": running,
+            "protocol": "v2",
             "setting": "auto",
             "cluster_transaction_version": 2,
         }
         assert (
-            f"transactions run protocol {running} (DEDUPE_TRANSACTION_PROTOCOL=auto: chosen from "
-            "what the cluster finalized); the cluster finalized transaction.version=2"
+            "transactions run protocol v2 (DEDUPE_TRANSACTION_PROTOCOL=auto: chosen from what "
+            "the cluster finalized); the cluster finalized transaction.version=2"
         ) in auto.log_text()
 
-        forced.start()
-        if V2_SUPPORTED:
-            forced.wait_ready()
-            assert wait_stats(forced)["transactions"] == {
-                "protocol": "v2",
-                "setting": "v2",
-                "cluster_transaction_version": 2,
-            }
-        else:
-            assert forced.proc is not None
-            assert forced.proc.wait(timeout=120) != 0
-            assert "DEDUPE_TRANSACTION_PROTOCOL=v2, but this worker does not run" in (
-                forced.log_text()
-            )
+        forced_v1.start()
+        forced_v1.wait_ready()
+        assert wait_stats(forced_v1)["transactions"] == {
+            "protocol": "v1",
+            "setting": "v1",
+            "cluster_transaction_version": 2,
+        }
+
+        refused.start()
+        assert refused.proc is not None
+        assert refused.proc.wait(timeout=120) != 0
+        assert (
+            "DEDUPE_TRANSACTION_PROTOCOL=v2, but the cluster finalized transaction.version=1"
+            in refused.log_text()
+        )
     finally:
-        auto.kill()
-        forced.kill()
+        for w in (auto, forced_v1, refused):
+            w.kill()
+
+
+async def transactions(
+    broker: Broker, names: Names, protocol: str, plan: list[bool]
+) -> list[tuple[int, int]]:
+    """Run one transaction per entry of ``plan`` (True: commit, False: abort) on one task
+    producer, each with 4 records on 2 output partitions and the input offset ``10 * (i+1)``;
+    the producer id and epoch after each."""
+    settings = Settings.from_env(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
+            "DEDUPE_APP_ID": names.app_id,
+            "DEDUPE_INPUT_TOPIC": names.input_topic,
+            "DEDUPE_TRANSACTION_PROTOCOL": protocol,
+        }
+    )
+    await create_topic(broker.bootstrap, names.input_topic, 1)
+    await create_topic(broker.bootstrap, names.output_topic, 2)
+    producers = TransactionalProducers(settings, lambda: False)
+    producers.protocol = await detect(settings)
+    assert producers.protocol.running == protocol
+    producer = await producers.start(0)
+    states = [producer_id_and_epoch(producer)]
+    try:
+        assert is_v2(producer) == (protocol == "v2")
+        collector = RecordCollector()
+        for i, commit in enumerate(plan):
+            await producer.begin_transaction()
+            for k in range(4):
+                tp = TopicPartition(names.output_topic, k % 2)
+                await collector.append(producer, tp, f"{i}".encode(), f"{i}-{k}".encode())
+            await collector.send_all(producer)
+            await send_lingering(producer)
+            await collector.delivered()
+            offsets = {TopicPartition(names.input_topic, 0): 10 * (i + 1)}
+            await producer.send_offsets_to_transaction(offsets, names.app_id)
+            if commit:
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+            collector.reset()
+            states.append(producer_id_and_epoch(producer))
+    finally:
+        await producers.close(producer)
+    return states
+
+
+@pytest.mark.parametrize(("protocol", "bump"), [("v2", 1), ("v1", 0)])
+def test_transactions_of_one_producer(
+    protocol: str, bump: int, names: Names, request: pytest.FixtureRequest
+) -> None:
+    """v2 on the v2 broker: each EndTxn (commit or abort) returns the next epoch of the same
+    producer id, which the next transaction uses from sequence 0 (a sequence not reset would
+    be refused as out of order); v1 on the v1 broker keeps its epoch. Either way only the
+    committed transactions' records and offsets count."""
+    broker: Broker = request.getfixturevalue("tv2_broker" if protocol == "v2" else "tv1_broker")
+    plan = [True, False, True, False, True]
+    states = asyncio.run(transactions(broker, names, protocol, plan))
+    pid, epoch = states[0]
+    assert pid >= 0 and epoch >= 0
+    assert states == [(pid, epoch + bump * i) for i in range(len(plan) + 1)]
+
+    committed = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
+    assert sorted(r.value for r in committed if r.value) == sorted(
+        f"{i}-{k}".encode() for i in (0, 2, 4) for k in range(4)
+    )
+    everything = asyncio.run(
+        read_topic(broker.bootstrap, names.output_topic, isolation_level="read_uncommitted")
+    )
+    assert len(everything) == 4 * len(plan)  # the aborted records were written, then aborted
+    offsets = asyncio.run(committed_offsets(broker.bootstrap, names.app_id))
+    assert offsets == {TopicPartition(names.input_topic, 0): 50}

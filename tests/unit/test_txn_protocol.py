@@ -13,12 +13,13 @@ from aiokafka import __version__ as aiokafka_version
 from aiokafka.errors import UnsupportedVersionError
 from aiokafka.protocol.admin import ApiVersionRequest_v0
 
-from app.eos.txn_protocol import (
+from app.eos.txn_messages import (
     CLIENT_SOFTWARE_NAME,
-    V2_SUPPORTED,
     ApiVersionsRequest_v3,
     ApiVersionsRequest_v4,
     ApiVersionsWithFeatures,
+)
+from app.eos.txn_protocol import (
     FinalizedFeatures,
     ProtocolRefused,
     choose,
@@ -158,12 +159,7 @@ def test_an_error_code_raises() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "cluster", "running"),
-    [
-        ("auto", 1, "v1"),
-        ("auto", 2, "v2" if V2_SUPPORTED else "v1"),
-        ("v1", 1, "v1"),
-        ("v1", 2, "v1"),
-    ],
+    [("auto", 1, "v1"), ("auto", 2, "v2"), ("v1", 1, "v1"), ("v1", 2, "v1"), ("v2", 2, "v2")],
 )
 def test_choose(setting: str, cluster: int, running: str) -> None:
     chosen = choose(setting, cluster)
@@ -177,21 +173,10 @@ def test_choose(setting: str, cluster: int, running: str) -> None:
         "setting": setting,
         "cluster_transaction_version": cluster,
     }
-    assert f"protocol {running}" in chosen.describe()
+    assert f"protocol {running} (DEDUPE_TRANSACTION_PROTOCOL={setting}" in chosen.describe()
     assert f"transaction.version={cluster}" in chosen.describe()
 
 
-def test_auto_on_a_v2_cluster_says_v2_is_not_run_yet() -> None:
-    if V2_SUPPORTED:
-        pytest.skip("the worker runs v2")
-    assert "does not run the v2 flow yet" in choose("auto", 2).describe()
-    assert "does not run the v2 flow yet" not in choose("auto", 1).describe()
-
-
-@pytest.mark.parametrize("cluster", [1, 2])
-def test_v2_is_refused_with_a_reason(cluster: int) -> None:
-    if V2_SUPPORTED and cluster >= 2:
-        assert choose("v2", cluster).running == "v2"
-        return
-    with pytest.raises(ProtocolRefused, match="DEDUPE_TRANSACTION_PROTOCOL=v2"):
-        choose("v2", cluster)
+def test_v2_on_a_cluster_without_it_is_refused() -> None:
+    with pytest.raises(ProtocolRefused, match="DEDUPE_TRANSACTION_PROTOCOL=v2, but the cluster"):
+        choose("v2", 1)
