@@ -28,7 +28,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.client import CoordinationType
-from aiokafka.errors import GroupAuthorizationFailedError, KafkaError
+from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, ProducerFenced
 from aiokafka.producer.sender import (
     EndTxnHandler,
     InitPIDHandler,
@@ -54,6 +54,19 @@ class TransactionAbortable(KafkaError):  # type: ignore[misc]
     errno = TRANSACTION_ABORTABLE
 
 
+#: PRODUCER_FENCED, which aiokafka does not know either: the versions it sends get
+#: INVALID_PRODUCER_EPOCH instead (InitProducerId v4+, EndTxn v2+ get this one).
+PRODUCER_FENCED = 90
+INVALID_PRODUCER_EPOCH = 47
+
+
+def as_old_error(code: int) -> int:
+    """``code`` as the older request versions aiokafka's handlers read would have it:
+    PRODUCER_FENCED was INVALID_PRODUCER_EPOCH, which they report as ``ProducerFenced``
+    (another owner took over: the task stops, it does not retry or start a new producer)."""
+    return INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED else code
+
+
 class _Fields:
     """A decoded response reshaped as aiokafka's handlers read the older version."""
 
@@ -65,6 +78,12 @@ class InitPidV5Handler(InitPIDHandler):  # type: ignore[misc]
     def create_request(self) -> InitProducerIdV5:
         txn = self._sender._txn_manager
         return InitProducerIdV5(txn.transactional_id, txn.transaction_timeout_ms)
+
+    def handle_response(self, resp: Any) -> float | None:
+        if resp.error_code == PRODUCER_FENCED:
+            raise ProducerFenced()
+        result: float | None = super().handle_response(resp)
+        return result
 
 
 class ProduceV12Handler(SendProduceReqHandler):  # type: ignore[misc]
@@ -91,6 +110,7 @@ class ProduceV12Handler(SendProduceReqHandler):  # type: ignore[misc]
                 if error == TRANSACTION_ABORTABLE and batch is not None:
                     batch.failure(exception=TransactionAbortable(f"{topic}-{index}: {message}"))
                     continue
+                error = as_old_error(error)
                 kept.append((index, error, offset, ts, start, record_errors, message))
             topics.append((topic, kept))
         super().handle_response(_Fields(API_VERSION=8, topics=topics))
@@ -109,7 +129,7 @@ class TxnOffsetCommitV5Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
 
     def handle_response(self, resp: Any) -> float | None:
         errors = [
-            (topic, [(p, error) for p, error, _t in partitions])
+            (topic, [(p, as_old_error(error)) for p, error, _t in partitions])
             for topic, partitions, _tags in resp.topics
         ]
         if any(e == TRANSACTION_ABORTABLE for _, parts in errors for _, e in parts):
@@ -140,7 +160,8 @@ class EndTxnV5Handler(EndTxnHandler):  # type: ignore[misc]
         if resp.error_code == TRANSACTION_ABORTABLE:
             txn.error_transaction(TransactionAbortable("EndTxn"))
             return None
-        result: float | None = super().handle_response(resp)
+        code = as_old_error(resp.error_code)
+        result: float | None = super().handle_response(_Fields(error_code=code))
         return result
 
 

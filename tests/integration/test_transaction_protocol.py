@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from aiokafka.structs import TopicPartition
 
 from app.eos.collector import RecordCollector
-from app.eos.producer import TransactionalProducers, producer_id_and_epoch, send_lingering
+from app.eos.producer import (
+    TransactionalProducers,
+    commit_markers,
+    producer_id_and_epoch,
+    send_lingering,
+)
 from app.eos.txn_protocol import cluster_features, detect
 from app.eos.txn_v2 import is_v2
 from app.settings import Settings
-from scripts.topic_reader import committed_offsets, read_topic
+from scripts.topic_reader import committed_offsets, end_offsets, read_topic
 from tests.support import Broker, Names, Worker, create_topic, get, unique_suffix
 
 pytestmark = pytest.mark.integration
@@ -176,3 +182,31 @@ def test_transactions_of_one_producer(
     assert len(everything) == 4 * len(plan)  # the aborted records were written, then aborted
     offsets = asyncio.run(committed_offsets(broker.bootstrap, names.app_id))
     assert offsets == {TopicPartition(names.input_topic, 0): 50}
+
+
+async def marker_only_transaction(broker: Broker, names: Names) -> tuple[Any, ...]:
+    settings = settings_for(broker, "v2")
+    await create_topic(broker.bootstrap, names.output_topic, 2)
+    producers = TransactionalProducers(settings, lambda: False)
+    producers.protocol = await detect(settings)
+    producer = await producers.start(0)
+    try:
+        before = producer_id_and_epoch(producer)
+        tps = [TopicPartition(names.output_topic, p) for p in (0, 1)]
+        await commit_markers(producer, tps)
+        after = producer_id_and_epoch(producer)
+    finally:
+        await producers.close(producer)
+    ends = await end_offsets(broker.bootstrap, names.output_topic)
+    return before, after, ends
+
+
+def test_a_marker_only_transaction_writes_its_markers_under_v2(
+    tv2_broker: Broker, names: Names
+) -> None:
+    """app/eos/hanging.py commits a transaction without records on the partitions where one
+    was left open: under v2 no record adds them, so they are added by AddPartitionsToTxn, and
+    the commit writes a marker on each (the end offset moves past it)."""
+    before, after, ends = asyncio.run(marker_only_transaction(tv2_broker, names))
+    assert after == (before[0], before[1] + 1)
+    assert ends == {0: 1, 1: 1}

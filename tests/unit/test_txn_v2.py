@@ -18,6 +18,7 @@ from aiokafka.structs import TopicPartition
 from app.eos.txn_messages import EndTxnV5, InitProducerIdV5, ProduceV12, TxnOffsetCommitV5
 from app.eos.txn_v2 import (
     EndTxnV5Handler,
+    InitPidV5Handler,
     ProduceV12Handler,
     TransactionAbortable,
     TransactionManagerV2,
@@ -261,3 +262,29 @@ async def test_a_record_adds_its_partition_locally_only() -> None:
     other = TopicPartition("out", 1)
     txn.add_partition_by_request(other)  # a marker-only transaction (hanging.py)
     assert txn.partitions_to_add() == {other}
+
+
+async def test_producer_fenced_is_fenced_on_every_v2_request() -> None:
+    """PRODUCER_FENCED (90), which the newer versions answer instead of INVALID_PRODUCER_EPOCH,
+    must read as fenced: an unknown error would make the task start a new producer and fence
+    the partition's new owner in turn."""
+    txn = open_transaction()
+    txn.committing_transaction()
+    with pytest.raises(ProducerFenced):
+        EndTxnV5Handler(FakeSender(txn), TransactionResult.COMMIT).handle_response(
+            fields(error_code=90, producer_id=-1, producer_epoch=-1)
+        )
+    txn = open_transaction()
+    tp = TopicPartition("in", 0)
+    txn.add_offsets_to_txn({tp: fields(offset=10, metadata="")}, "grp")
+    handler = TxnOffsetCommitV5Handler(FakeSender(txn), {tp: fields(offset=10, metadata="")}, "grp")
+    with pytest.raises(ProducerFenced):
+        handler.handle_response(fields(topics=[("in", [(0, 90, {})], {})]))
+    batch = FakeBatch()
+    produce = ProduceV12Handler(FakeSender(open_transaction()), {TopicPartition("out", 0): batch})
+    produce.handle_response(fields(responses=[("out", [(0, 90, -1, -1, -1, [], None, {})], {})]))
+    assert batch.outcome is not None and isinstance(batch.outcome[1], ProducerFenced)
+    with pytest.raises(ProducerFenced):
+        InitPidV5Handler(FakeSender(TransactionManagerV2("tid", 15000))).handle_response(
+            fields(error_code=90, producer_id=-1, producer_epoch=-1)
+        )
