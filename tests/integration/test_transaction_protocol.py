@@ -1,7 +1,10 @@
-"""The transaction protocol on real brokers (app/eos/txn_protocol.py): the finalized
+"""The transaction protocol on real brokers (app/eos/txn_protocol.py, txn_v2.py): the finalized
 ``transaction.version`` read from ApiVersions v3+ on a broker formatted with Kafka's defaults (2)
 and one formatted with ``transaction.version=1``; a worker says which protocol runs (start-up
-log, ``/stats``) and refuses ``DEDUPE_TRANSACTION_PROTOCOL=v2`` while it cannot run it."""
+log, ``/stats``) and refuses ``DEDUPE_TRANSACTION_PROTOCOL=v2`` on the version-1 broker; the v2
+flow's transactions (epoch bumped at each commit and abort, only committed records and offsets
+visible) and its marker-only transaction. Run: ``pytest tests/integration/
+test_transaction_protocol.py`` (it formats and stops its own brokers on ports 19400 and 19410)."""
 
 from __future__ import annotations
 
