@@ -20,7 +20,7 @@ from yarl import URL
 from app import faults
 from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
-from app.eos import BatchHandler, TaskTransactionManager, Transport
+from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
 from app.metrics import RebalanceSensor, restore_progress
 from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule
@@ -90,6 +90,8 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         # Topics Faust declares itself (the assignor's leader topic) are created after this,
         # by its child services: with the replication the cluster's size gave ours.
         self.conf.topic_replication_factor = replication
+        # The transaction protocol is chosen once, before any task's producer starts.
+        self.transactions.producers.protocol = await txn_protocol.detect(s)
         # The state that follows the transactions: the table's store (its staged writes are
         # the changelog records, pulled at each commit; it keeps the source offsets too) and
         # the age-out's live figures.

@@ -112,6 +112,15 @@ class Settings(KafkaSecuritySettings):
         "after this long (or at once when its partition is taken over).",
         within=(1.0, 900.0),
     )
+    transaction_protocol: str = setting(
+        "auto",
+        "DEDUPE_TRANSACTION_PROTOCOL",
+        "Kafka transaction protocol of the worker's producers: auto (v2 when the cluster "
+        "finalized transaction.version 2, read at start-up, else v1), v1 (the old flow, which "
+        "every broker accepts) or v2 (KIP-890: the epoch bumped at every commit; refused on a "
+        "cluster that did not finalize it). The start-up log and /stats say which one runs.",
+        one_of=("auto", "v1", "v2"),
+    )
     compression: str = setting(
         "none",
         "DEDUPE_COMPRESSION",

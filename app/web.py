@@ -10,10 +10,12 @@
   With ``?source=<name>`` (``DEDUPE_SCOPE=source``) the id as that source sent it.
 - ``GET /producers/{name}``: a producer's highest forwarded sequence and last record time
   (producer-sequence strategy); 404 when unknown. Any worker answers, as above.
-- ``GET /stats``: the dedup policy in force and, per partition this worker owns: ids held,
-  effective window, oldest and newest first sighting, ids expired and evicted, producers held,
-  records forwarded / dropped / dead-lettered / re-keyed / reusing an id by this process (also
-  per strategy), record batches handled, consumer lag, commits and the last commit.
+- ``GET /stats``: the dedup policy in force, the Kafka transaction protocol the producers run
+  (``transactions``: ``protocol``, ``setting``, ``cluster_transaction_version``) and, per
+  partition this worker owns: ids held, effective window, oldest and newest first sighting, ids
+  expired and evicted, producers held, records forwarded / dropped / dead-lettered / re-keyed /
+  reusing an id by this process (also per strategy), record batches handled, consumer lag,
+  commits and the last commit.
 - ``GET /metrics``: the same figures for Prometheus, plus commit latency (``app/metrics.py``).
 
 Faust's own pages that expose table contents are turned off in ``app/factory.py``. Try it with
@@ -97,7 +99,13 @@ def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
             "last_commit_at": task.last_commit_at,
             "last_commit_seconds": task.last_commit_seconds,
         }
-    return {"policy": dedup.policy(), "partitions": partitions, "standbys": standby_stats(app)}
+    protocol = tm.producers.protocol
+    return {
+        "policy": dedup.policy(),
+        "transactions": protocol.stats() if protocol is not None else None,
+        "partitions": partitions,
+        "standbys": standby_stats(app),
+    }
 
 
 def standby_stats(app: faust.App) -> dict[str, Any]:

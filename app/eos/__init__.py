@@ -33,7 +33,10 @@ committed record in a range); ``guards.py`` makes sure no record is skipped (the
 stall watchdog); ``consumer.py`` patches Faust's consumer (records of the source topics reach
 the agent one fetched batch at a time); ``positions.py`` says where a task starts reading after
 a rebalance; ``hanging.py`` ends a transaction the broker left open on a task's changelog
-partition (its markers dropped) by committing through it. Calls run one way: manager ->
+partition (its markers dropped) by committing through it. ``txn_protocol.py`` chooses the Kafka
+transaction protocol at start-up (``DEDUPE_TRANSACTION_PROTOCOL``); ``txn_v2.py`` makes a
+task's producer run transactions v2 (KIP-890) when chosen, with the requests of
+``txn_messages.py``. Calls run one way: manager ->
 lifecycle, commit, guards, positions, hanging, batch -> producer, broker -> task -> collector.
 Nothing imports the manager but its transport.
 """

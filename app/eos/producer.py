@@ -1,12 +1,13 @@
 """A task's transactional producer: create, start (which fences older owners), close; how its
 failures are classified. The only home of aiokafka's private names (checked by
-tests/unit/test_private_names.py).
+tests/unit/test_private_names.py), with ``txn_v2.py`` for the transactions v2 flow.
 
 One producer per task, ``transactional.id = "<app id>-<input topic>-<p>"``: stable across
-deploys and restarts, so a restarted or new owner of ``p`` fences the old one. aiokafka speaks
-only the oldest transaction protocol (no KIP-447 group fencing), so after a commit whose outcome
-is unknown the producer is never aborted: it is closed and started again with the same id
-(``InitProducerId`` completes or aborts the pending transaction on the broker).
+deploys and restarts, so a restarted or new owner of ``p`` fences the old one. Neither aiokafka's
+transaction protocol nor transactions v2 (``txn_v2.py``, when ``txn_protocol.py`` chose it) has
+KIP-447 group fencing here, so after a commit whose outcome is unknown the producer is never
+aborted: it is closed and started again with the same id (``InitProducerId`` completes or
+aborts the pending transaction on the broker).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
 from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
+from app.eos.txn_v2 import is_v2, use_v2
 
 if TYPE_CHECKING:
+    from app.eos.txn_protocol import TransactionProtocol
     from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,13 @@ async def send_lingering(producer: AIOKafkaProducer) -> None:
     the broker acknowledged them (aiokafka does this itself inside ``commit_transaction``;
     the commit needs the acknowledged offsets before it asks to commit)."""
     await producer._message_accumulator.flush_for_commit()
+
+
+def producer_id_and_epoch(producer: AIOKafkaProducer) -> tuple[int, int]:
+    """The producer id and epoch the next records of ``producer`` carry (with transactions v2
+    the epoch rises at every commit or abort)."""
+    txn = producer._txn_manager
+    return txn.producer_id, txn.producer_epoch
 
 
 def abandon(waiter: asyncio.Future[None] | None) -> None:
@@ -129,8 +139,11 @@ async def commit_markers(producer: AIOKafkaProducer, tps: list[TopicPartition]) 
     newer epoch ends whatever transaction an older epoch of the same producer left open there
     (app/eos/hanging.py)."""
     await producer.begin_transaction()
+    txn = producer._txn_manager
+    # With transactions v2 only a record adds its partition; AddPartitionsToTxn still does.
+    add = txn.add_partition_by_request if is_v2(producer) else txn.maybe_add_partition_to_txn
     for tp in tps:
-        producer._txn_manager.maybe_add_partition_to_txn(tp)
+        add(tp)
     await producer.commit_transaction()  # the sender adds the partitions first
 
 
@@ -167,6 +180,9 @@ class TransactionalProducers:
     def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:
         self.settings = settings
         self._should_stop = should_stop
+        #: The transaction protocol the producers run (app/eos/txn_protocol.py), set at
+        #: start-up before the first task starts.
+        self.protocol: TransactionProtocol | None = None
 
     def transactional_id(self, partition: int) -> str:
         """Stable per (app, input topic, partition): survives deploys and topology changes."""
@@ -174,7 +190,7 @@ class TransactionalProducers:
 
     def new(self, partition: int) -> AIOKafkaProducer:
         s = self.settings
-        return AIOKafkaProducer(
+        producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
             **s.kafka_client_kwargs(),
             client_id=f"{self.transactional_id(partition)}-producer",
@@ -192,6 +208,9 @@ class TransactionalProducers:
             max_request_size=s.dlq_max_message_bytes,
             request_timeout_ms=int(self.request_timeout * 1000),
         )
+        if self.protocol is not None and self.protocol.running == "v2":
+            use_v2(producer)
+        return producer
 
     @property
     def request_timeout(self) -> float:

@@ -2,7 +2,8 @@
 checked against the installed versions: a version bump that renames one fails here in seconds,
 not in the fault tier. When one fails, the comment beside it says which of our modules uses
 it; fix that module (``app/eos/producer.py``, ``app/eos/consumer.py``, ``tables/recovery.py``
-hold nearly all of them; ``tables/batch_reader.py`` the Fetch requests and record batches),
+hold nearly all of them; ``app/eos/txn_v2.py`` the sender and transaction state of the
+transactions v2 flow; ``tables/batch_reader.py`` the Fetch requests and record batches),
 then this list."""
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import MessageAccumulator, MessageBatch
-from aiokafka.producer.sender import Sender
+from aiokafka.producer.sender import (
+    EndTxnHandler,
+    InitPIDHandler,
+    Sender,
+    SendProduceReqHandler,
+    TxnOffsetCommitHandler,
+)
 from aiokafka.producer.transaction_manager import TransactionManager as AIOTxnManager
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
@@ -70,6 +77,43 @@ USED: list[tuple[type, str, str]] = [
         "producer.py: probe_transactional_writes, commit_markers",
     ),
     (Sender, "close", "producer.py"),
+    # aiokafka's sender and transaction state, subclassed for transactions v2 (txn_v2.py)
+    (AIOKafkaProducer, "_sender", "txn_v2.py: use_v2"),
+    (Sender, "_txn_manager", "txn_v2.py"),
+    (Sender, "_acks", "txn_v2.py: ProduceV12Handler"),
+    (Sender, "_request_timeout_ms", "txn_v2.py: ProduceV12Handler"),
+    (Sender, "_message_accumulator", "txn_v2.py: SenderV2._do_txn_commit"),
+    (Sender, "_find_coordinator", "txn_v2.py: SenderV2"),
+    (Sender, "_in_flight", "txn_v2.py: SenderV2._send_produce_req"),
+    (Sender, "_muted_partitions", "txn_v2.py: SenderV2._send_produce_req"),
+    (Sender, "_do_init_pid", "txn_v2.py: SenderV2 overrides it"),
+    (Sender, "_send_produce_req", "txn_v2.py: SenderV2 overrides it"),
+    (Sender, "_do_txn_offset_commit", "txn_v2.py: SenderV2 overrides it"),
+    (Sender, "_do_txn_commit", "txn_v2.py: SenderV2 overrides it"),
+    (InitPIDHandler, "create_request", "txn_v2.py: InitPidV5Handler"),
+    (InitPIDHandler, "_sender", "txn_v2.py"),
+    (SendProduceReqHandler, "create_request", "txn_v2.py: ProduceV12Handler"),
+    (SendProduceReqHandler, "handle_response", "txn_v2.py: ProduceV12Handler"),
+    (SendProduceReqHandler, "_batches", "txn_v2.py: ProduceV12Handler"),
+    (TxnOffsetCommitHandler, "create_request", "txn_v2.py: TxnOffsetCommitV5Handler"),
+    (TxnOffsetCommitHandler, "handle_response", "txn_v2.py: TxnOffsetCommitV5Handler"),
+    (TxnOffsetCommitHandler, "_offsets", "txn_v2.py: TxnOffsetCommitV5Handler"),
+    (TxnOffsetCommitHandler, "_group_id", "txn_v2.py: TxnOffsetCommitV5Handler"),
+    (EndTxnHandler, "create_request", "txn_v2.py: EndTxnV5Handler"),
+    (EndTxnHandler, "handle_response", "txn_v2.py: EndTxnV5Handler"),
+    (EndTxnHandler, "_commit_result", "txn_v2.py: EndTxnV5Handler"),
+    (AIOTxnManager, "_txn_partitions", "txn_v2.py: TransactionManagerV2"),
+    (AIOTxnManager, "_pending_txn_partitions", "txn_v2.py: add_partition_by_request"),
+    (AIOTxnManager, "_txn_consumer_group", "txn_v2.py: add_offsets_to_txn"),
+    (AIOTxnManager, "_pid_and_epoch", "txn_v2.py: adopt"),
+    (AIOTxnManager, "_sequence_numbers", "txn_v2.py: adopt"),
+    (AIOTxnManager, "notify_task_waiter", "txn_v2.py: add_partition_by_request"),
+    (AIOTxnManager, "error_transaction", "txn_v2.py: TRANSACTION_ABORTABLE"),
+    (AIOTxnManager, "complete_transaction", "txn_v2.py: EndTxnV5Handler"),
+    (AIOTxnManager, "is_empty_transaction", "txn_v2.py: SenderV2._do_txn_commit"),
+    (AIOTxnManager, "add_offsets_to_txn", "txn_v2.py: TransactionManagerV2"),
+    (AIOTxnManager, "producer_id", "producer.py: producer_id_and_epoch"),
+    (AIOTxnManager, "producer_epoch", "producer.py: producer_id_and_epoch"),
     # aiokafka's consumer (app/eos/consumer.py, app/eos/manager.py: _request_rejoin)
     (AIOKafkaConsumer, "_fetch_max_wait_ms", "consumer.py"),
     (AIOKafkaConsumer, "_coordinator", "manager.py"),

@@ -1,0 +1,250 @@
+"""The transaction v2 (KIP-890) flow for a task's aiokafka producer, as the Java client runs it
+when the cluster finalized ``transaction.version >= 2`` (apache/kafka
+``clients/.../producer/internals/TransactionManager.java``, ``Sender.java``):
+
+- InitProducerId v5 (it tells the coordinator the client handles TRANSACTION_ABORTABLE);
+- no AddPartitionsToTxn: a Produce v12 of a transactional producer makes the partition leader
+  add its partition to the transaction (``maybeAddPartition`` only records it locally);
+- no AddOffsetsToTxn: TxnOffsetCommit v5 makes the group coordinator add the offsets topic;
+- EndTxn v5: the coordinator bumps the producer epoch at every commit or abort and returns the
+  producer id and epoch, which the next transaction uses, with its sequences back at 0
+  (``EndTxnHandler``: ``setProducerIdAndEpoch`` then ``resetSequenceNumbers``), so a Produce
+  request delayed past its transaction's end is refused (old epoch) instead of landing in the
+  next one;
+- TRANSACTION_ABORTABLE (error 120) on a Produce, TxnOffsetCommit or EndTxn: the transaction
+  can only be aborted.
+
+aiokafka (0.14) sends the oldest versions only; its ``Sender`` picks each request from a
+handler class, and its ``TransactionManager`` keeps the transaction's partitions, group and
+producer state. :func:`use_v2` gives a producer (before ``start()``) the subclasses below,
+which change exactly those steps; everything else (batching, retries, the coordinator lookup,
+the state machine) is aiokafka's. The request and response structures (versions, flexible
+encoding: compact strings and arrays, tagged fields) are in :mod:`app.eos.txn_messages`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.client import CoordinationType
+from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, ProducerFenced
+from aiokafka.producer.sender import (
+    EndTxnHandler,
+    InitPIDHandler,
+    Sender,
+    SendProduceReqHandler,
+    TxnOffsetCommitHandler,
+)
+from aiokafka.producer.transaction_manager import PidAndEpoch, TransactionManager
+from aiokafka.structs import TopicPartition
+
+from app.eos.txn_messages import (
+    TRANSACTION_ABORTABLE,
+    EndTxnV5,
+    InitProducerIdV5,
+    ProduceV12,
+    TxnOffsetCommitV5,
+)
+
+
+class TransactionAbortable(KafkaError):  # type: ignore[misc]
+    """TRANSACTION_ABORTABLE (120): the broker asks the client to abort the transaction."""
+
+    errno = TRANSACTION_ABORTABLE
+
+
+#: PRODUCER_FENCED, which aiokafka does not know either: the versions it sends get
+#: INVALID_PRODUCER_EPOCH instead (InitProducerId v4+, EndTxn v2+ get this one).
+PRODUCER_FENCED = 90
+INVALID_PRODUCER_EPOCH = 47
+
+
+def as_old_error(code: int) -> int:
+    """``code`` as the older request versions aiokafka's handlers read would have it:
+    PRODUCER_FENCED was INVALID_PRODUCER_EPOCH, which they report as ``ProducerFenced``
+    (another owner took over: the task stops, it does not retry or start a new producer)."""
+    return INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED else code
+
+
+class _Fields:
+    """A decoded response reshaped as aiokafka's handlers read the older version."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+class InitPidV5Handler(InitPIDHandler):  # type: ignore[misc]
+    def create_request(self) -> InitProducerIdV5:
+        txn = self._sender._txn_manager
+        return InitProducerIdV5(txn.transactional_id, txn.transaction_timeout_ms)
+
+    def handle_response(self, resp: Any) -> float | None:
+        if resp.error_code == PRODUCER_FENCED:
+            raise ProducerFenced()
+        result: float | None = super().handle_response(resp)
+        return result
+
+
+class ProduceV12Handler(SendProduceReqHandler):  # type: ignore[misc]
+    def create_request(self) -> ProduceV12:
+        topics: dict[str, list[tuple[int, bytes]]] = {}
+        for tp, batch in self._batches.items():
+            topics.setdefault(tp.topic, []).append((tp.partition, batch.get_data_buffer()))
+        return ProduceV12(
+            self._sender._txn_manager.transactional_id,
+            self._sender._acks,
+            self._sender._request_timeout_ms,
+            topics,
+        )
+
+    def handle_response(self, response: Any) -> None:
+        # As a v8 response (aiokafka's newest): (partition, error, offset, timestamp, log
+        # start offset, record errors, error message). A TRANSACTION_ABORTABLE fails the
+        # batch at once: retrying cannot help, the commit sees the send error and aborts.
+        topics = []
+        for topic, partitions, _tags in response.responses:
+            kept = []
+            for index, error, offset, ts, start, record_errors, message, _t in partitions:
+                batch = self._batches.get(TopicPartition(topic, index))
+                if error == TRANSACTION_ABORTABLE and batch is not None:
+                    batch.failure(exception=TransactionAbortable(f"{topic}-{index}: {message}"))
+                    continue
+                error = as_old_error(error)
+                kept.append((index, error, offset, ts, start, record_errors, message))
+            topics.append((topic, kept))
+        super().handle_response(_Fields(API_VERSION=8, topics=topics))
+
+
+class TxnOffsetCommitV5Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
+    def create_request(self) -> TxnOffsetCommitV5:
+        txn = self._sender._txn_manager
+        return TxnOffsetCommitV5(
+            txn.transactional_id,
+            self._group_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            {tp: (o.offset, o.metadata) for tp, o in self._offsets.items()},
+        )
+
+    def handle_response(self, resp: Any) -> float | None:
+        errors = [
+            (topic, [(p, as_old_error(error)) for p, error, _t in partitions])
+            for topic, partitions, _tags in resp.topics
+        ]
+        if any(e == TRANSACTION_ABORTABLE for _, parts in errors for _, e in parts):
+            self._sender._txn_manager.error_transaction(
+                TransactionAbortable(f"TxnOffsetCommit for group {self._group_id}")
+            )
+            return None
+        result: float | None = super().handle_response(_Fields(errors=errors))
+        return result
+
+
+class EndTxnV5Handler(EndTxnHandler):  # type: ignore[misc]
+    def create_request(self) -> EndTxnV5:
+        txn = self._sender._txn_manager
+        return EndTxnV5(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, int(self._commit_result)
+        )
+
+    def handle_response(self, resp: Any) -> float | None:
+        txn: TransactionManagerV2 = self._sender._txn_manager
+        if resp.error_code == 0:
+            # The epoch the coordinator bumped to (or a new producer id at epoch 0 when the
+            # epoch ran out): the next transaction's records carry it, from sequence 0.
+            if resp.producer_id != -1:
+                txn.adopt(resp.producer_id, resp.producer_epoch)
+            txn.complete_transaction()
+            return None
+        if resp.error_code == TRANSACTION_ABORTABLE:
+            txn.error_transaction(TransactionAbortable("EndTxn"))
+            return None
+        code = as_old_error(resp.error_code)
+        result: float | None = super().handle_response(_Fields(error_code=code))
+        return result
+
+
+class SenderV2(Sender):  # type: ignore[misc]
+    """aiokafka's sender with the v2 requests (see the module docstring)."""
+
+    async def _do_init_pid(self, node_id: int) -> bool:
+        ok: bool = await InitPidV5Handler(self).do(node_id)
+        return ok
+
+    async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
+        # As aiokafka's, with the v12 handler.
+        await ProduceV12Handler(self, batches).do(node_id)
+        self._in_flight.remove(node_id)
+        for tp in batches:
+            self._muted_partitions.remove(tp)
+
+    async def _do_txn_offset_commit(
+        self, offsets: dict[TopicPartition, Any], group_id: str
+    ) -> None:
+        # As aiokafka's, with the v5 handler.
+        if not offsets:
+            return
+        try:
+            node_id = await self._find_coordinator(CoordinationType.GROUP, group_id)
+        except GroupAuthorizationFailedError as exc:
+            self._txn_manager.error_transaction(exc)
+            return
+        await TxnOffsetCommitV5Handler(self, offsets, group_id).do(node_id)
+
+    async def _do_txn_commit(self, commit_result: Any) -> None:
+        # As aiokafka's, with the v5 handler: every batch acknowledged first; a transaction
+        # that sent nothing ends locally (the Java client's ``nextRequest`` does the same).
+        await self._message_accumulator.flush_for_commit()
+        txn = self._txn_manager
+        if txn.is_empty_transaction():
+            txn.complete_transaction()
+            return
+        node_id = await self._find_coordinator(CoordinationType.TRANSACTION, txn.transactional_id)
+        await EndTxnV5Handler(self, commit_result).do(node_id)
+
+
+class TransactionManagerV2(TransactionManager):  # type: ignore[misc]
+    """aiokafka's transaction state, with partitions and offsets added by the broker."""
+
+    def maybe_add_partition_to_txn(self, tp: TopicPartition) -> None:
+        # Recorded only (the transaction is not empty); the Produce request adds it.
+        if self.transactional_id is None:
+            return
+        assert self.is_in_transaction()
+        self._txn_partitions.add(tp)
+
+    def add_partition_by_request(self, tp: TopicPartition) -> None:
+        """Add ``tp`` with AddPartitionsToTxn although no record goes there (a marker-only
+        transaction, app/eos/hanging.py): the old request still adds it on a v2 cluster."""
+        assert self.is_in_transaction()
+        if tp not in self._txn_partitions:
+            self._pending_txn_partitions.add(tp)
+            self.notify_task_waiter()
+
+    def add_offsets_to_txn(self, offsets: Any, group_id: str) -> Any:
+        # No AddOffsetsToTxn: the group counts as added, so the sender goes straight to
+        # TxnOffsetCommit (and the transaction is not empty).
+        self._txn_consumer_group = group_id
+        return super().add_offsets_to_txn(offsets, group_id)
+
+    def adopt(self, producer_id: int, producer_epoch: int) -> None:
+        """Use the producer id and epoch EndTxn returned, sequences from 0."""
+        self._pid_and_epoch = PidAndEpoch(producer_id, producer_epoch)
+        self._sequence_numbers.clear()
+
+
+def use_v2(producer: AIOKafkaProducer) -> None:
+    """Make ``producer`` (transactional, not started) run the v2 flow. Its sender, message
+    accumulator and client share the one transaction manager object, so both objects change
+    class in place: aiokafka builds them inside the producer's constructor."""
+    assert producer._txn_manager is not None and producer._txn_manager.transactional_id
+    producer._txn_manager.__class__ = TransactionManagerV2
+    producer._sender.__class__ = SenderV2
+
+
+def is_v2(producer: AIOKafkaProducer) -> bool:
+    return isinstance(producer._txn_manager, TransactionManagerV2)
+
+
+__all__ = ["TransactionAbortable", "is_v2", "use_v2"]
