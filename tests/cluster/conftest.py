@@ -17,6 +17,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from scripts.kafka_cluster import Cluster
+from tests.cluster.support import protocol_of
 from tests.faults.conftest import REPORT, SCALE
 from tests.reliability import Reliability
 from tests.support import Broker, Names, unique_suffix
@@ -73,7 +74,7 @@ def reliability(cluster: Cluster) -> Iterator[Reliability]:
         "cluster",
         "Three brokers, Kafka's defaults (`make test-cluster`)",
         nodes=cluster.size,
-        txn_version=f"{version} / v1",
+        txn_version=f"{version} / {protocol_of(cluster)}",
     )
     yield report
     report.publish(REPORT, "Reliability report" if SCALE == 1 else f"Soak report ({SCALE}x)")

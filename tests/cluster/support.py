@@ -63,3 +63,15 @@ def hanging(cluster: Cluster) -> list[str]:
         lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
         found += [f"broker {b.id}: {ln}" for ln in lines[1:]]  # after the header line
     return found
+
+
+def protocol_of(cluster: Cluster) -> str:
+    """The transaction protocol a worker with ``DEDUPE_TRANSACTION_PROTOCOL=auto`` runs on the
+    cluster (app/eos/txn_protocol.py): v2 where the cluster finalized transaction.version 2."""
+    return "v2" if cluster.finalized("transaction.version") >= 2 else "v1"
+
+
+def assert_protocol(logs: list[str], protocol: str) -> None:
+    """Every worker said it runs ``protocol``: the report's label is what ran, not assumed."""
+    for text in logs:
+        assert f"transactions run protocol {protocol}" in text, text[-3000:]

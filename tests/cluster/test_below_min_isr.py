@@ -14,7 +14,7 @@ import time
 import pytest
 
 from scripts.kafka_cluster import Cluster
-from tests.cluster.support import hanging
+from tests.cluster.support import assert_protocol, hanging, protocol_of
 from tests.cluster.test_broker_faults import CLUSTER_ENV
 from tests.faults.conftest import SCALE
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
@@ -43,7 +43,7 @@ def partitions_short(worker: Worker) -> float:
 def test_two_brokers_down_stall_then_resume(
     cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
-    stream = scaled_stream(30_000, seed=66)
+    stream = scaled_stream(25_000, seed=66)
     for i in range(2):
         w = Worker(broker, names, index=i, extra_env=CLUSTER_ENV)
         workers.append(w)
@@ -64,6 +64,7 @@ def test_two_brokers_down_stall_then_resume(
     down[0].start()  # two of three: min.insync.replicas is met again
     assert feeder.join() == len(stream.records)
     report, waited = drain_and_verify(broker, names, workers)
+    assert_protocol([w.log_text() for w in workers], protocol_of(cluster))
     # Two of three in sync again once the returned broker caught up: the watch says so.
     deadline = time.monotonic() + 60
     while any(partitions_short(w) for w in workers) and time.monotonic() < deadline:
@@ -76,7 +77,7 @@ def test_two_brokers_down_stall_then_resume(
     record(
         reliability,
         f"C6 two of three brokers down (below min.insync.replicas) for {STALL_SECONDS:.0f} s, "
-        f"then one back ({33 * SCALE}k events)",
+        f"then one back ({27.5 * SCALE:g}k events)",
         len(stream.records),
         2,
         report,

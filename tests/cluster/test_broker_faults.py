@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from scripts.kafka_cluster import Cluster
-from tests.cluster.support import coordinator, hanging, leaders
+from tests.cluster.support import assert_protocol, coordinator, hanging, leaders, protocol_of
 from tests.faults.conftest import SCALE
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
@@ -58,8 +58,8 @@ def run_row(
     fault: str,
     inject: Callable[[Feeder], int],
     *,
-    unique: int = 40_000,
-    seconds: float = 40,
+    unique: int = 25_000,
+    seconds: float = 30,
 ) -> None:
     """Two workers, a steady stream over ``seconds``, ``inject`` (returns the faults it
     injected) while it flows; then every check, the hanging-transaction search and a row."""
@@ -71,6 +71,7 @@ def run_row(
     assert feeder.join() == len(stream.records)
     cluster.wait_healthy(240)
     report, waited = drain_and_verify(broker, names, workers)
+    assert_protocol([w.log_text() for w in workers], protocol_of(cluster))
     left_open = hanging(cluster)
     print(f"\nfind-hanging: {left_open or 'none'}")
     record(reliability, fault, len(stream.records), injected, report, waited)
@@ -85,7 +86,7 @@ def test_kill_9_of_partition_leaders(
             feeder.assert_flowing()
             victim = cluster.broker(busiest_leader(broker, names))
             victim.signal(signal.SIGKILL)
-            time.sleep(6)
+            time.sleep(5)
             victim.start()
             cluster.wait_healthy(240)
         return 2
@@ -97,7 +98,7 @@ def test_kill_9_of_partition_leaders(
         workers,
         reliability,
         f"C1 kill -9 of the leader of the input, clean and changelog partitions "
-        f"(x2, {44 * SCALE}k events)",
+        f"(x2, {27.5 * SCALE:g}k events)",
         inject,
     )
 
@@ -111,7 +112,7 @@ def test_kill_9_of_the_transaction_coordinator(
             txn_id = f"{names.app_id}-{names.input_topic}-{p}"
             victim = cluster.broker(coordinator(broker.bootstrap, txn_id, transactional=True))
             victim.signal(signal.SIGKILL)
-            time.sleep(6)
+            time.sleep(5)
             victim.start()
             cluster.wait_healthy(240)
         return 2
@@ -123,7 +124,7 @@ def test_kill_9_of_the_transaction_coordinator(
         workers,
         reliability,
         f"C2 kill -9 of the transaction coordinator of the workers' transactional ids "
-        f"while they commit (x2, {44 * SCALE}k events)",
+        f"while they commit (x2, {27.5 * SCALE:g}k events)",
         inject,
     )
 
@@ -139,7 +140,7 @@ def test_kill_9_of_the_group_coordinator_during_a_rebalance(
         time.sleep(1.0)
         victim = cluster.broker(coordinator(broker.bootstrap, names.app_id, transactional=False))
         victim.signal(signal.SIGKILL)
-        time.sleep(6)
+        time.sleep(5)
         victim.start()
         return 1
 
@@ -150,7 +151,7 @@ def test_kill_9_of_the_group_coordinator_during_a_rebalance(
         workers,
         reliability,
         f"C3 kill -9 of the group coordinator while a third worker joins (rebalance) "
-        f"({44 * SCALE}k events)",
+        f"({27.5 * SCALE:g}k events)",
         inject,
     )
 
@@ -171,10 +172,10 @@ def test_rolling_restart_of_all_brokers(
         names,
         workers,
         reliability,
-        f"C4 rolling restart of all three brokers under load ({66 * SCALE}k events)",
+        f"C4 rolling restart of all three brokers under load ({44 * SCALE}k events)",
         inject,
-        unique=60_000,
-        seconds=60,
+        unique=40_000,
+        seconds=45,
     )
 
 
@@ -194,6 +195,6 @@ def test_kill_9_of_the_controller(
         names,
         workers,
         reliability,
-        f"C5 kill -9 of the KRaft controller while events flow ({44 * SCALE}k events)",
+        f"C5 kill -9 of the KRaft controller while events flow ({27.5 * SCALE:g}k events)",
         inject,
     )
