@@ -19,14 +19,11 @@ The message names the principal, each denied operation and resource, and where t
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
-    KafkaError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
@@ -35,8 +32,6 @@ from aiokafka.structs import TopicPartition
 from app.eos.producer import probe_transactional_writes
 from app.settings import Settings
 from envsettings.kafka_security import PLAINTEXT, TOPIC_AUTHORIZATION_FAILED
-
-log = logging.getLogger(__name__)
 
 
 class AccessDenied(RuntimeError):
@@ -53,32 +48,13 @@ def denied_message(settings: Settings, denials: list[str]) -> str:
     )
 
 
-async def check_group(
-    admin: AIOKafkaAdminClient, settings: Settings, patience: float = 60.0
-) -> None:
-    """Step 1a: access to the group (an offset fetch); :class:`AccessDenied` if not.
-
-    Retriable errors are retried for up to ``patience`` seconds: a worker that starts while
-    the group coordinator's broker fails over finds no coordinator for a while (seen in the
-    cluster tier's C3: a worker joining as the coordinator was killed exited at start-up),
-    and its own consumer would wait for a new one, so the check does too."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            await admin.list_consumer_group_offsets(settings.app_id)
-            return
-        except GroupAuthorizationFailedError:
-            denial = f"Read on group {settings.app_id!r} (DEDUPE_APP_ID)"
-            raise AccessDenied(denied_message(settings, [denial])) from None
-        except KafkaError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
-                raise
-            log.warning(
-                "the coordinator of group %r does not answer yet (%r): retrying",
-                settings.app_id,
-                exc,
-            )
-            await asyncio.sleep(1.0)
+async def check_group(admin: AIOKafkaAdminClient, settings: Settings) -> None:
+    """Step 1a: access to the group (an offset fetch); :class:`AccessDenied` if not."""
+    try:
+        await admin.list_consumer_group_offsets(settings.app_id)
+    except GroupAuthorizationFailedError:
+        denial = f"Read on group {settings.app_id!r} (DEDUPE_APP_ID)"
+        raise AccessDenied(denied_message(settings, [denial])) from None
 
 
 async def check_visible(admin: AIOKafkaAdminClient, settings: Settings, topics: list[str]) -> None:

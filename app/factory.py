@@ -22,6 +22,7 @@ from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
 from app.metrics import RebalanceSensor, restore_progress
+from app.retry import retrying
 from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule
 from app.topic_safety import parse_count
@@ -84,14 +85,19 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         s = self.dedupe_settings
         if not self.in_transaction:
             raise RuntimeError("the dedup worker must run as a Faust worker with exactly_once")
-        replication = await ensure_topics(
-            s, changelog_topic_name(s), more_changelogs=[producers_changelog_name(s)]
+        replication = await retrying(
+            "creating and checking the topics",
+            lambda: ensure_topics(
+                s, changelog_topic_name(s), more_changelogs=[producers_changelog_name(s)]
+            ),
         )
         # Topics Faust declares itself (the assignor's leader topic) are created after this,
         # by its child services: with the replication the cluster's size gave ours.
         self.conf.topic_replication_factor = replication
         # The transaction protocol is chosen once, before any task's producer starts.
-        self.transactions.producers.protocol = await txn_protocol.detect(s)
+        self.transactions.producers.protocol = await retrying(
+            "asking the cluster's transaction version", lambda: txn_protocol.detect(s)
+        )
         # The state that follows the transactions: the table's store (its staged writes are
         # the changelog records, pulled at each commit; it keeps the source offsets too) and
         # the age-out's live figures.

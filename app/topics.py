@@ -109,7 +109,7 @@ def app_id_in_use_message(settings: Settings, changelog: str, foreign: list[str]
 
 
 async def committed_topics(
-    admin: AIOKafkaAdminClient, group: str, timeout: float = 60.0
+    admin: AIOKafkaAdminClient, group: str, timeout: float = 30.0
 ) -> set[str]:
     """The topics ``group`` has committed offsets for. Retriable errors (the coordinator not
     available yet on a new cluster, moving, or loading after a broker restart) are retried for

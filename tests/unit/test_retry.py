@@ -1,0 +1,48 @@
+"""Start-up questions wait out a broker failing over (app/retry.py): retriable Kafka errors are
+asked again with a fresh call, others and the last one are raised."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka.errors import NodeNotReadyError, UnknownError
+
+from app.retry import retrying
+
+
+class Ask:
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "answer"
+
+
+async def test_a_broker_not_ready_is_waited_for() -> None:
+    ask = Ask(NodeNotReadyError("node 3"), NodeNotReadyError("node 3"))
+    assert await retrying("asking", ask) == "answer"
+    assert ask.calls == 3
+
+
+async def test_waiting_ends_after_the_patience() -> None:
+    ask = Ask(*(NodeNotReadyError("node 3") for _ in range(5)))
+    with pytest.raises(NodeNotReadyError):
+        await retrying("asking", ask, patience=0.0)
+    assert ask.calls == 1
+
+
+async def test_an_error_that_will_not_pass_is_raised_at_once() -> None:
+    ask = Ask(UnknownError())
+    with pytest.raises(UnknownError):
+        await retrying("asking", ask)
+    assert ask.calls == 1
+
+
+async def test_other_exceptions_are_not_retried() -> None:
+    ask = Ask(ValueError("a bug"))
+    with pytest.raises(ValueError):
+        await retrying("asking", ask)
+    assert ask.calls == 1
