@@ -115,7 +115,7 @@ test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses
 	$(call pytest_tier,tests/faults,-q -s)
 
-test-cluster: $(STAMP) kafka-jars ## Cluster tier: 3 brokers, Kafka's defaults (19300-19303); leader, coordinator, controller kills, rolling restart
+test-cluster: $(STAMP) kafka-jars spark-jars ## Cluster tier: 3 brokers, Kafka's defaults (19300-19303); leader, coordinator, controller kills, rolling restart, every client (C8)
 	@DEDUPE_TEST_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m pytest --durations=10 tests/cluster -q -s
 
 soak: $(STAMP) kafka-jars ## The fault and cluster tiers at 10x the events, not in make test (writes docs/soak.md)
