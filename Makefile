@@ -118,7 +118,7 @@ test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, bro
 # -p no:hypothesispytest: the tier uses no Hypothesis, and the plugin's import at the end of the
 # session, with the fault proxy's threads just stopped, crashed CPython 3.11.7's parser once
 # ("AST constructor recursion depth mismatch") after every test had passed.
-test-cluster: $(STAMP) kafka-jars ## Cluster tier: 3 brokers, Kafka's defaults (19300-19303); leader, coordinator, controller kills, rolling restart
+test-cluster: $(STAMP) kafka-jars spark-jars servers-install ## Cluster tier: 3 brokers, Kafka's defaults (19300-19303); leader, coordinator, controller kills, rolling restart, every client (C8)
 	@DEDUPE_TEST_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m pytest --durations=10 tests/cluster -q -s \
 	  -p no:hypothesispytest
 
