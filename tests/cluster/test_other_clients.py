@@ -37,7 +37,7 @@ from scripts.kafka_cluster import Cluster
 from scripts.topic_reader import read_topic
 from tests.cluster.clients import ConsumerThread, HttpFeed
 from tests.cluster.conftest import CLUSTER_PORT
-from tests.cluster.support import hanging, leaders
+from tests.cluster.support import assert_protocol, hanging, leaders, protocol_of
 from tests.cluster.test_broker_faults import two_workers
 from tests.faults.scenario import drain_and_verify, record
 from tests.ingest.cases import sdk_event
@@ -185,6 +185,7 @@ def test_ingest_spark_and_idempotent_consumer_through_a_leader_kill(
 
         # The clean topic: every id once, every input record committed, no open transaction.
         report, waited = drain_and_verify(broker, names, workers)
+        assert_protocol([w.log_text() for w in workers], protocol_of(cluster))
         lap("drain+verify")
         clean = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
         assert once_each([(r.key or b"").decode() for r in clean], ids) == (0, 0)
