@@ -138,6 +138,18 @@ class Names:
     def changelog_topic(self) -> str:
         return f"{self.app_id}-seen_ids-changelog"
 
+    @property
+    def worker_topics(self) -> list[str]:
+        """Every topic the worker creates, in the order it creates them."""
+        return [
+            self.input_topic,
+            self.repartition_topic,
+            self.changelog_topic,
+            f"{self.app_id}-producer_seqs-changelog",
+            self.output_topic,
+            self.dlq_topic,
+        ]
+
 
 def signal_and_wait(proc: subprocess.Popen[bytes] | None, sig: int, wait: float) -> int | None:
     """Send ``sig`` to a running process and return its exit code (SIGKILL after ``wait`` s)."""

@@ -15,7 +15,7 @@ import pytest
 
 from scripts.kafka_cluster import Cluster
 from tests.cluster.support import assert_protocol, hanging, protocol_of
-from tests.cluster.test_broker_faults import CLUSTER_ENV
+from tests.cluster.test_broker_faults import two_workers
 from tests.faults.conftest import SCALE
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
@@ -44,12 +44,7 @@ def test_two_brokers_down_stall_then_resume(
     cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
     stream = scaled_stream(25_000, seed=66)
-    for i in range(2):
-        w = Worker(broker, names, index=i, extra_env=CLUSTER_ENV)
-        workers.append(w)
-        w.start()
-    for w in workers:
-        w.wait_ready(180)
+    two_workers(broker, names, workers)
     feeder = Feeder(broker, names, stream, seconds=30)
     time.sleep(3)
     feeder.assert_flowing()

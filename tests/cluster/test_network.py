@@ -17,7 +17,7 @@ import pytest
 
 from scripts.kafka_cluster import Cluster
 from tests.cluster.support import assert_protocol, hanging, protocol_of
-from tests.cluster.test_broker_faults import CLUSTER_ENV, busiest_leader
+from tests.cluster.test_broker_faults import busiest_leader, two_workers
 from tests.faults.conftest import SCALE
 from tests.faults.proxy import Link
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
@@ -61,12 +61,7 @@ def test_one_broker_cut_off_from_the_workers(
 ) -> None:
     via = Broker(",".join(f"127.0.0.1:{b.proxy_port}" for b in cluster.brokers), broker.port)
     stream = scaled_stream(25_000, seed=77)
-    for i in range(2):
-        w = Worker(via, names, index=i, extra_env=CLUSTER_ENV)
-        workers.append(w)
-        w.start()
-    for w in workers:
-        w.wait_ready(180)
+    two_workers(via, names, workers)
     feeder = Feeder(broker, names, stream, seconds=30)  # the feed goes direct
     time.sleep(3)
     feeder.assert_flowing()

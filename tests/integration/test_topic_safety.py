@@ -26,15 +26,7 @@ def test_single_node_defaults_create_unreplicated_topics_and_start(
     log = worker.log_text()
     assert "topic settings that weaken exactly-once" not in log
     assert "refusing" not in log
-    created = [
-        names.input_topic,
-        names.repartition_topic,
-        names.changelog_topic,
-        f"{names.app_id}-producer_seqs-changelog",
-        names.output_topic,
-        names.dlq_topic,
-    ]
-    for topic in created:
+    for topic in names.worker_topics:
         assert f"{topic!r} (4 partitions, replication 1, min.insync.replicas 1)" in log, topic
         state = asyncio.run(topic_state(broker.bootstrap, topic))
         assert state.replicas == [1, 1, 1, 1], topic

@@ -100,14 +100,7 @@ def test_worker_without_describe_configs_is_refused_naming_each_topic(
     worker.start()
     log = refused(worker)
     assert "Kafka denies User:dedupe-worker what this worker needs:" in log
-    for topic in (
-        names.input_topic,
-        names.repartition_topic,
-        names.changelog_topic,
-        f"{names.app_id}-producer_seqs-changelog",
-        names.output_topic,
-        names.dlq_topic,
-    ):
+    for topic in names.worker_topics:
         assert f"DescribeConfigs on topic {topic!r}" in log, topic
 
 
