@@ -249,7 +249,13 @@ async def _check_safety(
     except ConfigsDenied as exc:
         denials = [f"DescribeConfigs on topic {t!r}" for t in exc.topics]
         raise access.AccessDenied(access.denied_message(settings, denials)) from None
-    except (KafkaError, FactsUnavailable) as exc:
+    except KafkaError as exc:
+        if exc.retriable:
+            # A broker failing over while the worker starts: the caller's ``retrying`` waits
+            # it out, as the worker's own clients do.
+            raise
+        raise TopicMismatch(f"cannot check the topics' replication and configs: {exc!r}") from exc
+    except FactsUnavailable as exc:
         raise TopicMismatch(f"cannot check the topics' replication and configs: {exc!r}") from exc
     problems = unsafe(facts, brokers, settings)
     if any(p.refuse for p in problems):

@@ -85,3 +85,39 @@ async def test_a_group_the_worker_may_not_read_stops_it_with_the_group_named() -
     with pytest.raises(TopicMismatch, match="consumer group 'dedupe' \\(DEDUPE_APP_ID\\)"):
         await committed_topics(admin, "dedupe")  # type: ignore[arg-type]
     assert admin.calls == 1
+
+
+class BrokerGone:
+    """An admin client whose every question meets ``error`` (a broker dying mid-answer)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def describe_topics(self, topics: list[str]) -> list[dict[str, object]]:
+        raise self.error
+
+    async def describe_configs(self, resources: list[object]) -> list[object]:
+        raise self.error
+
+
+async def test_a_broker_dying_during_the_safety_check_is_left_for_the_retry() -> None:
+    """A worker joining while a broker is killed met ``Connection ... closed`` here; wrapped as
+    a TopicMismatch it stopped the worker (cluster tier C3). Retriable errors must reach
+    ``app.retry.retrying`` as they are."""
+    from aiokafka.errors import KafkaConnectionError
+
+    from app.topics import _check_safety, topic_specs
+
+    specs = topic_specs(SETTINGS, "dedupe-seen-changelog", [])
+    with pytest.raises(KafkaConnectionError):
+        await _check_safety(BrokerGone(KafkaConnectionError("closed")), SETTINGS, specs, 3)  # type: ignore[arg-type]
+
+
+async def test_an_error_no_retry_mends_stops_the_start_with_the_check_named() -> None:
+    from aiokafka.errors import UnknownError
+
+    from app.topics import _check_safety, topic_specs
+
+    specs = topic_specs(SETTINGS, "dedupe-seen-changelog", [])
+    with pytest.raises(TopicMismatch, match="cannot check the topics' replication"):
+        await _check_safety(BrokerGone(UnknownError()), SETTINGS, specs, 3)  # type: ignore[arg-type]
