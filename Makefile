@@ -13,6 +13,10 @@ SERVERS := scripts/servers.sh
 IDEM_LIB := libs/idempotent-consumer
 # Tests use their own broker port, so they never touch the broker of `make run`.
 TEST_KAFKA_PORT ?= 19092
+# `make test`'s second lane (every tier but the fault tier) runs its own broker and worker web
+# ports, so that it never meets the fault tier's broker restarts.
+OTHERS_KAFKA_PORT ?= 19096
+OTHERS_WEB_PORT_BASE ?= 23000
 # The security tier starts (and stops) its own SASL_SSL broker on this port (controller +1).
 TEST_SECURE_KAFKA_PORT ?= 19192
 # The cluster tier's controller port; its three brokers listen on the next three ports.
@@ -29,7 +33,8 @@ BROWSER_DIR := .cache/browser
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery \
-        servers-install servers-up servers-down test-idempotency bench-idempotency
+        servers-install servers-up servers-down test-idempotency bench-idempotency \
+        test-prerequisites test-lane-faults test-lane-others
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -166,7 +171,23 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-test: lint test-unit test-integration test-faults test-cluster test-spark test-ingest test-security test-idempotency test-browser ## Lint and every test tier
+# The fault tier runs in one lane, the other tiers one after another in a second lane beside it,
+# each lane on its own single broker and worker web ports, so `make test` takes about the longer
+# lane rather than the sum (most of a fault test is waiting for timeouts, not CPU). Everything
+# both lanes need is installed first, so no two lanes fetch or apt-get at once. -Otarget: each
+# tier's output is printed whole when it ends.
+test: lint test-unit test-prerequisites ## Lint and every test tier (two lanes side by side)
+	@$(MAKE) --no-print-directory -j2 -Otarget test-lane-faults test-lane-others
+
+test-prerequisites: $(STAMP) kafka-jars spark-jars servers-install browser-install
+
+test-lane-faults:
+	@$(MAKE) --no-print-directory -j1 test-faults
+
+test-lane-others:
+	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
+	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-spark test-ingest \
+	  test-security test-idempotency test-browser
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

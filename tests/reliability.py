@@ -8,6 +8,7 @@ that measured them): a run of a subset (one file, ``-k``) must not shrink the pu
 
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
 import re
@@ -41,6 +42,7 @@ class Row:
     duplicates: int
     missing: int
     recover_s: float
+    txn_version: str = ""
 
 
 class Reliability:
@@ -62,14 +64,19 @@ class Reliability:
         duplicates: int,
         missing: int,
         recover_s: float,
+        txn_version: str = "",
     ) -> None:
-        self.rows.append(Row(fault, 1, events, injected, duplicates, missing, recover_s))
+        """``txn_version``: this row's, when the tier runs rows on both protocols (else the
+        tier's); a fault keeps one row per version."""
+        version = txn_version or self.txn_version
+        self.rows.append(Row(fault, 1, events, injected, duplicates, missing, recover_s, version))
 
     def lines(self, when: str) -> dict[str, str]:
         """The table rows of this session, by fault; ``when``: the run's time."""
         merged: dict[str, Row] = {}
         for r in self.rows:
-            m = merged.setdefault(r.fault, Row(r.fault, 0, 0, 0, 0, 0, 0.0))
+            key = _key(r.fault, self.nodes, r.txn_version)
+            m = merged.setdefault(key, Row(r.fault, 0, 0, 0, 0, 0, 0.0, r.txn_version))
             m.runs += 1
             m.events += r.events
             m.injected += r.injected
@@ -77,15 +84,26 @@ class Reliability:
             m.missing += r.missing
             m.recover_s = max(m.recover_s, r.recover_s)
         return {
-            m.fault: f"| {m.fault} | {self.nodes} | {self.txn_version} | {m.runs} | {m.events:,} "
+            key: f"| {m.fault} | {self.nodes} | {m.txn_version} | {m.runs} | {m.events:,} "
             f"| {m.injected} | {m.duplicates} | {m.missing} | {m.recover_s:.0f} s | {when} |"
-            for m in merged.values()
+            for key, m in merged.items()
         }
 
     def publish(self, path: Path, heading: str) -> None:
         if not self.rows:
             return
-        text = path.read_text() if path.exists() else ""
+        path.parent.mkdir(exist_ok=True)
+        # Two tiers run side by side in `make test` and each publishes its section of the same
+        # file: the lock keeps one from writing back a copy without the other's new rows.
+        with path.open("a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            text = f.read()
+            f.seek(0)
+            f.truncate()
+            f.write(self._merged(text, heading))
+
+    def _merged(self, text: str, heading: str) -> str:
         sections = dict(re.findall(r"<!-- section: (\w+) -->\n(.*?)<!-- /section -->", text, re.S))
         now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         rows = _rows_of(sections.get(self.section, ""))
@@ -100,17 +118,21 @@ class Reliability:
             f"<!-- section: {name} -->\n{sections[name]}<!-- /section -->\n\n"
             for name in sorted(sections)
         )
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(f"# {heading}\n\n{INTRO}\n{body}".rstrip() + "\n")
+        return f"# {heading}\n\n{INTRO}\n{body}".rstrip() + "\n"
 
     def _ran(self) -> set[str]:
-        return {r.fault for r in self.rows}
+        return {_key(r.fault, self.nodes, r.txn_version) for r in self.rows}
+
+
+def _key(fault: str, nodes: int | str, txn_version: str) -> str:
+    """A row's identity: the fault on its cluster shape and transaction version."""
+    return f"{fault} | {nodes} | {txn_version}"
 
 
 def _rows_of(section: str) -> dict[str, str]:
-    """The rows of an earlier section, by fault (each says when it ran)."""
+    """The rows of an earlier section, by :func:`_key` (each says when it ran)."""
     return {
-        line[2:].split(" | ", 1)[0]: line
+        _key(*line[2:].split(" | ", 3)[:3]): line
         for line in section.splitlines()
         if line.startswith("| ") and not line.startswith("| fault ")
     }

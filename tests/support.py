@@ -181,7 +181,9 @@ class Worker:
 
     @property
     def web_port(self) -> int:
-        return 17000 + (os.getpid() % 500) * 4 + self.index
+        # Tiers that run side by side in `make test` get distinct bases (the Makefile's lanes).
+        base = int(os.environ.get("DEDUPE_TEST_WEB_PORT_BASE", "17000"))
+        return base + (os.getpid() % 500) * 4 + self.index
 
     @property
     def log_path(self) -> Path:

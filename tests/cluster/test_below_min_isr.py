@@ -14,8 +14,14 @@ import time
 import pytest
 
 from scripts.kafka_cluster import Cluster
-from tests.cluster.support import assert_protocol, hanging, protocol_of
-from tests.cluster.test_broker_faults import two_workers
+from tests.cluster.support import (
+    assert_protocol,
+    hanging,
+    protocol_of,
+    two_workers,
+    txn_version,
+)
+from tests.cluster.test_broker_faults import SOAK_BOTH
 from tests.faults.conftest import SCALE
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
@@ -40,11 +46,17 @@ def partitions_short(worker: Worker) -> float:
     )
 
 
+@SOAK_BOTH
 def test_two_brokers_down_stall_then_resume(
-    cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+    cluster: Cluster,
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    protocol: str,
 ) -> None:
     stream = scaled_stream(25_000, seed=66)
-    two_workers(broker, names, workers)
+    two_workers(broker, names, workers, protocol)
     feeder = Feeder(broker, names, stream, seconds=30)
     time.sleep(3)
     feeder.assert_flowing()
@@ -59,7 +71,7 @@ def test_two_brokers_down_stall_then_resume(
     down[0].start()  # two of three: min.insync.replicas is met again
     assert feeder.join() == len(stream.records)
     report, waited = drain_and_verify(broker, names, workers)
-    assert_protocol([w.log_text() for w in workers], protocol_of(cluster))
+    assert_protocol([w.log_text() for w in workers], protocol_of(cluster, protocol))
     # Two of three in sync again once the returned broker caught up: the watch says so.
     deadline = time.monotonic() + 60
     while any(partitions_short(w) for w in workers) and time.monotonic() < deadline:
@@ -77,5 +89,6 @@ def test_two_brokers_down_stall_then_resume(
         2,
         report,
         waited,
+        txn_version(cluster, protocol),
     )
     assert not left_open, left_open

@@ -5,13 +5,19 @@ coordinators and of the controller, a rolling restart, and two brokers down at o
 ends with the full verification (every id exactly once in the clean topic with read_committed,
 every offset committed, no open transaction) and Kafka's own ``find-hanging`` on every broker.
 
+Workers pick transactions v2 on this cluster. The rows whose fault meets the protocol's own
+requests also run with v1 forced (the flow of every other Python client): C1 (leaders move under
+Produce, and under AddPartitionsToTxn in v1 or the broker's own add in v2), C2 (the coordinator
+dies under EndTxn, which in v2 also bumps the epoch) and C4 (every broker in turn). The other
+rows (C3, C5, C6, C7) run on both in ``make soak``; C8, whose subject is the other
+clients, runs on v2.
+
 How to run: ``make test-cluster`` (starts the cluster on 19300-19303 when it is not running);
 each test prints its verifier lines and adds a row to docs/reliability.md's cluster section.
 """
 
 from __future__ import annotations
 
-import signal
 import time
 import zlib
 from collections.abc import Callable
@@ -19,7 +25,17 @@ from collections.abc import Callable
 import pytest
 
 from scripts.kafka_cluster import Cluster
-from tests.cluster.support import assert_protocol, coordinator, hanging, leaders, protocol_of
+from tests.cluster.support import (
+    assert_protocol,
+    bounce,
+    coordinator,
+    hanging,
+    leaders,
+    protocol_of,
+    two_workers,
+    txn_version,
+    worker_env,
+)
 from tests.faults.conftest import SCALE
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
@@ -27,18 +43,10 @@ from tests.support import Broker, Names, Worker
 
 pytestmark = pytest.mark.faults
 
-#: Replication 3 for the topics the workers create (Kafka's broker default would do the same;
-#: said outright so the test does not depend on it).
-CLUSTER_ENV = {"DEDUPE_REPLICATION_FACTOR": "3"}
-
-
-def two_workers(broker: Broker, names: Names, workers: list[Worker]) -> None:
-    for i in range(2):
-        w = Worker(broker, names, index=i, extra_env=CLUSTER_ENV)
-        workers.append(w)
-        w.start()
-    for w in workers:
-        w.wait_ready(180)
+#: The rows that run on both protocols in every run; ``make soak`` runs every row on both.
+BOTH = pytest.mark.parametrize("protocol", ["v2", "v1"])
+#: The others: v2 (the worker's pick on this cluster), and v1 too at soak scale.
+SOAK_BOTH = pytest.mark.parametrize("protocol", ["v2", "v1"] if SCALE > 1 else ["v2"])
 
 
 def busiest_leader(broker: Broker, names: Names) -> int:
@@ -57,38 +65,43 @@ def run_row(
     reliability: Reliability,
     fault: str,
     inject: Callable[[Feeder], int],
+    protocol: str,
     *,
     unique: int = 25_000,
     seconds: float = 30,
 ) -> None:
-    """Two workers, a steady stream over ``seconds``, ``inject`` (returns the faults it
-    injected) while it flows; then every check, the hanging-transaction search and a row."""
+    """Two workers on ``protocol``, a steady stream over ``seconds``, ``inject`` (returns the
+    faults it injected) while it flows; then every check, the hanging-transaction search and a
+    row."""
     stream = scaled_stream(unique, seed=zlib.crc32(fault.encode()) % 1000)
-    two_workers(broker, names, workers)
+    two_workers(broker, names, workers, protocol)
     feeder = Feeder(broker, names, stream, seconds=seconds)
     time.sleep(3)
     injected = inject(feeder)
     assert feeder.join() == len(stream.records)
     cluster.wait_healthy(240)
     report, waited = drain_and_verify(broker, names, workers)
-    assert_protocol([w.log_text() for w in workers], protocol_of(cluster))
+    assert_protocol([w.log_text() for w in workers], protocol_of(cluster, protocol))
     left_open = hanging(cluster)
     print(f"\nfind-hanging: {left_open or 'none'}")
-    record(reliability, fault, len(stream.records), injected, report, waited)
+    version = txn_version(cluster, protocol)
+    record(reliability, fault, len(stream.records), injected, report, waited, version)
     assert not left_open, left_open
 
 
+@BOTH
 def test_kill_9_of_partition_leaders(
-    cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+    cluster: Cluster,
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    protocol: str,
 ) -> None:
     def inject(feeder: Feeder) -> int:
         for _ in range(2):
             feeder.assert_flowing()
-            victim = cluster.broker(busiest_leader(broker, names))
-            victim.signal(signal.SIGKILL)
-            time.sleep(5)
-            victim.start()
-            cluster.wait_healthy(240)
+            bounce(cluster, cluster.broker(busiest_leader(broker, names)))
         return 2
 
     run_row(
@@ -100,21 +113,26 @@ def test_kill_9_of_partition_leaders(
         f"C1 kill -9 of the leader of the input, clean and changelog partitions "
         f"(x2, {27.5 * SCALE:g}k events)",
         inject,
+        protocol,
     )
 
 
+@BOTH
 def test_kill_9_of_the_transaction_coordinator(
-    cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+    cluster: Cluster,
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    protocol: str,
 ) -> None:
     def inject(feeder: Feeder) -> int:
         for p in (0, 1):
             feeder.assert_flowing()
             txn_id = f"{names.app_id}-{names.input_topic}-{p}"
-            victim = cluster.broker(coordinator(broker.bootstrap, txn_id, transactional=True))
-            victim.signal(signal.SIGKILL)
-            time.sleep(5)
-            victim.start()
-            cluster.wait_healthy(240)
+            bounce(
+                cluster, cluster.broker(coordinator(broker.bootstrap, txn_id, transactional=True))
+            )
         return 2
 
     run_row(
@@ -126,22 +144,27 @@ def test_kill_9_of_the_transaction_coordinator(
         f"C2 kill -9 of the transaction coordinator of the workers' transactional ids "
         f"while they commit (x2, {27.5 * SCALE:g}k events)",
         inject,
+        protocol,
     )
 
 
+@SOAK_BOTH
 def test_kill_9_of_the_group_coordinator_during_a_rebalance(
-    cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+    cluster: Cluster,
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    protocol: str,
 ) -> None:
     def inject(feeder: Feeder) -> int:
         feeder.assert_flowing()
-        third = Worker(broker, names, index=2, extra_env=CLUSTER_ENV)
+        third = Worker(broker, names, index=2, extra_env=worker_env(protocol))
         workers.append(third)
         third.start()  # joins the group: a rebalance
         time.sleep(1.0)
-        victim = cluster.broker(coordinator(broker.bootstrap, names.app_id, transactional=False))
-        victim.signal(signal.SIGKILL)
-        time.sleep(5)
-        victim.start()
+        group = coordinator(broker.bootstrap, names.app_id, transactional=False)
+        bounce(cluster, cluster.broker(group), whole=False)  # run_row waits for it whole
         return 1
 
     run_row(
@@ -153,11 +176,18 @@ def test_kill_9_of_the_group_coordinator_during_a_rebalance(
         f"C3 kill -9 of the group coordinator while a third worker joins (rebalance) "
         f"({27.5 * SCALE:g}k events)",
         inject,
+        protocol,
     )
 
 
+@BOTH
 def test_rolling_restart_of_all_brokers(
-    cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+    cluster: Cluster,
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    protocol: str,
 ) -> None:
     def inject(feeder: Feeder) -> int:
         for b in cluster.brokers:
@@ -174,19 +204,24 @@ def test_rolling_restart_of_all_brokers(
         reliability,
         f"C4 rolling restart of all three brokers under load ({44 * SCALE}k events)",
         inject,
+        protocol,
         unique=40_000,
         seconds=45,
     )
 
 
+@SOAK_BOTH
 def test_kill_9_of_the_controller(
-    cluster: Cluster, broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
+    cluster: Cluster,
+    broker: Broker,
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    protocol: str,
 ) -> None:
     def inject(feeder: Feeder) -> int:
         feeder.assert_flowing()
-        cluster.controller.signal(signal.SIGKILL)
-        time.sleep(8)
-        cluster.controller.start()
+        bounce(cluster, cluster.controller, 8.0, whole=False)  # run_row waits for it whole
         return 1
 
     run_row(
@@ -197,4 +232,5 @@ def test_kill_9_of_the_controller(
         reliability,
         f"C5 kill -9 of the KRaft controller while events flow ({27.5 * SCALE:g}k events)",
         inject,
+        protocol,
     )

@@ -16,8 +16,14 @@ from collections.abc import Iterator
 import pytest
 
 from scripts.kafka_cluster import Cluster
-from tests.cluster.support import assert_protocol, hanging, protocol_of
-from tests.cluster.test_broker_faults import busiest_leader, two_workers
+from tests.cluster.support import (
+    assert_protocol,
+    hanging,
+    protocol_of,
+    two_workers,
+    txn_version,
+)
+from tests.cluster.test_broker_faults import SOAK_BOTH, busiest_leader
 from tests.faults.conftest import SCALE
 from tests.faults.proxy import Link
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
@@ -51,6 +57,7 @@ def links(cluster: Cluster) -> Iterator[list[Link]]:
             link.stop()
 
 
+@SOAK_BOTH
 def test_one_broker_cut_off_from_the_workers(
     cluster: Cluster,
     broker: Broker,
@@ -58,10 +65,11 @@ def test_one_broker_cut_off_from_the_workers(
     workers: list[Worker],
     reliability: Reliability,
     links: list[Link],
+    protocol: str,
 ) -> None:
     via = Broker(",".join(f"127.0.0.1:{b.proxy_port}" for b in cluster.brokers), broker.port)
     stream = scaled_stream(25_000, seed=77)
-    two_workers(via, names, workers)
+    two_workers(via, names, workers, protocol)
     feeder = Feeder(broker, names, stream, seconds=30)  # the feed goes direct
     time.sleep(3)
     feeder.assert_flowing()
@@ -74,7 +82,7 @@ def test_one_broker_cut_off_from_the_workers(
     assert link.dropped_bytes > 0, "the cut met no traffic"
     assert feeder.join() == len(stream.records)
     report, waited = drain_and_verify(broker, names, workers)
-    assert_protocol([w.log_text() for w in workers], protocol_of(cluster))
+    assert_protocol([w.log_text() for w in workers], protocol_of(cluster, protocol))
     left_open = hanging(cluster)
     print(f"\ncut broker {victim}: {link.dropped_bytes} bytes dropped, {reset} connections reset")
     record(
@@ -85,5 +93,6 @@ def test_one_broker_cut_off_from_the_workers(
         1,
         report,
         waited,
+        txn_version(cluster, protocol),
     )
     assert not left_open, left_open

@@ -37,8 +37,7 @@ from scripts.kafka_cluster import Cluster
 from scripts.topic_reader import read_topic
 from tests.cluster.clients import ConsumerThread, HttpFeed
 from tests.cluster.conftest import CLUSTER_PORT
-from tests.cluster.support import assert_protocol, hanging, leaders, protocol_of
-from tests.cluster.test_broker_faults import two_workers
+from tests.cluster.support import assert_protocol, hanging, leaders, protocol_of, two_workers
 from tests.faults.scenario import drain_and_verify, record
 from tests.ingest.cases import sdk_event
 from tests.ingest.support import IngestProcess, records_in

@@ -134,9 +134,10 @@ def record(
     injected: int,
     report: FullReport,
     waited: float,
+    txn_version: str = "",
 ) -> None:
     """Add a run's figures to the reliability report, print them, and fail the test unless
-    the run was exactly once."""
+    the run was exactly once. ``txn_version``: the row's, where it is not the tier's."""
     reliability.record(
         fault,
         events=events,
@@ -144,6 +145,7 @@ def record(
         duplicates=report.clean.duplicates,
         missing=report.clean.missing,
         recover_s=waited,
+        txn_version=txn_version,
     )
     print(f"\n{fault}: " + " | ".join(report.lines()))
     assert report.ok, "\n".join(report.lines())

@@ -50,3 +50,48 @@ def test_a_session_without_rows_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "reliability.md"
     run("faults", {}, path)
     assert not path.exists()
+
+
+def test_a_fault_run_on_both_transaction_versions_keeps_a_row_for_each(tmp_path: Path) -> None:
+    path = tmp_path / "reliability.md"
+    report = Reliability("cluster", "cluster title", nodes=3, txn_version="2 / v2")
+    for version, missing in (("2 / v1", 1), ("2 / v2", 0)):
+        report.record(
+            "C1 leader",
+            events=10,
+            injected=1,
+            duplicates=0,
+            missing=missing,
+            recover_s=1.0,
+            txn_version=version,
+        )
+    report.publish(path, "Reliability report")
+    again = Reliability("cluster", "cluster title", nodes=3, txn_version="2 / v2")
+    again.record("C1 leader", events=10, injected=1, duplicates=0, missing=0, recover_s=1.0)
+    again.publish(path, "Reliability report")  # the v2 row only: the v1 row stays
+    lines = [line for line in path.read_text().splitlines() if line.startswith("| C1")]
+    assert [(row.split(" | ")[2], row.split(" | ")[7]) for row in lines] == [
+        ("2 / v1", "1"),
+        ("2 / v2", "0"),
+    ]
+
+
+def _publish_many(section: str, path: str) -> None:
+    for i in range(40):
+        run(section, {f"{section[0].upper()}{i} fault": 0}, Path(path))
+
+
+def test_two_tiers_publishing_at_once_keep_both_sections(tmp_path: Path) -> None:
+    """``make test`` runs the fault tier beside the cluster tier: without the file lock, one
+    tier's read-modify-write drops rows the other just wrote."""
+    import multiprocessing
+
+    path = tmp_path / "reliability.md"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_publish_many, args=(s, str(path))) for s in ("faults", "cluster")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert len(table_rows(path, "faults")) == 40
+    assert len(table_rows(path, "cluster")) == 40
