@@ -203,6 +203,12 @@ class Link:
                 return
             ready.set()
             loop.run_forever()
+            # The connections were reset by stop(): their pumps end on their own once they see
+            # it. Let them, on this loop, or their ``finally`` runs at garbage collection against
+            # a closed loop ("Event loop is closed").
+            pending = asyncio.all_tasks(loop)
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=5))
             loop.close()
 
         self._thread = threading.Thread(target=run, daemon=True, name=f"proxy-{self.listen_port}")
