@@ -12,12 +12,24 @@ You should see Faust's start-up banner, "created ... topic" lines on the first s
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 from app.settings import SettingsError
 
 
+def _stopped_while_starting(signum: int, _frame: FrameType | None) -> None:
+    """A stop request before the worker installed its own handlers: nothing is open yet (no
+    transaction, no store), so the process ends with exit 0 like any clean stop, rather than
+    by the signal (-15), which a supervisor reads as a crash."""
+    print(f"dedupe: stopped by {signal.Signals(signum).name} while starting", file=sys.stderr)
+    raise SystemExit(0)
+
+
 def main() -> None:
+    # Faust's worker replaces this with its own graceful stop once it runs.
+    signal.signal(signal.SIGTERM, _stopped_while_starting)
     if sys.argv[1:2] in (["snapshot"], ["restore"]):
         from app.snapshots import main as snapshots
 

@@ -279,9 +279,32 @@ def wait_drained(
             logs = "\n".join(w.log_text()[-4000:] for w in workers)
             raise AssertionError(f"all workers exited before draining:\n{logs}")
         if time.monotonic() - started > timeout:
-            logs = "\n".join(w.log_text()[-4000:] for w in workers)
-            raise AssertionError(f"not drained after {timeout}s:\n{logs}")
+            raise AssertionError(f"not drained after {timeout}s:\n{stuck_report(workers)}")
         time.sleep(1.0)
+
+
+def stuck_report(workers: list[Worker]) -> str:
+    """What a stuck run needs for its diagnosis, before the test's directory is gone: each
+    worker's warnings and errors over its whole log, its log's end, its ``/stats`` and, when
+    alive, the Python stacks of its threads (py-spy)."""
+    parts = []
+    for w in workers:
+        text = w.log_text()
+        loud = [ln for ln in text.splitlines() if "[WARNING]" in ln or "[ERROR]" in ln]
+        parts.append(f"===== worker {w.index} (alive: {w.alive()}) warnings and errors =====")
+        parts += loud[-60:]
+        parts.append(f"===== worker {w.index} log end =====\n{text[-4000:]}")
+        if w.alive() and w.proc is not None:
+            parts.append(f"===== worker {w.index} /stats =====\n{get(w, '/stats')[1]}")
+            spy = subprocess.run(
+                [str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(w.proc.pid)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            parts.append(f"===== worker {w.index} stacks =====\n{spy.stdout}{spy.stderr}")
+    return "\n".join(parts)
 
 
 def get(worker: Worker, path: str) -> tuple[int, Any]:
