@@ -22,6 +22,7 @@ from tables.window import (
     Verdict,
     bucket_expired,
     bucket_of_index_key,
+    bucket_start,
     effective_window_ms,
     encode_entry,
     judge,
@@ -183,19 +184,31 @@ class SeenIds:
         live.scanned = True
         live.oldest_ms = live.oldest_bucket = None
         for visited, (key, id_bytes) in enumerate(self.store.index(partition, start), 1):
+            raw = self.table.lookup(id_bytes)
+            entry = None if raw is None else Entry.decode(raw)
+            current = entry is not None and entry.seq == int.from_bytes(key[8:16], "big")
             bucket = bucket_of_index_key(key)
+            if not current:
+                # Superseded or gone. Under an unchanged width the commit's write path deletes
+                # this very key; under another (the window or DEDUPE_BUCKET changed since it
+                # was written) it cannot name it: delete it by its own key.
+                self.store.stage_unindex(partition, key)
+            elif entry is not None:
+                # Judged by the id's own time under the current width: an entry indexed under a
+                # wider bucket (the window was shortened since) must not go by its old bucket's
+                # start, which the current width would put out of the window too early.
+                bucket = bucket_start(entry.first_seen_ms, self.bucket_ms)
             expired = bucket_expired(
                 bucket, self.bucket_ms, live.stream_ms, self.window_ms, self.lateness_ms
             )
             capped = over_cap(self.held(partition), self.cap)
-            raw = self.table.lookup(id_bytes)
-            entry = None if raw is None else Entry.decode(raw)
-            current = entry is not None and entry.seq == int.from_bytes(key[8:16], "big")
             if current and not (expired or capped):
                 assert entry is not None
                 live.oldest_bucket, live.oldest_ms = bucket, entry.first_seen_ms
                 break
             if current:
+                if bucket != bucket_of_index_key(key):
+                    self.store.stage_unindex(partition, key)  # indexed under another width
                 del self.table[id_bytes]
                 live.held_delta -= 1
                 deleted += 1

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.dedup import Outcome
+from app.settings import Settings
 from tables import window
+from tables.seen_ids import SeenIds
 from tests.unit.test_dedup_strategies import ev, rec, run, settings
 from tests.unit.test_seen_ids import BUCKET_MS, WINDOW_MS, World
 
@@ -130,3 +132,73 @@ async def test_window_from_per_source() -> None:
     msgs = [rec(b"m-1", body, web, timestamp=t0 + d * DAY) for d in (0, 20, 40)]
     outcomes, *_ = await run(settings(window_from="last_seen"), *msgs)
     assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
+
+
+def restart_with(w: ArmedWorld, **env: str) -> None:
+    """What a restart with other window settings changes: the width the store derives index
+    keys with and the rules SeenIds applies; the persisted ids and index stay as written."""
+    settings = Settings.from_env({"DEDUPE_ALLOWED_LATENESS": "0", "DEDUPE_MIN_WINDOW": "0", **env})
+    w.store.bucket_ms = round(settings.bucket * 1000)
+    w.seen = SeenIds(w.table, settings)  # type: ignore[arg-type]
+
+
+def test_a_shorter_window_judges_old_entries_by_their_own_time_not_the_old_bucket(
+    w: ArmedWorld,
+) -> None:
+    for i in range(20):  # 0 .. 1900 ms, in the 1 s buckets [0, 1000) and [1000, 2000)
+        w.record_from(f"a{i}", 100 * i, False)
+    w.commit()
+    restart_with(w, DEDUPE_WINDOW="4s")  # derived bucket: 40 ms
+    assert w.record_from("z", 4_100, False)
+    w.commit()
+    # Out of a 4 s window at 4100: only a0 (its 40 ms bucket ends at 40 <= 100). By the old
+    # 1 s bucket's start (0) a1..a9 would have gone too, though 4100 - 900 < 4 s.
+    assert set(w.ids()) == {f"a{i}".encode() for i in range(1, 20)} | {b"z"}
+    assert not w.record_from("a9", 4_100, False)  # still a repeat
+    w.record_from("y", 6_000, False)  # stream time 6 s: a0..a19 (f < 2000) are out
+    w.commit()
+    assert set(w.ids()) == {b"z", b"y"}
+    # Every index entry written under the old width went with its id: none left behind.
+    assert len(w.index()) == len(w.ids()) == w.store.summary(0).held
+
+
+def test_a_longer_window_keeps_every_id_held(w: ArmedWorld) -> None:
+    for i in range(20):
+        w.record_from(f"a{i}", 100 * i, False)
+    w.commit()
+    restart_with(w, DEDUPE_WINDOW="40s")  # derived bucket: 400 ms
+    for n in range(50):  # records well past the old window, inside the new one
+        w.record_from(f"b{n}", 20_000 + n, False)
+        w.commit()
+    assert {f"a{i}".encode() for i in range(20)} <= set(w.ids())
+    # a13 (1300 ms) is indexed under the old width's bucket 1000; the new width's is 1200.
+    assert not w.record_from("a13", 41_299, False)  # 40 s after a13 less 1 ms: a repeat
+    assert w.record_from("a13", 41_300, False)  # W itself is outside
+    w.commit()
+    # A re-sighting under the new width leaves the old width's entry to age-out's cleanup:
+    # walking past it deletes it by its own key.
+    w.record_from("c", 100_000, False)
+    w.commit()
+    assert len(w.index()) == len(w.ids()) == w.store.summary(0).held
+
+
+def test_a_lower_cap_evicts_the_excess_in_bounded_batches(w: ArmedWorld) -> None:
+    for i in range(100):
+        w.record_from(f"a{i}", 1_000 + i, False)
+    w.commit()
+    restart_with(
+        w,
+        DEDUPE_WINDOW=f"{WINDOW_MS}ms",
+        DEDUPE_BUCKET=f"{BUCKET_MS}ms",
+        DEDUPE_MAX_IDS_PER_PARTITION="40",
+        DEDUPE_EVICTION_BATCH="8",
+    )
+    held = []
+    for n in range(10):
+        w.record_from(f"b{n}", 2_000 + n, False)
+        w.commit()
+        held.append(w.store.summary(0).held)
+    # Each record evicts at most 8 (the batch): 100 + 1 - 8 = 93, ... down to the cap.
+    assert held[:3] == [93, 86, 79]
+    assert held[-1] == 40
+    assert {f"a{i}".encode() for i in range(70, 100)} <= set(w.ids())  # the newest stay
