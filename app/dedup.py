@@ -72,6 +72,8 @@ class Deduplicator:
         self.max_future_ms = round(settings.max_future_skew * 1000)
         self.faults = faults.parse(settings.fault_injection)
         self.policies = strategy.parse_policies(settings.source_policies)
+        self.last_seen = settings.window_from == "last_seen"
+        self.window_from = strategy.parse_window_from(settings.source_window_from)
         self.default = Strategy(settings.strategy)
         self.by_source = settings.scope == "source"
         self.fingerprints = settings.missing_id == "fingerprint"
@@ -92,6 +94,11 @@ class Deduplicator:
             "scope": s.scope,
             "missing_id": s.missing_id,
             "verify_content": self.verify,
+            "window_from": s.window_from,
+            "sources_window_from": {
+                k.decode(): "last_seen" if v else "first_seen"
+                for k, v in sorted(self.window_from.items())
+            },
         }
 
     async def handle(
@@ -178,7 +185,10 @@ class Deduplicator:
         ms = (timestamp_ms or 0) if self.kafka_time else self._record_ms(timestamp_ms, doc)
         # The tables are co-partitioned with the record: its partition is theirs.
         seen = self.seen_ids
-        verdict = seen.decide(state_key, ms, message.partition, content)
+        last_seen = self.last_seen
+        if self.window_from and meta.source is not None:
+            last_seen = self.window_from.get(meta.source, last_seen)
+        verdict = seen.decide(state_key, ms, message.partition, content, last_seen)
         seen.age_out(ms, message.partition)
         if verdict is _REPEAT:
             return Outcome.DUPLICATE

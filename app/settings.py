@@ -186,6 +186,21 @@ class Settings(KafkaSecuritySettings):
         "copy's record time (W itself is outside). Units s, m, h, d.",
         within=(1.0, 3650 * 86400.0),
     )
+    window_from: str = setting(
+        "first_seen",
+        "DEDUPE_WINDOW_FROM",
+        "Where an id's window starts: 'first_seen' (the forwarded copy; a repeat never extends "
+        "the id's life, right for client retries) or 'last_seen' (every repeat re-arms it, for "
+        "ids that repeat while they are alive: polling sources, webhooks re-sent until "
+        "acknowledged). Per source: DEDUPE_SOURCE_WINDOW_FROM.",
+        one_of=("first_seen", "last_seen"),
+    )
+    source_window_from: str = setting(
+        "",
+        "DEDUPE_SOURCE_WINDOW_FROM",
+        "DEDUPE_WINDOW_FROM per source (header dedupe.source, as DEDUPE_SOURCE_POLICIES), over "
+        "the default: e.g. 'poller=last_seen,web=first_seen'.",
+    )
     bucket: float = setting(
         0.0,
         "DEDUPE_BUCKET",

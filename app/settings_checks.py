@@ -8,7 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from app import faults
-from app.strategy import parse_policies
+from app.strategy import parse_policies, parse_window_from
 from app.topic_safety import count_problem, parse_count
 
 if TYPE_CHECKING:
@@ -61,4 +61,8 @@ def cross_checks(s: Settings) -> list[str]:
         parse_policies(s.source_policies)
     except ValueError as exc:
         out.append(f"{env('source_policies')}={s.source_policies!r}: {exc}")
+    try:
+        parse_window_from(s.source_window_from)
+    except ValueError as exc:
+        out.append(f"{env('source_window_from')}={s.source_window_from!r}: {exc}")
     return out

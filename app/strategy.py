@@ -190,7 +190,23 @@ def parse_policies(text: str) -> dict[bytes, Strategy]:
     """``web=message_id,billing=producer_sequence,legacy=off`` -> {source: strategy}.
 
     Raises ValueError naming every bad entry."""
-    policies: dict[bytes, Strategy] = {}
+    return {k: Strategy(v) for k, v in _by_source(text, tuple(Strategy)).items()}
+
+
+#: ``DEDUPE_WINDOW_FROM`` choices (``tables.window.rearms``).
+WINDOW_FROM = ("first_seen", "last_seen")
+
+
+def parse_window_from(text: str) -> dict[bytes, bool]:
+    """``poller=last_seen,web=first_seen`` -> {source: whether a repeat re-arms its clock}.
+
+    Raises ValueError naming every bad entry."""
+    return {k: v == "last_seen" for k, v in _by_source(text, WINDOW_FROM).items()}
+
+
+def _by_source(text: str, choices: tuple[str, ...]) -> dict[bytes, str]:
+    """``source=choice`` entries, comma-separated; ValueError naming every bad one."""
+    found: dict[bytes, str] = {}
     bad: list[str] = []
     for raw in text.split(","):
         entry = raw.strip()
@@ -198,18 +214,17 @@ def parse_policies(text: str) -> dict[bytes, Strategy]:
             continue
         name, sep, value = entry.partition("=")
         name, value = name.strip(), value.strip()
-        if not sep or not name or value not in set(Strategy):
+        if not sep or not name or value not in choices:
             bad.append(entry)
         elif len(name.encode()) > MAX_NAME_BYTES:
             bad.append(f"{name[:20]}... (longer than {MAX_NAME_BYTES} bytes)")
-        elif name.encode() in policies:
+        elif name.encode() in found:
             bad.append(f"{name} (twice)")
         else:
-            policies[name.encode()] = Strategy(value)
+            found[name.encode()] = value
     if bad:
-        choices = "|".join(Strategy)
-        raise ValueError(f"{', '.join(bad)}: use source=<{choices}>, comma-separated")
-    return policies
+        raise ValueError(f"{', '.join(bad)}: use source=<{'|'.join(choices)}>, comma-separated")
+    return found
 
 
 def field_list(text: str) -> frozenset[str]:

@@ -6,7 +6,10 @@
 It loads N ids into one partition's store through the store's own write path (ids, the derived
 age-out index and summary, in write batches), compacts, and measures bytes on disk per id. Then
 it measures age-out through the worker's own code (``SeenIds.first_sighting`` + ``age_out`` +
-commits): (1) at the size cap, each new id evicts the oldest; (2) a whole time window expiring.
+commits): (0) repeats of held ids, ``DEDUPE_WINDOW_FROM=first_seen`` (the repeat counted in
+place) against ``last_seen`` (the id re-armed: its age-out index entry moved), alternating in
+rounds so both see the same store; (1) at the size cap, each new id evicts the oldest; (2) a
+whole time window expiring.
 The baseline, run in the same process on the same machine, is the limit: raw rocksdict deletes
 of the same number of keys in write batches. You should see a table like::
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
+import random
 import shutil
 import tempfile
 import time
@@ -48,8 +52,11 @@ class _Table:
     def __init__(self, store: SeenIdsStore) -> None:
         self.data = store
 
-    def lookup(self, key: bytes) -> bytes | None:
+    def lookup(self, key: bytes, partition: int | None = None) -> bytes | None:
         return self.data._get(key)
+
+    def put(self, key: bytes, value: bytes, partition: int | None = None) -> None:
+        self.data._set(key, value)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self.data._set(key, value)
@@ -84,6 +91,38 @@ def raw_delete_rate(directory: Path, n: int) -> float:
     return rate
 
 
+def _uuid_like(i: int) -> bytes:
+    return f"{i:08x}-0000-4000-8000-{i:012x}".encode()
+
+
+def repeat_rates(store: SeenIdsStore, ids: int, churn: int) -> dict[bool, float]:
+    """Records/s of repeats of held ids through ``decide`` + ``age_out`` + commits, per
+    ``last_seen``: ``churn`` each, on disjoint random held ids, in alternating rounds."""
+    settings = Settings.from_env({"DEDUPE_MAX_IDS_PER_PARTITION": str(ids * 2)})
+    seen = SeenIds(_Table(store), settings)  # type: ignore[arg-type]
+    picked = random.Random(1).sample(range(ids), min(2 * churn, ids))
+    chosen = {False: picked[0::2], True: picked[1::2]}
+    spent = {False: 0.0, True: 0.0}
+    record = T0 + ids  # inside the window of every held id: each copy is a repeat
+    rounds, done = 10, 0
+    per_round = len(chosen[False]) // rounds
+    for r in range(rounds):
+        for last_seen in (False, True) if r % 2 == 0 else (True, False):
+            started = time.perf_counter()
+            for n, i in enumerate(chosen[last_seen][r * per_round : (r + 1) * per_round]):
+                seen.decide(_uuid_like(i), record + n, 0, b"", last_seen)
+                seen.age_out(record + n)
+                if n % 1_000 == 999:
+                    store.commit_partition(0, None)
+                    seen.commit_partition(0, None)
+            store.commit_partition(0, None)
+            seen.commit_partition(0, None)
+            spent[last_seen] += time.perf_counter() - started
+        done += per_round
+    assert seen.held(0) == ids, "a repeat must neither add nor remove an id"
+    return {k: done / v for k, v in spent.items()}
+
+
 def run(ids: int, churn: int) -> list[tuple[str, str]]:
     directory = Path(tempfile.mkdtemp(prefix="bench-age-out-"))
     try:
@@ -106,7 +145,7 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
         batch = 10_000
         for start in range(0, ids, batch):
             writes: list[tuple[bytes, bytes | None]] = [
-                (f"{i:08x}-0000-4000-8000-{i:012x}".encode(), Entry(T0 + i, i).encode())
+                (_uuid_like(i), Entry(T0 + i, i).encode())
                 for i in range(start, min(start + batch, ids))
             ]
             store.write_partition(0, writes, start)
@@ -118,6 +157,8 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
         for cf in pdb.extra.values():
             cf.compact_range(None, None)
         bytes_per_id = disk_bytes(store.partition_path(0)) / ids
+        # -- repeats of held ids: first_seen vs last_seen (re-armed, index entry moved)
+        repeats = repeat_rates(store, ids, churn)
         # -- at the cap: every new id evicts the oldest
         settings = Settings.from_env(
             {"DEDUPE_MAX_IDS_PER_PARTITION": str(ids), "DEDUPE_EVICTION_BATCH": "64"}
@@ -163,6 +204,11 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
             ("ids held", f"{ids:,}"),
             ("load through the store (ids/s)", f"{load_rate:,.0f}"),
             ("disk bytes per id (after compaction)", f"{bytes_per_id:.1f}"),
+            ("repeats, first_seen (records/s)", f"{repeats[False]:,.0f}"),
+            (
+                "repeats, last_seen (records/s)",
+                f"{repeats[True]:,.0f}  ({repeats[True] / repeats[False]:.2f}x first_seen)",
+            ),
             ("evict at cap (ids/s)", f"{cap_rate:,.0f}  ({cap_rate / baseline:.2f}x raw deletes)"),
             ("ids held after cap churn", f"{held_after_cap:,}"),
             ("expire window (ids/s)", f"{expire_rate:,.0f}  ({expire_rate / baseline:.2f}x raw)"),

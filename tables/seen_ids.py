@@ -22,10 +22,12 @@ from tables.window import (
     Verdict,
     bucket_expired,
     bucket_of_index_key,
+    bucket_start,
     effective_window_ms,
     encode_entry,
     judge,
     over_cap,
+    rearms,
 )
 
 log = logging.getLogger(__name__)
@@ -91,12 +93,18 @@ class SeenIds:
         return self.decide(id_bytes, record_ms, partition) is _FIRST
 
     def decide(
-        self, id_bytes: bytes, record_ms: int, partition: int | None = None, content: bytes = b""
+        self,
+        id_bytes: bytes,
+        record_ms: int,
+        partition: int | None = None,
+        content: bytes = b"",
+        last_seen: bool = False,
     ) -> Verdict:
         """Judge a copy of ``id_bytes`` (:func:`tables.window.judge`) and remember it: a first
-        sighting is stored (with ``content``, its hash, when given), a repeat counted, a reuse
-        left as it is. ``partition`` is :func:`current_partition`, when the caller has it
-        already (it runs for every record)."""
+        sighting is stored (with ``content``, its hash, when given), a repeat counted (and,
+        with ``last_seen``, its clock re-armed: :meth:`_rearm`), a reuse left as it is.
+        ``partition`` is :func:`current_partition`, when the caller has it already (it runs
+        for every record)."""
         if partition is None:
             partition = current_partition()
         table = self.table
@@ -106,7 +114,10 @@ class SeenIds:
         if held is not None:
             verdict = judge(held, record_ms, self.window_ms, content)
             if verdict is _REPEAT:
-                table.put(id_bytes, held.repeated().encode(), partition)
+                if last_seen and rearms(held, record_ms, last_seen):
+                    self._rearm(id_bytes, held, record_ms, partition, live)
+                else:
+                    table.put(id_bytes, held.repeated().encode(), partition)
                 return verdict
             if verdict is _REUSED:
                 return verdict
@@ -126,6 +137,28 @@ class SeenIds:
             live.staged_oldest = mark
         self._fold_staged(live)
         return _FIRST
+
+    def _rearm(
+        self, id_bytes: bytes, held: Entry, record_ms: int, partition: int, live: _Live
+    ) -> None:
+        """A repeat under ``last_seen``: the id's clock restarts at ``record_ms``. The entry is
+        written as a first sighting would be (new time, new sequence, the repeat counted, the
+        content hash kept), so the store's commit moves its age-out index entry to the new
+        bucket in the same batch (``SeenIdsStore.extend_batch``: old index key out, new in) and
+        a worker rebuilt from the changelog, which replays this very entry, derives the same
+        index. Stream time counts the re-arm, as the rebuilt summary's newest mark does."""
+        if record_ms > live.stream_ms:
+            live.stream_ms = record_ms
+        seq = live.next_seq
+        if seq is None:
+            seq = self.store.summary(partition).next_seq
+        live.next_seq = seq + 1
+        entry = encode_entry(record_ms, seq, held.repeats + 1, held.content)
+        self.table.put(id_bytes, entry, partition)
+        mark = (record_ms - record_ms % self.bucket_ms, record_ms)
+        if live.staged_oldest is None or mark < live.staged_oldest:
+            live.staged_oldest = mark
+        self._fold_staged(live)
 
     @staticmethod
     def _fold_staged(live: _Live) -> None:
@@ -151,19 +184,31 @@ class SeenIds:
         live.scanned = True
         live.oldest_ms = live.oldest_bucket = None
         for visited, (key, id_bytes) in enumerate(self.store.index(partition, start), 1):
+            raw = self.table.lookup(id_bytes)
+            entry = None if raw is None else Entry.decode(raw)
+            current = entry is not None and entry.seq == int.from_bytes(key[8:16], "big")
             bucket = bucket_of_index_key(key)
+            if not current:
+                # Superseded or gone. Under an unchanged width the commit's write path deletes
+                # this very key; under another (the window or DEDUPE_BUCKET changed since it
+                # was written) it cannot name it: delete it by its own key.
+                self.store.stage_unindex(partition, key)
+            elif entry is not None:
+                # Judged by the id's own time under the current width: an entry indexed under a
+                # wider bucket (the window was shortened since) must not go by its old bucket's
+                # start, which the current width would put out of the window too early.
+                bucket = bucket_start(entry.first_seen_ms, self.bucket_ms)
             expired = bucket_expired(
                 bucket, self.bucket_ms, live.stream_ms, self.window_ms, self.lateness_ms
             )
             capped = over_cap(self.held(partition), self.cap)
-            raw = self.table.lookup(id_bytes)
-            entry = None if raw is None else Entry.decode(raw)
-            current = entry is not None and entry.seq == int.from_bytes(key[8:16], "big")
             if current and not (expired or capped):
                 assert entry is not None
                 live.oldest_bucket, live.oldest_ms = bucket, entry.first_seen_ms
                 break
             if current:
+                if bucket != bucket_of_index_key(key):
+                    self.store.stage_unindex(partition, key)  # indexed under another width
                 del self.table[id_bytes]
                 live.held_delta -= 1
                 deleted += 1

@@ -77,6 +77,7 @@ class SeenIdsStore(TransactionalStore):
         self.bucket_ms = bucket_ms
         self._summaries: dict[int, Summary] = {}
         self._pending_hints: dict[int, bytes] = {}
+        self._pending_unindex: dict[int, list[bytes]] = {}
 
     def summary(self, partition: int) -> Summary:
         """The committed summary of ``partition``."""
@@ -89,6 +90,12 @@ class SeenIdsStore(TransactionalStore):
     def stage_hint(self, partition: int, hint: bytes) -> None:
         """Age-out moved the seek hint; it is stored with the partition's next commit."""
         self._pending_hints[partition] = hint
+
+    def stage_unindex(self, partition: int, index_key: bytes) -> None:
+        """Age-out passed an index entry written under another bucket width (the window or
+        DEDUPE_BUCKET changed since): it is deleted, by its own key, with the next commit (the
+        write path derives keys from the current width, so it cannot name this one)."""
+        self._pending_unindex.setdefault(partition, []).append(index_key)
 
     def index(self, partition: int, start: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Committed index entries ``(index key, the id's key as written)`` from ``start`` on."""
@@ -187,6 +194,8 @@ class SeenIdsStore(TransactionalStore):
         put_any = lowest_put is not _ABOVE_EVERY_INDEX_KEY
         if put_any and lowest_put < hint:
             hint = lowest_put  # a late first sighting below the hint: walk from it
+        for index_key in self._pending_unindex.pop(partition, ()):
+            delete(index_key, handle)
         pending = self._pending_hints.pop(partition, None)
         if pending is not None:
             hint = min(pending, lowest_put) if put_any else pending
@@ -202,8 +211,10 @@ class SeenIdsStore(TransactionalStore):
     def discard_partition(self, partition: int) -> None:
         super().discard_partition(partition)
         self._pending_hints.pop(partition, None)
+        self._pending_unindex.pop(partition, None)
 
     def close_partition(self, partition: int) -> None:
         self._summaries.pop(partition, None)
         self._pending_hints.pop(partition, None)
+        self._pending_unindex.pop(partition, None)
         super().close_partition(partition)

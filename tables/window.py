@@ -11,7 +11,9 @@ the window W before the record's time:
     duplicate  <=>  held and record_ms - first_seen_ms < W
 
 so a copy at first_seen + W - 1 ms is dropped and one at first_seen + W is forwarded (W itself
-is outside the window) and becomes the new first sighting. A repeat never moves first_seen.
+is outside the window) and becomes the new first sighting. With ``DEDUPE_WINDOW_FROM=first_seen``
+(the default) a repeat never moves first_seen; with ``last_seen`` a repeat later than it re-arms
+the id's clock (:func:`rearms`), so first_seen then means "the sighting that armed the window".
 The decision depends only on record times and held entries, never on the wall clock or on when
 age-out ran, so a replay decides exactly as the first run did. (Copies with a time before the
 first sighting, out-of-order, count as repeats.) A copy whose content hash differs from the held
@@ -67,6 +69,17 @@ def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0, content: bytes 
 def is_duplicate(held: Entry | None, record_ms: int, window_ms: int) -> bool:
     """A repeat: the id is held and was first seen less than ``window_ms`` before the record."""
     return held is not None and record_ms - held.first_seen_ms < window_ms
+
+
+def rearms(held: Entry, record_ms: int, last_seen: bool) -> bool:
+    """A repeat at ``record_ms`` moves the id's clock to it: only under ``last_seen``, and only
+    forward (an out-of-order copy behind the armed time never shortens the id's life).
+
+    ``first_seen`` is Flink's deduplication state TTL (``StateTtlConfig.UpdateType
+    .OnCreateAndWrite`` in flink-table-runtime's ``StateTtlConfigUtil``: the keep-first-row
+    state is written once); ``last_seen`` is ``OnReadAndWrite``, Tenzir's ``write_timeout``
+    against its ``create_timeout``: for ids that repeat as long as they are alive."""
+    return last_seen and record_ms > held.first_seen_ms
 
 
 class Verdict(enum.Enum):

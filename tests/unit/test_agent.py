@@ -55,7 +55,12 @@ class FakeSeenIds:
         self.aged_at: list[int] = []
 
     def decide(
-        self, key: bytes, record_ms: int, partition: int | None = None, content: bytes = b""
+        self,
+        key: bytes,
+        record_ms: int,
+        partition: int | None = None,
+        content: bytes = b"",
+        last_seen: bool = False,
     ) -> window.Verdict:
         held = self.first.get(key)
         entry = None if held is None else window.Entry(held, 0, 0, self.content.get(key, b""))
@@ -63,6 +68,12 @@ class FakeSeenIds:
         if verdict is window.Verdict.FIRST:
             self.first[key] = record_ms
             self.content[key] = content
+        elif (
+            verdict is window.Verdict.REPEAT
+            and entry
+            and window.rearms(entry, record_ms, last_seen)
+        ):
+            self.first[key] = record_ms
         return verdict
 
     def age_out(self, record_ms: int, partition: int | None = None) -> int:
