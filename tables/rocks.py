@@ -260,7 +260,7 @@ class StoreOptions:
     #: The same while a bulk restore fills an empty database (:data:`PartitionDB.bulk`): the
     #: ids go into *vector* memtables, appended as they come and sorted once, by the flush in
     #: RocksDB's own thread. A skiplist memtable sorts each key as it is inserted, in the
-    #: writer's thread with the GIL held: random UUIDs cost some 2-3 us each there.
+    #: writer's thread with the GIL held, costly for random UUIDs.
     bulk_ids: Options
     #: The other column families (bookkeeping, the age-out index).
     families: Options
@@ -275,8 +275,8 @@ def store_options(tuning: RocksTuning) -> StoreOptions:
     bulk_ids.set_memtable_factory(MemtableFactory.vector())
     bulk_ids.set_allow_concurrent_memtable_write(False)  # the vector memtable cannot
     bulk_ids.set_max_write_buffer_number(BULK_MEMTABLES)
-    # Nothing reads a bulk restore's memtable (each is flushed as it is written): no bloom
-    # filter over it either (0.47-0.54 -> 0.34-0.37 us per id written, index entry included).
+    # Nothing reads a bulk restore's memtable (each is flushed as it is written), so a bloom
+    # filter over it would be written for nothing.
     bulk_ids.set_memtable_whole_key_filtering(False)
     bulk_ids.set_memtable_prefix_bloom_ratio(0.0)
     # No compaction while the restore writes: random ids overlap every level-0 file, so each
