@@ -34,7 +34,7 @@ Actions:
 - ``hold`` (``recovering`` only): changelog records fetched during the next ``HOLD_SECONDS``
   reach the recovery only at the end of that time, in order; the consumer's position is past
   them meanwhile and the recovery's queue stays empty for more than two of its 5 s waits (the
-  takeover race of issue 18: a recovery that ends on the consumer's position loses them).
+  takeover race of fault row F16: a recovery that ends on the consumer's position loses them).
 
 Production never sets it; the check is one attribute read per point.
 """

@@ -3,8 +3,8 @@
 A worker may start while a broker is down: the admin client then meets it as
 ``NodeNotReadyError``, a coordinator that moves, or a leader not elected yet, all retriable in
 Kafka's terms. The worker's own consumer and producers wait for the cluster in that case; its
-start-up checks must too, or a worker started during a failover exits (seen in the cluster
-tier's C3: a worker joining as the group coordinator's broker was killed).
+start-up checks must too, or a worker started during a failover exits (cluster row C3: a
+worker joining as the group coordinator's broker is killed).
 """
 
 from __future__ import annotations

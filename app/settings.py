@@ -125,8 +125,8 @@ class Settings(KafkaSecuritySettings):
         "none",
         "DEDUPE_COMPRESSION",
         "Compression of the batches the worker writes to the clean and dead-letter topics "
-        "(Kafka's compression.type): none, zstd, lz4, snappy or gzip. With zstd for every "
-        "topic the contender benchmark ran at 0.93x. Readers need the codec (Kafka's Java "
+        "(Kafka's compression.type): none, zstd, lz4, snappy or gzip. Their records are whole "
+        "events, so compressing them costs throughput. Readers need the codec (Kafka's Java "
         "clients and Spark have them all).",
         one_of=COMPRESSIONS,
     )
@@ -134,8 +134,8 @@ class Settings(KafkaSecuritySettings):
         "zstd",
         "DEDUPE_CHANGELOG_COMPRESSION",
         "Compression of the batches the worker writes to its changelogs: zstd (a record of a "
-        "UUID id in about 30 bytes on the broker's disk instead of 65; about 3% more CPU per "
-        "event), lz4, snappy, gzip or none.",
+        "UUID id in about half the bytes on the broker's disk, for a little CPU per event; "
+        "bench/results-recovery.md has the bytes per id), lz4, snappy, gzip or none.",
         one_of=COMPRESSIONS,
     )
     fetch_max_wait: float = setting(

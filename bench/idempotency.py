@@ -27,7 +27,7 @@ Sequential rows use one connection and one thread, so they measure round trips a
 The machine is shared and a commit's fsync varies a lot from minute to minute, so the
 contenders take turns in chunks of ``--chunk`` ids (250; the order rotates every chunk, each
 chunk's new ids then its repeats): every contender sees the same disk and the same load, and
-a row's figures add up its chunks. The results are printed and appended to
+a row's figures add up its chunks. The results are printed and written to
 bench/results-idempotency.md.
 """
 
@@ -61,8 +61,17 @@ from idempotent_consumer import (
 from psycopg_pool import AsyncConnectionPool
 
 from bench.measure import percentile
+from bench.results_file import write_latest
 
 RESULTS = Path(__file__).with_name("results-idempotency.md")
+METHOD = (
+    "`make bench-idempotency` (`python -m bench.idempotency`; its docstring and "
+    "docs/benchmarks.md): every contender on the same servers, in turns, new ids then repeats."
+)
+TARGET = (
+    "a claim's cost next to the bare write it wraps (INSERT, SET NX) on the same server in the "
+    "same run; a change must not make it slower, measured back to back."
+)
 CONCURRENCY = 16
 
 
@@ -425,14 +434,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(section)
     if not args.no_write:
-        if not RESULTS.exists():
-            RESULTS.write_text(
-                "# Idempotency benchmark: claims/s and p99 per store\n\n"
-                "Written by `python -m bench.idempotency` (see its docstring for the method).\n\n"
-            )
-        with RESULTS.open("a") as f:
-            f.write(section + "\n")
-        print(f"appended to {RESULTS}")
+        write_latest(
+            RESULTS, "Idempotency benchmark: claims/s and p99 per store", METHOD, TARGET, section
+        )
+        print(f"written to {RESULTS}")
 
 
 if __name__ == "__main__":

@@ -226,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     RESULTS.write_text(
         "# Lake benchmark (make bench-lake)\n\nWritten by `python -m bench.lake`; the method is "
-        "in its docstring.\n\n" + text
+        "in its docstring.\n\nTarget: merge-on-id's rows/s next to the append's in the same run "
+        "(round 2: round 1 pays the Spark session's warm-up); a change must not make either "
+        "slower, measured back to back.\n\n" + text
     )
     return 0
 

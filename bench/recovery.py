@@ -39,7 +39,7 @@ and ``reader``, the restorer's own reader (``tables/batch_reader.py``), its ceil
 
 Restore seconds are the time to ready minus ``startup``; records/s are ids over those seconds
 (the bulk restorer's own figure, from its log, is printed too). The data dir's bytes per id are
-taken after the bulk restore. Results are printed and appended to bench/results-recovery.md.
+taken after the bulk restore. Results are printed and written to bench/results-recovery.md.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ from app.factory import changelog_consumer, changelog_reader
 from app.rules import partition_for
 from app.settings import Settings
 from bench.measure import disk_bytes
+from bench.results_file import write_latest
 from bench.scale import uuid_like
 from bench.throughput import free_port, machine, versions
 from scripts.topic_reader import committed_offsets, end_offsets
@@ -78,6 +79,17 @@ from tables.window import encode_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results-recovery.md")
+METHOD = (
+    "`make bench-recovery` (`python -m bench.recovery`; bench/recovery.py's docstring and "
+    "docs/benchmarks.md): a changelog written as the worker's transactions write it, then the "
+    "real worker started on an empty data dir and timed to `GET /ready`."
+)
+TARGET = (
+    "the bulk restore as close to `limit` (a bare read_committed consumer reading the same "
+    "changelog) as it can get; a change must not make it slower, measured A/B back to back on "
+    "one machine (figures of different machines differ; the ratios to `limit` of one run "
+    "compare)."
+)
 DATA_ROOT = ROOT / "data" / "bench-recovery"
 T0 = 1_790_000_000_000
 #: The workers' DEDUPE_SESSION_TIMEOUT (seconds; ``--session-timeout``): a killed worker's
@@ -596,10 +608,7 @@ def main(argv: list[str] | None = None) -> None:
                 proc.wait(30)
     text = render(args, runs, sizes, cmdline.strip())
     print(text)
-    with RESULTS.open("a") as out:
-        if out.tell() == 0:
-            out.write("# Recovery benchmark results\n\nAppended by `make bench-recovery`.\n\n")
-        out.write(text + "\n")
+    write_latest(RESULTS, "Recovery benchmark results", METHOD, TARGET, text)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ lookups per partition and in total, with ``--lookups`` fresh ids per partition a
 Peak and current RSS of the process (``/proc/self/status`` VmHWM, VmRSS) are taken after the
 load, after compaction and after the lookups, with RocksDB's own accounting (memtables, block
 cache, table readers). Progress lines print every million ids; at 50M the load takes about a
-quarter of an hour on 2 cores. The results are printed and appended to bench/results-scale.md.
+quarter of an hour on 2 cores. The results are printed and written to bench/results-scale.md.
 The data dir is a temporary directory under data/bench-scale, removed at the end unless
 ``--keep``.
 """
@@ -45,7 +45,19 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from bench.results_file import write_latest
+
 RESULTS = Path(__file__).with_name("results-scale.md")
+METHOD = (
+    "`make bench-scale` (`python -m bench.scale`; its docstring and docs/benchmarks.md): ids "
+    "loaded into a worker's partition databases through the store's own write path, compacted, "
+    "then looked up in the same process; no broker."
+)
+TARGET = (
+    "lookups through the worker's decision as close to raw rocksdict gets of the same keys in "
+    "the same run as they can get, and disk and memory per id held low enough for 50M ids on "
+    "one small machine; a change must not make them worse, measured back to back."
+)
 DATA_ROOT = Path(__file__).resolve().parents[1] / "data" / "bench-scale"
 T0 = 1_790_000_000_000
 #: First sightings of the ids held are spread over this span (inside the default 28-day window).
@@ -496,18 +508,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.no_results:
         return
     command = " ".join(["python -m bench.scale", *sys.argv[1:]]) if argv is None else "run()"
-    new = not RESULTS.exists()
-    with RESULTS.open("a") as out:
-        if new:
-            out.write(
-                "# Scale benchmark: ids held, lookups, memory, disk\n\n"
-                "Written by `python -m bench.scale` (see its docstring for the method).\n"
-            )
-        out.write(
-            f"\n## {time.strftime('%Y-%m-%d %H:%M')} `{command}`\n\n{machine()}\n\n"
-            "| figure | value |\n|---|---|\n"
-        )
-        out.writelines(f"| {k.strip()} | {v} |\n" for k, v in rows)
+    run_text = (
+        f"## {time.strftime('%Y-%m-%d %H:%M')} `{command}`\n\n{machine()}\n\n"
+        "| figure | value |\n|---|---|\n" + "".join(f"| {k.strip()} | {v} |\n" for k, v in rows)
+    )
+    write_latest(
+        RESULTS, "Scale benchmark: ids held, lookups, memory, disk", METHOD, TARGET, run_text
+    )
 
 
 if __name__ == "__main__":

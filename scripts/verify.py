@@ -7,7 +7,7 @@ Run it against the running pipeline (defaults from the same environment as the w
 
 You should see one line such as::
 
-    events-clean: total=10060 distinct=10060 duplicates=0 (read_committed)
+    events-clean: total=10400 distinct=10400 duplicates=0 (read_committed)
 
 and with ``--full`` one line per check, ending in ``exactly-once: OK``. The exit status is 1
 when any check fails (any id twice, and with ``--full`` any failed check).

@@ -107,7 +107,7 @@ class SparkSettings(KafkaSecuritySettings):
     master: str = setting(
         "local[2]",
         "DEDUPE_SPARK_MASTER",
-        "Spark master for `python -m spark.job` (local[2]: two cores of this machine). "
+        "Spark master for `python -m spark.job` (local[2]: two local cores). "
         "Under spark-submit, its --master is used instead.",
     )
     trigger_interval: float = setting(

@@ -6,9 +6,9 @@ copied) through a generator, after a fetch loop of its own: 35% and 41% of a res
 two profiles, and a restore needs only each record's key and value and where the fetch ended.
 This reader sends Fetch requests itself through an aiokafka client (the same connections,
 security settings and version negotiation as every other client of the worker), parses the
-record batches with aiokafka's C parser and keeps ``(key, value)`` pairs. A restore of 4M ids in
-one process went from 215,000-224,000 to 366,000-376,000 ids/s with it
-(``bench/results-recovery.md`` has the figures of a whole worker).
+record batches with aiokafka's C parser and keeps ``(key, value)`` pairs, which is what makes a
+restore faster than a consumer's (``bench/results-recovery.md`` has the figures of a whole
+worker).
 
 It reads as a ``read_committed`` consumer does, by the same rules as aiokafka's fetcher
 (``PartitionRecords._unpack_records``): the broker returns records below the last stable offset

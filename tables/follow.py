@@ -1,9 +1,9 @@
 """Warm standbys: the changelog partitions this worker keeps a copy of for another worker's
 tasks (``DEDUPE_STANDBY_REPLICAS``), followed in bulk.
 
-Faust's standbys go through its consumer, queue and per-record loop, some 10,000 records/s:
-slower than one busy worker writes its changelog, so a standby fell ever further behind and a
-takeover then replayed the difference. The follower reads every followed partition with one
+Faust's standbys go through its consumer, queue and per-record loop: slower than one busy
+worker writes its changelog, so a standby falls ever further behind and a takeover then replays
+the difference. The follower reads every followed partition with one
 ``read_committed`` consumer of its own and writes each fetch through the store's write path in
 whole batches (with the write-ahead log), as the bulk restorer does (``tables/restore.py``).
 A record is written only past the offset the store holds, so a partition that moved (promoted,

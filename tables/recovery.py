@@ -8,9 +8,10 @@ delivers, and may end with aborted records, so that end is never *reached*; Faus
 after two empty 5 s waits of the queue, to declare recovered every partition whose consumer
 *position* was at the end ("Aborted tx until highwater"). The position says what was fetched,
 not what was applied: records fetched but not yet through the queue were then skipped, the
-store stayed empty, and every repeat of a taken-over id went out again (issue 18; the count of
-empty waits was not reset by a recovery's start, so an idle worker ran the check 0-5 s into its
-next takeover). :class:`TransactionalRecovery` runs the same loop with one rule instead:
+store stayed empty, and every repeat of a taken-over id went out again (fault rows F16 and
+F17; Faust's count of empty waits is not reset by a recovery's start, so an idle worker can
+run the check at once in its next takeover). :class:`TransactionalRecovery` runs the same loop
+with one rule instead:
 
 - A partition is recovered only when the broker says (read_committed) that no committed record
   lies between the last record applied and the end. That question is asked for every partition

@@ -1,13 +1,12 @@
 """Bulk restore: a changelog partition read straight into its store in large write batches.
 
-Faust's recovery hands every changelog record through its consumer, a queue and a per-record
-loop (some 6,000-13,000 records/s here). The restorer reads one partition with a reader of its
-own (``tables/batch_reader.py``: ``read_committed``, so aborted transactions never reach it;
-large fetches, no per-record objects), and writes each fetch in large RocksDB write batches
-through the store's own write path, so the age-out index, the summary and the source-offsets
-record are rebuilt in the same pass, exactly as a live commit derives them. Each batch carries
-the changelog offset it brings the store to, so a restore stopped at any point resumes after
-the last batch written.
+Faust's recovery hands every changelog record through its consumer, a queue and a per-record loop
+(bench/results-recovery.md compares the two). The restorer reads one partition with a reader of its
+own (``tables/batch_reader.py``: ``read_committed``, so aborted transactions never reach it; large
+fetches, no per-record objects), and writes each fetch in large RocksDB write batches through the
+store's own write path, so the age-out index, the summary and the source-offsets record are rebuilt
+in the same pass, exactly as a live commit derives them. Each batch carries the changelog offset it
+brings the store to, so a restore stopped at any point resumes after the last batch written.
 
 Into an empty store the batches go with RocksDB's write-ahead log off (the WAL doubles the bytes
 written and nothing of an empty store needs it): the store is marked as being restored first
@@ -48,8 +47,8 @@ FETCH_BYTES = 8 * 1024 * 1024
 #: Records of a fetch are written in batches of about this many (a write ends where a record
 #: batch of the fetch ends, so it may hold one record batch more). Into an empty store each
 #: batch fills one memtable, flushed as it is written (``tables/rocks.py``): large enough for
-#: few level-0 files (4M random UUIDs: 166,000 -> 209,000 ids/s with vector memtables at this
-#: size, against skiplists and 20,000), small enough to check for a rebalance every half second.
+#: few level-0 files (with vector memtables, which take a batch faster than skiplists), small
+#: enough to check for a rebalance about every half second.
 BATCH_RECORDS = 100_000
 
 
@@ -204,8 +203,8 @@ class Restorer:
             fetched = await self._reader.fetch(tp, progress.position, end)
             # A fetch is hundreds of thousands of records when the changelog is compressed:
             # writing them with the garbage collector on ran its collections over the whole
-            # worker's heap, again and again (zstd changelog, 4M ids: 298,507-322,581 ids/s on,
-            # 333,333 off). The records form no cycles, so reference counting frees them.
+            # worker's heap, again and again, for nothing: the records form no cycles, so
+            # reference counting frees them.
             collecting = gc.isenabled()
             gc.disable()
             try:

@@ -89,8 +89,9 @@ LEVELS = 7
 #: done only once level 0 holds fewer files than this again (:meth:`PartitionDB.compacting`).
 LEVEL0_COMPACTION_FILES = 4
 #: Threads the compaction at the end of a bulk restore splits into, by key range (nothing else
-#: writes the partition meanwhile). 50M random UUIDs over 4 partitions, compaction at each
-#: partition's end: 415,255 ids/s with RocksDB's 1, 527,578 with 2 (this machine's cores).
+#: writes the partition meanwhile). That compaction is on the takeover's path, so splitting it
+#: shortens the restore; more threads than the worker has cores only contend with the restore
+#: of the next partition (``make bench-recovery`` measures it: bench/results-recovery.md).
 BULK_SUBCOMPACTIONS = 2
 #: Size of the partitions of filters and index (RocksDB's ``metadata_block_size``).
 METADATA_BLOCK_BYTES = 4096
@@ -259,7 +260,7 @@ class StoreOptions:
     #: The same while a bulk restore fills an empty database (:data:`PartitionDB.bulk`): the
     #: ids go into *vector* memtables, appended as they come and sorted once, by the flush in
     #: RocksDB's own thread. A skiplist memtable sorts each key as it is inserted, in the
-    #: writer's thread with the GIL held: random UUIDs cost some 2-3 us each there.
+    #: writer's thread with the GIL held, costly for random UUIDs.
     bulk_ids: Options
     #: The other column families (bookkeeping, the age-out index).
     families: Options
@@ -274,24 +275,23 @@ def store_options(tuning: RocksTuning) -> StoreOptions:
     bulk_ids.set_memtable_factory(MemtableFactory.vector())
     bulk_ids.set_allow_concurrent_memtable_write(False)  # the vector memtable cannot
     bulk_ids.set_max_write_buffer_number(BULK_MEMTABLES)
-    # Nothing reads a bulk restore's memtable (each is flushed as it is written): no bloom
-    # filter over it either (0.47-0.54 -> 0.34-0.37 us per id written, index entry included).
+    # Nothing reads a bulk restore's memtable (each is flushed as it is written), so a bloom
+    # filter over it would be written for nothing.
     bulk_ids.set_memtable_whole_key_filtering(False)
     bulk_ids.set_memtable_prefix_bloom_ratio(0.0)
     # No compaction while the restore writes: random ids overlap every level-0 file, so each
     # compaction out of level 0 rewrites every id below it, and with compactions as usual a
-    # partition's ids were rewritten again and again as it grew (50M random UUIDs: RocksDB's
-    # compaction thread 92 s of CPU with level 0 compacted from 12 files, 366,650 ids/s; 14 s,
-    # 541,302 ids/s, compacted once at the end). Level 0 is compacted once, when the restore
+    # partition's ids were rewritten again and again as it grew, most of the compaction
+    # thread's CPU spent on ids it wrote before. Level 0 is compacted once, when the restore
     # ends (:meth:`PartitionDB.start_compactions`, :meth:`PartitionDB.compacting`).
     # RocksDB does not slow writes down for level-0 files while compactions are off.
     bulk_ids.set_disable_auto_compactions(True)
     bulk_ids.set_max_subcompactions(BULK_SUBCOMPACTIONS)
-    # Its flushes go to level 0 uncompressed: zstd was half of RocksDB's flush thread, which
-    # shares this machine's cores with the restore, and compaction compresses what it merges
-    # below level 0 (with the usual options after the restore, too). Only in bulk mode: a
-    # worker's steady flushes stay compressed (1M ids, mostly in level 0: 85 bytes per id on
-    # disk against 55).
+    # Its flushes go to level 0 uncompressed: zstd is a large share of RocksDB's flush
+    # thread, which shares the worker's cores with the restore, and compaction compresses what
+    # it merges below level 0 (with the usual options after the restore, too). Only in bulk
+    # mode: a worker's steady flushes stay compressed, since its ids stay in level 0 longer
+    # and would take more disk uncompressed (bench/results-scale.md has the bytes per id).
     compression = COMPRESSION[tuning.compression]
     bulk_ids.set_num_levels(LEVELS)
     bulk_ids.set_compression_per_level([DBCompressionType.none()] + [compression()] * (LEVELS - 1))

@@ -98,12 +98,11 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         Faust leaves ``max_poll_records`` unset, so one call parsed a whole fetch response. A
         rebalance gives every changelog partition a fetch position at its start until the
         recovery seeks it, and a call made before the rebalance waits through it and then
-        parses what was fetched from there (read from aiokafka's code and the dumps' timing):
-        in standby takeovers at 10M ids, 4 MiB of records of each changelog partition, which
-        held this thread, which also sends the group's heartbeats, for 5 s; the session expired
-        and a second rebalance followed (takeovers of 7.9-9.2 s). A cap of 10,000 in steady
-        processing cost throughput (0.76-0.88x in the contender benchmark); one above what a
-        steady call gathers does not."""
+        parses what was fetched from there (read from aiokafka's code): in a standby takeover,
+        megabytes of records of each changelog partition, parsed on this thread, which also
+        sends the group's heartbeats, long enough for the session to expire and a second
+        rebalance to follow. A small cap in steady processing costs throughput (the contender
+        benchmark, ``make bench``); one above what a steady call gathers does not."""
         if max_records is None:
             held_back = records_held_back(self.app)
             max_records = HELD_BACK_MAX_RECORDS if held_back else STEADY_MAX_RECORDS

@@ -1,12 +1,12 @@
 """End a transaction the broker left open on a task's own changelog partition (a hanging
 transaction), by committing through it.
 
-How one comes about (fault test F6 in CI, 2026-11-27): a single broker's controlled shutdown
-leaves its partitions without a leader; the transaction coordinator, finishing a commit (or a
-rollback) at that moment, finds no leader to write the markers to, skips them as "likely
-deleted" and records the transaction as finished (the flaw named in review of KAFKA-5202). The
-records stay without a marker, the partition's last stable offset stays where they begin, and
-every read_committed reader stops there: the worker's recovery waited 900 s.
+How one comes about: a broker's controlled shutdown leaves its partitions without a leader;
+a transaction coordinator finishing a commit (or a rollback) at that moment finds no leader to
+write the markers to, skips them as "likely deleted" and records the transaction as finished
+(the flaw named in review of KAFKA-5202). The records stay without a marker, the partition's
+last stable offset stays where they begin, and every read_committed reader stops there: left
+alone, the worker's recovery would wait on it for good (fault row F8c).
 
 Only task ``p``'s producer writes changelog partition ``p``, and when the partition is
 assigned its producer has no transaction open and the broker has finished every earlier one of

@@ -7,12 +7,12 @@ committed offset (a single broker killed with kill -9 can; fault test F7); re-re
 there would forward ids a second time.
 
 Or when the store holds a transaction the broker did not commit after all: its commit was
-acknowledged, the store applied it, and the broker rolled it back (seen once in CI, at a
-graceful broker restart: 96 events lost, fault test F6). Raising the start then skips records
-that were never forwarded, and the store, which holds their ids, would drop them as repeats
-anyway. So before the recovery, a raise is confirmed first: the store's source-offsets record
-must be committed in the changelog. When it is not, the partition's state is rebuilt from the
-changelog (:func:`confirm_stored_offsets`), which holds exactly the committed transactions.
+acknowledged, the store applied it, and the broker rolled it back (a broker restart can; fault row
+F8b). Raising the start then skips records that were never forwarded, and the store, which holds
+their ids, would drop them as repeats anyway. So before the recovery, a raise is confirmed first:
+the store's source-offsets record must be committed in the changelog. When it is not, the
+partition's state is rebuilt from the changelog (:func:`confirm_stored_offsets`), which holds
+exactly the committed transactions.
 
 Before any of this the task's changelog partition must be settled (no transaction open): one
 the broker left open for good is committed through (``hanging.py``).

@@ -70,7 +70,7 @@ def abandon(waiter: asyncio.Future[None] | None) -> None:
     """Stop waiting for a commit whose answer we no longer wait for (timed out, or the task
     stopped). Its request stays out (``commit_transaction`` shields it) and the outcome is
     settled otherwise; left pending, the waiter would be destroyed with its producer
-    ("Task was destroyed but it is pending", seen in F8 after an unknown outcome)."""
+    ("Task was destroyed but it is pending"; fault row F8 fails on it)."""
     if waiter is not None and not waiter.done():
         waiter.cancel()
 
@@ -107,9 +107,9 @@ async def force_close(producer: AIOKafkaProducer, wait: float) -> None:
     The wait for the cancelled sender is bounded by ``wait`` seconds (more than its requests'
     timeout): a cancelled sender waits for its request in flight, and an abort in flight waits
     for the batches of its transaction to be sent (aiokafka's ``flush_for_commit``), which only
-    the sender would do, so unbounded it waited forever (seen once: a broker paused while an
-    abort was in flight). The held batches are failed only after that wait: failing a batch
-    still in flight breaks aiokafka's own bookkeeping of it."""
+    the sender would do, so unbounded it waits forever when the broker is paused while an
+    abort is in flight (fault row F8). The held batches are failed only after that wait:
+    failing a batch still in flight breaks aiokafka's own bookkeeping of it."""
     try:
         sender = producer._sender.sender_task
         if sender is not None and not sender.done():

@@ -164,7 +164,7 @@ async def leave_a_hanging_transaction(bootstrap: str, transactional_id: str, tp:
 def test_a_transaction_the_broker_left_open_on_the_changelog_is_committed_through(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
-    """F6 in CI (2026-11-27): a single broker's restart dropped the markers of a transaction
+    """F6 in CI: a single broker's restart dropped the markers of a transaction
     its coordinator then counted as finished; the worker's recovery waited on it for 900 s."""
     stream = build_stream(20_000 * SCALE, 0.1, seed=15)
     half = len(stream.records) // 2

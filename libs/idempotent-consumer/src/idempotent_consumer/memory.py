@@ -11,8 +11,7 @@ probability ``1 - (1 - 1/N)**x`` (each claim of a new id writes one uniformly ch
 So a repeat arriving ``x`` claims after its original is caught with probability
 ``(1 - 1/N)**x`` (:func:`catch_rate`), and catching a share ``p`` of repeats ``x`` claims
 later needs ``N = 1 / (1 - p**(1/x))`` slots (:func:`slots_for`): 90% at 3.6M messages (an
-hour at 1,000 msg/s) needs 34.2M slots, not the 1.56M of the original design (1.56M slots
-catch only 10% of them).
+hour at 1,000 msg/s) needs 34.2M slots (1.56M slots catch only 10% of them).
 
 The store lives in one process: it dedups that process's own redeliveries (a retry loop, a
 consumer that re-reads after a failed commit), not another instance's. Memory: a list of N
