@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -305,6 +306,26 @@ def stuck_report(workers: list[Worker]) -> str:
             )
             parts.append(f"===== worker {w.index} stacks =====\n{spy.stdout}{spy.stderr}")
     return "\n".join(parts)
+
+
+_NEXT_PORT: dict[int, int] = {}
+
+
+def port_in_range(base: int, span: int) -> int:
+    """A port of ``base`` .. ``base + span - 1`` nothing listens on, taken in turn: each tier
+    keeps its own fixed range below the kernel's ephemeral ports (32768 and up), where a port
+    handed out by the kernel could also be taken by any client's outgoing connection."""
+    for _ in range(span):
+        offset = _NEXT_PORT.get(base, 0)
+        _NEXT_PORT[base] = (offset + 1) % span
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", base + offset))
+            except OSError:
+                continue
+            return base + offset
+    raise RuntimeError(f"no free port in {base}..{base + span - 1}")
 
 
 def get(worker: Worker, path: str) -> tuple[int, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import redis
 from idempotent_consumer import RedisStore, SyncIdempotency
 
 from tests.idempotency.conftest import Servers
+from tests.support import port_in_range
 
 pytestmark = pytest.mark.idempotency
 
@@ -25,9 +25,8 @@ IDS = [f"evt-{i}" for i in range(100)]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port of this tier's own range for Redis servers of a single test (16380-16389)."""
+    return port_in_range(16380, 10)
 
 
 class OwnRedis:

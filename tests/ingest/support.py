@@ -12,7 +12,6 @@ import gzip
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,16 +25,14 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from scripts.topic_reader import end_offsets
-from tests.support import ROOT, Broker, signal_and_wait
+from tests.support import ROOT, Broker, port_in_range, signal_and_wait
 
 WRITE_KEY = "test-write-key"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port of the ingest tier's own range (19600-19699; the browser tier's are 19505-19511)."""
+    return port_in_range(19600, 100)
 
 
 def basic(key: str) -> str:
