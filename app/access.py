@@ -31,20 +31,29 @@ from aiokafka.structs import TopicPartition
 
 from app.eos.producer import probe_transactional_writes
 from app.settings import Settings
-from envsettings.kafka_security import PLAINTEXT, TOPIC_AUTHORIZATION_FAILED
+from envsettings.kafka_security import (
+    PLAINTEXT,
+    TOPIC_AUTHORIZATION_FAILED,
+    KafkaSecuritySettings,
+)
 
 
 class AccessDenied(RuntimeError):
     """The broker denies this worker's principal something the worker needs."""
 
 
-def denied_message(settings: Settings, denials: list[str]) -> str:
+def denied_message(
+    settings: KafkaSecuritySettings, denials: list[str], component: str = "worker"
+) -> str:
+    """The refusal of ``component`` (worker, verifier, Spark job): who is denied what, and
+    where the ACLs are. One wording for every component, so operators learn it once."""
     listed = "\n  ".join(denials)
     return (
-        f"refusing to start: Kafka denies {settings.kafka_principal} what this worker needs:\n"
-        f"  {listed}\n"
-        "Grant the worker's ACLs (python -m scripts.kafka_acls prints them for these settings; "
-        "docs/security.md), or check KAFKA_SASL_USERNAME: each component has its own user."
+        f"refusing to start: Kafka denies {settings.kafka_principal} what this {component} "
+        f"needs:\n  {listed}\n"
+        f"Grant the {component}'s ACLs (python -m scripts.kafka_acls prints them for these "
+        "settings; docs/security.md), or check KAFKA_SASL_USERNAME: each component has its "
+        "own user."
     )
 
 

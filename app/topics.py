@@ -50,7 +50,7 @@ from app.topic_safety import (
     wanted_min_insync,
     wanted_replication,
 )
-from envsettings.kafka_security import connection_problem
+from envsettings.kafka_connection import connection_problem
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +178,11 @@ async def ensure_topics(
         await admin.start()
     except KafkaError as exc:
         why = await connection_problem(settings, settings.bootstrap_servers)
+        # the hint to start a broker only where none answers: a broker that refuses this
+        # client's protocol or credentials needs other settings, not another broker
+        hint = "; make kafka-up starts a local broker" if why.startswith("no broker") else ""
         raise TopicMismatch(
-            f"cannot reach Kafka at {settings.bootstrap_servers}: {why} ({exc!r}; "
-            "make kafka-up starts a local broker)"
+            f"cannot reach Kafka at {settings.bootstrap_servers}: {why} ({exc!r}{hint})"
         ) from exc
     try:
         await access.check_group(admin, settings)

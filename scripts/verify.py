@@ -47,6 +47,7 @@ from aiokafka.structs import TopicPartition
 from app import rules, strategy
 from app.settings import Settings
 from app.strategy import Strategy
+from scripts.refusal import REFUSALS, refusal_message
 from scripts.topic_reader import Record, committed_offsets, end_offsets, read_topic
 
 KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
@@ -347,6 +348,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="every check, against the input")
     parser.add_argument("--first-copy", action="store_true", help="with --full: exact bytes")
     args = parser.parse_args(argv)
+    try:
+        return _verify(settings, args)
+    except REFUSALS as exc:
+        group = settings.app_id if args.full else None
+        print(refusal_message(settings, args.bootstrap, exc, "verifier", group), file=sys.stderr)
+        return 2
+
+
+def _verify(settings: Settings, args: argparse.Namespace) -> int:
     if args.full:
         full = asyncio.run(verify_pipeline(settings, first_copy=args.first_copy))
         print("\n".join(full.lines()))
