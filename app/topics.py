@@ -50,6 +50,7 @@ from app.topic_safety import (
     wanted_min_insync,
     wanted_replication,
 )
+from envsettings.kafka_access import denied_message
 from envsettings.kafka_connection import connection_problem
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,7 @@ async def _check_safety(
         facts = await topic_facts(admin, {s.name: s.role for s in specs})
     except ConfigsDenied as exc:
         denials = [f"DescribeConfigs on topic {t!r}" for t in exc.topics]
-        raise access.AccessDenied(access.denied_message(settings, denials)) from None
+        raise access.AccessDenied(denied_message(settings, denials)) from None
     except KafkaError as exc:
         if exc.retriable:
             # A broker failing over while the worker starts: the caller's ``retrying`` waits

@@ -16,7 +16,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
-from app.access import denied_message
+from envsettings.kafka_access import denied_message
 from envsettings.kafka_connection import connection_problem
 from envsettings.kafka_security import KafkaSecuritySettings
 
