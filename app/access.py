@@ -13,8 +13,8 @@ its own credentials, for each thing it needs, and refuses to start with every de
 
 The message names the principal, each denied operation and resource, and where the ACLs are
 (``python -m scripts.kafka_acls``, docs/security.md), in the wording the verifier and the Spark
-job share (envsettings/kafka_access.py, with the fetch probe of step 4). Steps 2-4 run for authenticated clients
-(SSL, SASL_SSL) only; step 1 always (it has no side effect).
+job share (envsettings/kafka_access.py, with the fetch probe of step 4). Steps 2-4 run for
+authenticated clients (SSL, SASL_SSL) only; step 1 always (it has no side effect).
 """
 
 from __future__ import annotations
