@@ -67,6 +67,11 @@ kafka-cluster-down: ## Stop the local three-broker cluster on $KAFKA_CLUSTER_POR
 kafka-acls: $(STAMP) kafka-jars ## Print each component's Kafka ACLs; with KAFKA_SECURITY=sasl_ssl also add them to the local broker
 	$(PY) -m scripts.kafka_acls $(if $(filter sasl_ssl,$(KAFKA_SECURITY)),--apply)
 
+# The first run shows every strategy working: events without a messageId are deduplicated by
+# fingerprint (the worker's own default dead-letters them); the demo sends such events only when
+# its setting matches the worker's. An environment that sets DEDUPE_MISSING_ID keeps its value.
+run demo: export DEDUPE_MISSING_ID ?= fingerprint
+
 run: $(STAMP) kafka-jars ## Set up everything and run a worker in the foreground
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(KAFKA) up; fi
 	$(PY) -m app worker

@@ -12,40 +12,28 @@ its own credentials, for each thing it needs, and refuses to start with every de
 4. Read on each topic it reads (a fetch of partition 0 from its end: no record is read).
 
 The message names the principal, each denied operation and resource, and where the ACLs are
-(``python -m scripts.kafka_acls``, docs/security.md). Steps 2-4 run for authenticated clients
-(SSL, SASL_SSL) only; step 1 always (it has no side effect).
+(``python -m scripts.kafka_acls``, docs/security.md), in the wording the verifier and the Spark
+job share (envsettings/kafka_access.py, with the fetch probe of step 4). Steps 2-4 run for
+authenticated clients (SSL, SASL_SSL) only; step 1 always (it has no side effect).
 """
 
 from __future__ import annotations
 
-import asyncio
-
-from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
-    TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
 from aiokafka.structs import TopicPartition
 
 from app.eos.producer import probe_transactional_writes
 from app.settings import Settings
+from envsettings.kafka_access import denied_message, unreadable
 from envsettings.kafka_security import PLAINTEXT, TOPIC_AUTHORIZATION_FAILED
 
 
 class AccessDenied(RuntimeError):
     """The broker denies this worker's principal something the worker needs."""
-
-
-def denied_message(settings: Settings, denials: list[str]) -> str:
-    listed = "\n  ".join(denials)
-    return (
-        f"refusing to start: Kafka denies {settings.kafka_principal} what this worker needs:\n"
-        f"  {listed}\n"
-        "Grant the worker's ACLs (python -m scripts.kafka_acls prints them for these settings; "
-        "docs/security.md), or check KAFKA_SASL_USERNAME: each component has its own user."
-    )
 
 
 async def check_group(admin: AIOKafkaAdminClient, settings: Settings) -> None:
@@ -87,30 +75,8 @@ async def check_read_write(settings: Settings, read: list[str], write: list[str]
             f"Write on transactional ids starting with "
             f"{settings.app_id}-{settings.input_topic}- (prefixed)"
         )
-    denials += [f"Read on topic {t!r}" for t in await _unreadable(settings, read)]
+    denials += [
+        f"Read on topic {t!r}" for t in await unreadable(settings, settings.bootstrap_servers, read)
+    ]
     if denials:
         raise AccessDenied(denied_message(settings, denials))
-
-
-async def _unreadable(settings: Settings, topics: list[str]) -> list[str]:
-    """The topics of ``topics`` whose partition 0 the broker refuses to fetch."""
-    denied: list[str] = []
-    for topic in topics:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=10,
-            **settings.kafka_client_kwargs(),
-        )
-        await consumer.start()
-        await asyncio.sleep(0)  # aiokafka 0.14: let its background task start
-        try:
-            tp = TopicPartition(topic, 0)
-            consumer.assign([tp])
-            await consumer.seek_to_end(tp)
-            await consumer.getmany(tp, timeout_ms=200)
-        except TopicAuthorizationFailedError:
-            denied.append(topic)
-        finally:
-            await consumer.stop()
-    return denied

@@ -50,7 +50,8 @@ from app.topic_safety import (
     wanted_min_insync,
     wanted_replication,
 )
-from envsettings.kafka_security import connection_problem
+from envsettings.kafka_access import denied_message
+from envsettings.kafka_connection import connection_problem
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +179,11 @@ async def ensure_topics(
         await admin.start()
     except KafkaError as exc:
         why = await connection_problem(settings, settings.bootstrap_servers)
+        # the hint to start a broker only where none answers: a broker that refuses this
+        # client's protocol or credentials needs other settings, not another broker
+        hint = "; make kafka-up starts a local broker" if why.startswith("no broker") else ""
         raise TopicMismatch(
-            f"cannot reach Kafka at {settings.bootstrap_servers}: {why} ({exc!r}; "
-            "make kafka-up starts a local broker)"
+            f"cannot reach Kafka at {settings.bootstrap_servers}: {why} ({exc!r}{hint})"
         ) from exc
     try:
         await access.check_group(admin, settings)
@@ -248,7 +251,7 @@ async def _check_safety(
         facts = await topic_facts(admin, {s.name: s.role for s in specs})
     except ConfigsDenied as exc:
         denials = [f"DescribeConfigs on topic {t!r}" for t in exc.topics]
-        raise access.AccessDenied(access.denied_message(settings, denials)) from None
+        raise access.AccessDenied(denied_message(settings, denials)) from None
     except KafkaError as exc:
         if exc.retriable:
             # A broker failing over while the worker starts: the caller's ``retrying`` waits

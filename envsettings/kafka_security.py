@@ -26,8 +26,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from aiokafka.conn import create_conn
-from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 from aiokafka.helpers import create_ssl_context
 
 from envsettings import EnvSettings, Setting, setting
@@ -235,35 +233,6 @@ class KafkaSecuritySettings(EnvSettings):
     def java_client_properties(self) -> dict[str, str]:
         """The same as Java client configs (a kafka-tools ``--command-config`` file)."""
         return {k.removeprefix("kafka."): v for k, v in self.spark_kafka_options().items()}
-
-
-async def connection_problem(settings: KafkaSecuritySettings, bootstrap_servers: str) -> str:
-    """Why no connection to the first of ``bootstrap_servers`` comes up, for a start-up error
-    (aiokafka's "Unable to bootstrap" only logs the reason): refused credentials, a broker
-    certificate the CA does not sign, a TLS client on a plaintext port, or no broker."""
-    host, _, port = bootstrap_servers.split(",")[0].strip().rpartition(":")
-    try:
-        conn = await create_conn(
-            host, int(port), request_timeout_ms=10_000, **settings.kafka_client_kwargs()
-        )
-    except SaslAuthenticationFailed as exc:
-        return f"the broker refused the credentials of {settings.kafka_principal}: {exc}"
-    except ssl.SSLCertVerificationError as exc:
-        ca = settings.ssl_cafile or "the system's CAs"
-        return f"the broker's TLS certificate is not trusted ({ca}): {exc.verify_message}"
-    except (TimeoutError, ssl.SSLError) as exc:
-        protocol = settings.security_protocol
-        return f"no TLS handshake with {host}:{port} (is it a {protocol} port?): {exc!r}"
-    except OSError as exc:
-        return f"no broker answers at {host}:{port}: {exc.strerror or exc}"
-    except KafkaConnectionError as exc:
-        if settings.security_protocol == PLAINTEXT:
-            return f"{exc} (a PLAINTEXT client on a TLS port? see KAFKA_SECURITY_PROTOCOL)"
-        return str(exc)
-    except Exception as exc:  # any other refusal: say what it was
-        return f"{type(exc).__name__}: {exc}"
-    conn.close()
-    return f"a connection to {host}:{port} works now; the broker may have been starting"
 
 
 #: The names of the security fields (the settings tables show them once, in their own table).

@@ -23,7 +23,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
-from envsettings.kafka_security import PLAINTEXT, TOPIC_AUTHORIZATION_FAILED, connection_problem
+from envsettings.kafka_connection import connection_problem
+from envsettings.kafka_security import PLAINTEXT, TOPIC_AUTHORIZATION_FAILED
 from ingest.events import Prepared
 from ingest.settings import IngestSettings
 

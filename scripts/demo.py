@@ -2,7 +2,7 @@
 
 With a worker running (``make run`` in another terminal)::
 
-    python -m scripts.demo                 # 10,000 events, 6% repeats, 5 bad records
+    make demo                              # 10,000 events, 6% repeats, 5 bad records
     python -m scripts.demo --events 50000 --repeats 0.2
 
 You should see, once the worker has processed the stream (a few seconds)::
@@ -12,13 +12,16 @@ You should see, once the worker has processed the stream (a few seconds)::
     after 1.4s, by strategy:
       message_id         sent 10,600  forwarded 10,000  dropped as duplicates 600  dead-lettered 0
       producer_sequence  sent    437  forwarded    400  dropped as duplicates  37  dead-lettered 0
-      fingerprint        sent    200  forwarded      0  dropped as duplicates   0  dead-lettered 200
-      bad records        dead-lettered 5
+      fingerprint        sent    200  forwarded    100  dropped as duplicates 100  dead-lettered 0
+                         (with DEDUPE_MISSING_ID=fingerprint)
+      bad records        dead-lettered 5 (as they should be)
 
-Producer sequences (two producers, 200 sequences each, retries) are always on; events without a
-messageId are dead-lettered unless the worker runs with DEDUPE_MISSING_ID=fingerprint, and with
-DEDUPE_VERIFY_CONTENT=true the demo also reuses 5 ids for other events (dead-lettered with
-``dedupe.error=messageId-reused``).
+Producer sequences (two producers, 200 sequences each, retries) are always on. Events without a
+messageId are deduplicated by fingerprint only when the worker runs with
+DEDUPE_MISSING_ID=fingerprint: ``make run`` and ``make demo`` both set it (unless it is set
+already), and the demo sends such events only when its own setting says the worker fingerprints
+them (otherwise a note says what they need). With DEDUPE_VERIFY_CONTENT=true the demo also
+reuses 5 ids for other events (dead-lettered with ``dedupe.error=messageId-reused``).
 
 Every run uses new messageIds and producer names, so runs do not interfere. Forwarded and
 dead-lettered count this run's records in the clean and dead-letter topics (read_committed), by
@@ -63,8 +66,10 @@ KIND_HEADER = "demo-kind"
 
 
 def strategy_records(settings: Settings, rng: random.Random) -> list[OutRecord]:
-    """Records for the other strategies: two producers' sequences with retries, events without a
-    messageId sent twice, and (with DEDUPE_VERIFY_CONTENT) ids reused for other events."""
+    """Records for the other strategies: two producers' sequences with retries, (with
+    DEDUPE_MISSING_ID=fingerprint) events without a messageId sent twice, and (with
+    DEDUPE_VERIFY_CONTENT) ids reused for other events. Each strategy is shown only with the
+    setting that makes it work, so every line of the table is that strategy succeeding."""
     out: list[OutRecord] = []
     nonce = uuid.uuid4().hex
     for producer in (f"billing-{nonce[:8]}-1", f"billing-{nonce[:8]}-2"):  # new per run
@@ -77,7 +82,7 @@ def strategy_records(settings: Settings, rng: random.Random) -> list[OutRecord]:
             value = json.dumps({"type": "track", "event": "Invoice Paid", "n": seq}).encode()
             rec = OutRecord(f"{producer}:{seq}", producer.encode(), value, headers)
             out += [rec, rec] if rng.random() < 0.1 else [rec]  # a retry follows its original
-    for i in range(100):
+    for i in range(100 if settings.missing_id == "fingerprint" else 0):
         value = json.dumps({"type": "track", "event": "Webhook", "nonce": nonce, "i": i}).encode()
         rec = OutRecord(f"fp:{i}", None, value, ((KIND_HEADER, b"fingerprint"),))
         out += [rec, rec]
@@ -126,9 +131,7 @@ async def run(settings: Settings, events: int, repeats: float, timeout: float) -
         | ({"reused": 5} if settings.verify_content else {})
     )
     want_dead = Counter(
-        {"message_id": len(bad)}
-        | ({} if fingerprint else {"fingerprint": 200})
-        | ({"reused": 5} if settings.verify_content else {})
+        {"message_id": len(bad)} | ({"reused": 5} if settings.verify_content else {})
     )
     started = time.monotonic()
     while True:
@@ -145,23 +148,7 @@ async def run(settings: Settings, events: int, repeats: float, timeout: float) -
     sent = Counter(dict(r.headers).get(KIND_HEADER, b"message_id").decode() for r in records)
     sent["message_id"] -= len(bad)
     print(f"after {time.monotonic() - started:.1f}s, by strategy:")
-    for kind in ("message_id", "producer_sequence", "fingerprint", "reused"):
-        if not sent[kind] and kind != "message_id":
-            continue
-        dead = got_dead[kind] - (len(bad) if kind == "message_id" else 0)
-        dropped = sent[kind] - got_out[kind] - dead
-        print(
-            f"  {kind:<18} sent {sent[kind]:>6,}  forwarded {got_out[kind]:>6,}  "
-            f"dropped as duplicates {dropped:>3,}  dead-lettered {dead:,}"
-        )
-    print(f"  bad records        dead-lettered {len(bad)}")
-    if not fingerprint:
-        print(
-            "  (events without a messageId are dead-lettered: DEDUPE_MISSING_ID=fingerprint "
-            "deduplicates them)"
-        )
-    if not settings.verify_content:
-        print("  (DEDUPE_VERIFY_CONTENT=true also sends ids reused for other events)")
+    print("\n".join(table(settings, sent, got_out, got_dead, len(bad))))
     if distinct != len(forwarded):
         print(f"ERROR: {len(forwarded) - distinct} ids forwarded more than once")
         return 1
@@ -171,8 +158,45 @@ async def run(settings: Settings, events: int, repeats: float, timeout: float) -
             f"{dict(want_out)}; dead-lettered {dict(got_dead)} of {dict(want_dead)}); "
             "is a worker running?"
         )
+        if got_dead["fingerprint"]:
+            print(
+                "  the worker dead-letters events without a messageId: start it with "
+                "DEDUPE_MISSING_ID=fingerprint too (make run sets it)"
+            )
         return 1
     return 0
+
+
+#: The setting each optional strategy needs (the demo shows a strategy only with it on).
+NEEDS = {"fingerprint": "DEDUPE_MISSING_ID=fingerprint", "reused": "DEDUPE_VERIFY_CONTENT=true"}
+
+
+def table(
+    settings: Settings, sent: Counter[str], out: Counter[str], dead: Counter[str], bad: int
+) -> list[str]:
+    """The table of what each strategy did with this run's records (``bad``: the bad records,
+    tagged as message_id), then a note for each strategy left out and the setting it needs."""
+    lines = []
+    for kind in ("message_id", "producer_sequence", "fingerprint", "reused"):
+        if not sent[kind] and kind != "message_id":
+            continue
+        gone = dead[kind] - (bad if kind == "message_id" else 0)
+        dropped = sent[kind] - out[kind] - gone
+        lines.append(
+            f"  {kind:<18} sent {sent[kind]:>6,}  forwarded {out[kind]:>6,}  "
+            f"dropped as duplicates {dropped:>3,}  dead-lettered {gone:,}"
+        )
+        if kind in NEEDS:  # the setting that makes this strategy work, under its line
+            lines.append(f"  {'':<18} (with {NEEDS[kind]})")
+    lines.append(f"  bad records        dead-lettered {bad} (as they should be)")
+    if settings.missing_id != "fingerprint":
+        lines.append(
+            "  (events without a messageId are not sent: the worker dead-letters them unless "
+            "it runs with DEDUPE_MISSING_ID=fingerprint, as make run and make demo set it)"
+        )
+    if not settings.verify_content:
+        lines.append("  (DEDUPE_VERIFY_CONTENT=true also sends ids reused for other events)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

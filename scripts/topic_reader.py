@@ -15,6 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import TopicPartition
 
 
@@ -33,22 +34,32 @@ async def start_consumer(**config: object) -> AIOKafkaConsumer:
     when called before its background task ever ran; one loop turn after ``start()`` avoids it.)
     """
     consumer = AIOKafkaConsumer(**config)
-    await consumer.start()
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()  # a failed start leaves its client open
+        raise
     await asyncio.sleep(0)
     return consumer
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str, timeout: float = 30) -> list[int]:
-    """The partitions of ``topic``; raises LookupError when it does not exist."""
+    """The partitions of ``topic``; raises LookupError when it does not exist and
+    TopicAuthorizationFailedError at once when the broker denies this client Describe on it
+    (an unauthorized topic has no partitions in the metadata: waiting would never end)."""
     deadline = time.monotonic() + timeout
     consumer._client.add_topic(topic)
     while True:
         partitions = consumer.partitions_for_topic(topic)
         if partitions:
             return sorted(partitions)
+        if topic in consumer._client.cluster.unauthorized_topics:
+            raise TopicAuthorizationFailedError(topic)
         if time.monotonic() > deadline:
             raise LookupError(f"topic {topic!r} does not exist")
         await consumer._client.force_metadata_update()
+        if not consumer.partitions_for_topic(topic):
+            await asyncio.sleep(0.2)  # a topic being created: ask again, not in a tight loop
 
 
 async def end_offsets(

@@ -7,7 +7,7 @@ Run it against the running pipeline (defaults from the same environment as the w
 
 You should see one line such as::
 
-    events-clean: total=10400 distinct=10400 duplicates=0 (read_committed)
+    events-clean: total=10500 distinct=10500 duplicates=0 (read_committed)
 
 and with ``--full`` one line per check, ending in ``exactly-once: OK``. The exit status is 1
 when any check fails (any id twice, and with ``--full`` any failed check).
@@ -47,6 +47,7 @@ from aiokafka.structs import TopicPartition
 from app import rules, strategy
 from app.settings import Settings
 from app.strategy import Strategy
+from scripts.refusal import REFUSALS, refusal_message
 from scripts.topic_reader import Record, committed_offsets, end_offsets, read_topic
 
 KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
@@ -347,6 +348,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="every check, against the input")
     parser.add_argument("--first-copy", action="store_true", help="with --full: exact bytes")
     args = parser.parse_args(argv)
+    try:
+        return _verify(settings, args)
+    except REFUSALS as exc:
+        group = settings.app_id if args.full else None
+        print(refusal_message(settings, args.bootstrap, exc, "verifier", group), file=sys.stderr)
+        return 2
+
+
+def _verify(settings: Settings, args: argparse.Namespace) -> int:
     if args.full:
         full = asyncio.run(verify_pipeline(settings, first_copy=args.first_copy))
         print("\n".join(full.lines()))

@@ -54,6 +54,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+from spark.access import check_access
 from spark.jars import JarsMissingError
 from spark.lake import LakeStateError, check_consistent
 from spark.merge import MergeOnId
@@ -242,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = SparkSettings.from_env()
     except SparkSettingsError as exc:
         print(f"{PREFIX} {exc}", file=sys.stderr)
+        return 2
+    # before the JVM starts: a denied topic is named within seconds, not at the first batch
+    if problem := check_access(settings):
+        print(f"{PREFIX} {problem}", file=sys.stderr)
         return 2
     try:
         spark = build_session(settings, APP_NAME)

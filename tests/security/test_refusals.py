@@ -222,3 +222,47 @@ def test_ingest_that_may_describe_but_not_write_answers_503_naming_the_denial(
     print(f"\ningest as dedupe-worker: {answer.value.code} {body['error']}")
     assert answer.value.code == 503 and body["code"] == "kafka_unavailable"
     assert f"TopicAuthorizationFailedError: {names.input_topic}" in body["error"]
+
+
+def test_client_without_sasl_on_the_sasl_port_is_told_the_broker_may_expect_sasl(
+    secure: SecureBroker, names: Names, workers: list[Worker]
+) -> None:
+    """TLS alone succeeds on a SASL_SSL listener; the broker hangs up on the first request that
+    is not part of the SASL handshake. The worker says so instead of "start a broker"."""
+    secure.grant(names)
+    ssl_only = {
+        "KAFKA_SECURITY_PROTOCOL": "SSL",
+        "KAFKA_SASL_USERNAME": "",
+        "KAFKA_SASL_PASSWORD_FILE": "",
+    }
+    worker = worker_as(secure, names, "dedupe-worker", **ssl_only)
+    workers.append(worker)
+    worker.start()
+    log = refused(worker)
+    assert "closed the connection on the first request from this SSL client" in log
+    assert (
+        "it may expect SASL: set KAFKA_SECURITY_PROTOCOL=SASL_SSL with KAFKA_SASL_MECHANISM" in log
+    )
+    assert "works now; the broker may have been starting" not in log
+    assert "make kafka-up" not in log
+
+
+def test_ingest_without_sasl_on_the_sasl_port_is_told_the_broker_may_expect_sasl(
+    secure: SecureBroker, names: Names, ingest_log: Path
+) -> None:
+    ssl_only = {
+        **secure.env_of("dedupe-ingest"),
+        "KAFKA_SECURITY_PROTOCOL": "SSL",
+        "KAFKA_SASL_USERNAME": "",
+        "KAFKA_SASL_PASSWORD_FILE": "",
+    }
+    service = IngestProcess(secure.broker, names.input_topic, ingest_log, extra_env=ssl_only)
+    service.start()
+    assert service.proc is not None
+    started = time.monotonic()
+    code = service.proc.wait(PROMPT + 30)
+    took = time.monotonic() - started
+    log = service.log_text()
+    print(f"\ningest without SASL (exit {code}) after {took:.1f}s: {log.strip().splitlines()[-1]}")
+    assert code != 0, log
+    assert "it may expect SASL: set KAFKA_SECURITY_PROTOCOL=SASL_SSL" in log
