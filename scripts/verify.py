@@ -33,24 +33,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiokafka.structs import TopicPartition
 
-from app import rules, strategy
+from app import rules
 from app.settings import Settings
-from app.strategy import Strategy
+from scripts.open_transactions import open_transactions
 from scripts.refusal import REFUSALS, refusal_message
 from scripts.topic_reader import Record, committed_offsets, end_offsets, read_topic
-
-KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
+from scripts.verify_oracle import expected_from_input, identity_of
 
 
 @dataclass
@@ -134,72 +130,7 @@ async def verify_topic(
     return check(topic, records, expected, identity=identity)
 
 
-def identity_of(record: Record, settings: Settings) -> bytes | None:
-    """The event a clean-topic record is, by the worker's decision key (see the docstring)."""
-    meta = strategy.read_meta(record.headers)
-    policies = strategy.parse_policies(settings.source_policies)
-    chosen = strategy.choose(meta, policies, Strategy(settings.strategy))
-    if chosen is Strategy.PRODUCER_SEQUENCE:
-        parsed = strategy.producer_sequence(meta)
-        if not isinstance(parsed, str):
-            return producer_identity(parsed)
-    fingerprinted = strategy.FINGERPRINT_HEADER in dict(record.headers)
-    if record.key is not None and settings.scope == "source" and meta.source and not fingerprinted:
-        return strategy.scoped_key(record.key, meta.source)
-    return record.key
-
-
-def producer_identity(parsed: strategy.ProducerSequence) -> bytes:
-    return b"\x00ps\x00" + parsed.producer + b"\x00" + str(parsed.sequence).encode()
-
-
 # --- the full check ------------------------------------------------------------------------
-
-
-@dataclass
-class Expected:
-    """What the clean and dead-letter topics must hold, derived from the input topic."""
-
-    values: dict[bytes, bytes]
-    bad: set[tuple[int, int]]  # (input partition, offset) of each bad record
-
-
-def expected_from_input(records: list[Record], settings: Settings) -> Expected:
-    """The worker's rules applied to the input in order: the first valid copy of each id is
-    forwarded, every bad record dead-lettered (repeats assumed inside the window and cap)."""
-    values: dict[bytes, bytes] = {}
-    bad: set[tuple[int, int]] = set()
-    policies = strategy.parse_policies(settings.source_policies)
-    exclude = strategy.field_list(settings.fingerprint_exclude)
-    for r in records:
-        meta = strategy.read_meta(r.headers)
-        chosen = strategy.choose(meta, policies, Strategy(settings.strategy))
-        checked = rules.inspect(
-            r.value,
-            max_event_bytes=settings.max_event_bytes,
-            max_id_bytes=settings.max_message_id_bytes,
-        )
-        key: bytes | None = None
-        if chosen is Strategy.PRODUCER_SEQUENCE:
-            parsed = strategy.producer_sequence(meta)
-            id_only = isinstance(checked, rules.Valid) or checked.reason in strategy.ID_ONLY_REASONS
-            if not isinstance(parsed, str) and id_only:
-                key = producer_identity(parsed)
-        elif isinstance(checked, rules.Valid):
-            key = checked.id_bytes
-            if settings.scope == "source" and meta.source:
-                key = strategy.scoped_key(key, meta.source)
-        elif (
-            checked.reason is rules.BadInput.NO_MESSAGE_ID and settings.missing_id == "fingerprint"
-        ):
-            doc = rules.parse_object(r.value or b"")
-            assert doc is not None
-            key = strategy.fingerprint(doc, exclude).encode()
-        if key is None:
-            bad.add((r.partition, r.offset))
-        else:
-            values.setdefault(key, r.value or b"")
-    return Expected(values, bad)
 
 
 @dataclass
@@ -235,50 +166,6 @@ class FullReport:
             out.append(f"open transactions: {self.open_transactions or 'none'}")
         out.append(f"exactly-once: {'OK' if self.ok else 'FAILED'}")
         return out
-
-
-def open_transactions(
-    bootstrap: str, prefix: str, java_properties: Mapping[str, str] | None = None
-) -> list[str] | None:
-    """Transactional ids starting with ``prefix`` whose state is Ongoing/Prepare* (kafka-tools).
-    ``java_properties``: the Java client's security configs (passed as --command-config)."""
-    if not KAFKA_SCRIPT.exists():
-        return None
-    with tempfile.NamedTemporaryFile("w", suffix=".properties") as config:  # mode 0600
-        config.write("".join(f"{k}={_escaped(v)}\n" for k, v in (java_properties or {}).items()))
-        config.flush()
-        result = subprocess.run(
-            [
-                *(str(KAFKA_SCRIPT), "transactions", "--bootstrap-server", bootstrap),
-                *("--command-config", config.name, "list"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    if result.returncode != 0:
-        return None
-    out = []
-    for line in result.stdout.splitlines()[1:]:
-        parts = line.split()
-        if (
-            parts
-            and parts[0].startswith(prefix)
-            and parts[-1]
-            not in {
-                "Empty",
-                "CompleteCommit",
-                "CompleteAbort",
-            }
-        ):
-            out.append(f"{parts[0]}={parts[-1]}")
-    return out
-
-
-def _escaped(value: str) -> str:
-    """A value as a Java .properties file spells it (backslashes escaped, one line)."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 async def verify_pipeline(

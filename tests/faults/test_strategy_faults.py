@@ -1,7 +1,7 @@
 """Every dedup strategy under kill -9 and rebalances: a stream of message-id events, events
 without an id (fingerprints, re-keyed) and producer sequences, fed steadily while workers are
 killed with SIGKILL, join and leave; the clean topic holds each event once (by its decision
-key: ``scripts.verify.identity_of``), the first copy's bytes, nothing else."""
+key: ``scripts.verify_oracle.identity_of``), the first copy's bytes, nothing else."""
 
 from __future__ import annotations
 
