@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from app import faults, rules, strategy
+from app import rules, strategy
 from app.eos import SourceRecord, TaskTransaction
+from app.fault_points import NO_FAULTS, FaultPoints
 from app.settings import Settings
 from app.strategy import NO_META, Meta, Strategy
 from tables.producers import ProducerSeqs
@@ -61,7 +62,11 @@ class Deduplicator:
     """Handles one record inside its transaction. Counters are per partition, this process."""
 
     def __init__(
-        self, settings: Settings, seen_ids: SeenIds, producers: ProducerSeqs | None = None
+        self,
+        settings: Settings,
+        seen_ids: SeenIds,
+        producers: ProducerSeqs | None = None,
+        points: FaultPoints = NO_FAULTS,
     ) -> None:
         self.settings = settings
         self.seen_ids = seen_ids
@@ -70,7 +75,7 @@ class Deduplicator:
         #: partition -> (strategy, outcome) -> records.
         self.by_strategy: dict[int, Counter[tuple[str, str]]] = {}
         self.max_future_ms = round(settings.max_future_skew * 1000)
-        self.faults = faults.parse(settings.fault_injection)
+        self.points = points
         self.policies = strategy.parse_policies(settings.source_policies)
         self.default = Strategy(settings.strategy)
         self.by_source = settings.scope == "source"
@@ -243,8 +248,7 @@ class Deduplicator:
         headers: Sequence[tuple[str, bytes]],
         timestamp_ms: int | None,
     ) -> str:
-        if self.faults is not None:
-            self.faults.reach("stored")
+        self.points.stored()
         await txn.send(
             self.settings.output_topic,
             key=key,
@@ -253,8 +257,7 @@ class Deduplicator:
             timestamp_ms=timestamp_ms,
             partition=message.partition,
         )
-        if self.faults is not None:
-            self.faults.reach("sent")
+        self.points.sent()
         return Outcome.FORWARDED
 
     async def _rekey(
