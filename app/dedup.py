@@ -36,7 +36,7 @@ from tables.seen_ids import SeenIds
 from tables.window import Verdict
 
 
-class Outcome:
+class RecordOutcome:
     """Names of the per-partition counters (what happened to each record)."""
 
     FORWARDED = "forwarded"
@@ -186,14 +186,14 @@ class Deduplicator:
         verdict = seen.decide(state_key, ms, message.partition, content)
         seen.age_out(ms, message.partition)
         if verdict is _REPEAT:
-            return Outcome.DUPLICATE
+            return RecordOutcome.DUPLICATE
         if verdict is _REUSED:
             reused = rules.Invalid(
                 rules.BadInput.MESSAGE_ID_REUSED,
                 "a copy inside the window has other content than the forwarded one",
             )
             await self._dead_letter(txn, message, reused, timestamp_ms)
-            return Outcome.REUSED
+            return RecordOutcome.REUSED
         return await self._forward(txn, message, key, headers, timestamp_ms)
 
     def _record_ms(self, timestamp_ms: int | None, doc: object) -> int:
@@ -235,7 +235,7 @@ class Deduplicator:
             doc = rules.parse_object(message.value)
         ms = self._record_ms(timestamp_ms, doc)
         if not self.producers.advance(key, parsed.sequence, ms, message.partition):
-            return Outcome.DUPLICATE
+            return RecordOutcome.DUPLICATE
         return await self._forward(txn, message, key, headers, timestamp_ms)
 
     # -- sends ------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ class Deduplicator:
             partition=message.partition,
         )
         self.points.sent()
-        return Outcome.FORWARDED
+        return RecordOutcome.FORWARDED
 
     async def _rekey(
         self,
@@ -277,7 +277,7 @@ class Deduplicator:
             timestamp_ms=timestamp_ms,
             partition=rules.partition_for(key, s.partitions),
         )
-        return Outcome.REKEYED
+        return RecordOutcome.REKEYED
 
     async def _dead_letter(
         self,
@@ -296,7 +296,7 @@ class Deduplicator:
             timestamp_ms=timestamp_ms,
             partition=message.partition,
         )
-        return Outcome.DEAD_LETTERED
+        return RecordOutcome.DEAD_LETTERED
 
     def count(
         self,

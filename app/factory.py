@@ -65,9 +65,8 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         open, so the last transaction's writes reach RocksDB with its changelog offset (on a
         rebalance this is the commit ``on_partitions_revoked`` would make a moment later)."""
         await super()._consumer_wait_empty(consumer, logger)
-        commit_all = getattr(self.consumer.transactions, "commit_all", None)
-        if commit_all is not None:
-            await commit_all()
+        transactions: TaskTransactionManager = self.consumer.transactions
+        await transactions.commit_all()
 
     def on_init_dependencies(self) -> Any:
         """Faust's services, with :class:`app.metrics.RebalanceSensor` for its Monitor sensor.

@@ -121,8 +121,8 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
 
     Faust delivers each record on its own: into a channel queue (two tasks and an
     ``asyncio.wait`` per record), through the stream's iteration, acks and sensors, to the
-    agent: per-record work this worker does not need. When the app has a
-    ``batch_handler``, records of the source topics skip it: each partition's records of one
+    agent: per-record work this worker does not need. Records of the source topics skip it
+    and go to the app's ``batch_handler``: each partition's records of one
     fetch go to the handler in one call (offset order, one partition per call, partitions one
     after another), taken from the fetcher's result directly (``_deliver``): Faust's
     ``getmany`` makes its flow, generation and highwater checks per record, here they run per
@@ -135,11 +135,7 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - a worker loop
-        handler: BatchHandler | None = getattr(self.app, "batch_handler", None)
-        if handler is None:
-            await super()._drain_messages(fetcher)
-            return
-        batches = self.transactions.batch_handler(handler)
+        batches = self.transactions.batch_handler(self.app.batch_handler)
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
         set_flag = self.diag.set_flag
