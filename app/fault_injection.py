@@ -48,7 +48,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,9 +57,10 @@ from aiokafka.structs import TopicPartition
 from app.eos.collector import retrieve_exception_later
 from app.eos.producer import abandon
 from app.fault_points import ChangelogDelivery, FaultPoints
+from app.fault_skipping import EndOf, Seek, SkippingHandler
 
 if TYPE_CHECKING:
-    from app.eos.batch import BatchHandler, SourceRecord
+    from app.eos.batch import BatchHandler
     from app.eos.task import Task
     from tables.restore import OnProgress, Progress
 
@@ -171,11 +172,6 @@ def from_environment(environ: Mapping[str, str] = os.environ) -> InjectedFaults 
     return None if plan is None else InjectedFaults(plan)
 
 
-#: Where ``skip-fetched`` finds a partition's end and moves its consumer.
-EndOf = Callable[[TopicPartition], Awaitable[int]]
-Seek = Callable[[TopicPartition, int], Awaitable[None]]
-
-
 class InjectedFaults(FaultPoints):
     """The fault points with ``plan``'s action at its point (see the module docstring)."""
 
@@ -241,7 +237,7 @@ class InjectedFaults(FaultPoints):
     def batch_handler(
         self, handler: BatchHandler, tasks: dict[int, Task], end_of: EndOf, seek: Seek
     ) -> BatchHandler:
-        return _SkippingHandler(self, handler, tasks, end_of, seek).handle
+        return SkippingHandler(self.plan, self.skipping, handler, tasks, end_of, seek).handle
 
     def seeked_back(self, tp: TopicPartition) -> None:
         self.skipping.pop(tp, None)
@@ -282,58 +278,3 @@ class InjectedFaults(FaultPoints):
                 plan.reach("restored")
 
         return progress
-
-
-class _SkippingHandler:
-    """The batch handler with the ``processed`` point: until the point fires, each record goes
-    to the handler on its own, so that the point is reached right after the record that counts
-    as processed (its task's position moved past it) and the rest of its batch can be dropped."""
-
-    def __init__(
-        self,
-        faults: InjectedFaults,
-        handler: BatchHandler,
-        tasks: dict[int, Task],
-        end_of: EndOf,
-        seek: Seek,
-    ) -> None:
-        self.faults = faults
-        self.handler = handler
-        self.tasks = tasks
-        self.end_of = end_of
-        self.seek = seek
-
-    async def handle(self, messages: list[SourceRecord], generation_id: int) -> None:
-        first = messages[0]
-        tp = TopicPartition(first.topic, first.partition)
-        skip_to = self.faults.skipping.get(tp)
-        if skip_to is not None:  # as if the consumer had never delivered them
-            messages = [m for m in messages if m.offset >= skip_to]
-            if not messages:
-                return
-        plan = self.faults.plan
-        if plan.fired or plan.point != "processed":
-            await self.handler(messages, generation_id)
-            return
-        for message in messages:
-            if message.offset < self.faults.skipping.get(tp, -1):
-                return
-            task = self.tasks.get(tp.partition)
-            before = None if task is None else task.positions.get(tp)
-            await self.handler([message], generation_id)
-            task = self.tasks.get(tp.partition)
-            after = None if task is None else task.positions.get(tp)
-            if after != message.offset + 1 or before == after:
-                continue  # not processed (not ours any more, delivered again, a gap)
-            if plan.reach("processed") == "skip-fetched":
-                await self._skip_fetched(tp)
-
-    async def _skip_fetched(self, tp: TopicPartition) -> None:
-        """Move the consumer of ``tp`` to its end and drop the records in between that it
-        already fetched, as if it had never delivered them (until the watchdog seeks back)."""
-        end = await self.end_of(tp)
-        self.faults.skipping[tp] = end
-        log.warning(
-            "fault injection: the consumer skips %s-%d to offset %d", tp.topic, tp.partition, end
-        )
-        await self.seek(tp, end)
