@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from app import faults, rules, strategy
+from app import rules, strategy
 from app.eos import SourceRecord, TaskTransaction
+from app.fault_points import NO_FAULTS, FaultPoints
 from app.settings import Settings
 from app.strategy import NO_META, Meta, Strategy
 from tables.producers import ProducerSeqs
@@ -35,7 +36,7 @@ from tables.seen_ids import SeenIds
 from tables.window import Verdict
 
 
-class Outcome:
+class RecordOutcome:
     """Names of the per-partition counters (what happened to each record)."""
 
     FORWARDED = "forwarded"
@@ -61,7 +62,11 @@ class Deduplicator:
     """Handles one record inside its transaction. Counters are per partition, this process."""
 
     def __init__(
-        self, settings: Settings, seen_ids: SeenIds, producers: ProducerSeqs | None = None
+        self,
+        settings: Settings,
+        seen_ids: SeenIds,
+        producers: ProducerSeqs | None = None,
+        points: FaultPoints = NO_FAULTS,
     ) -> None:
         self.settings = settings
         self.seen_ids = seen_ids
@@ -70,7 +75,7 @@ class Deduplicator:
         #: partition -> (strategy, outcome) -> records.
         self.by_strategy: dict[int, Counter[tuple[str, str]]] = {}
         self.max_future_ms = round(settings.max_future_skew * 1000)
-        self.faults = faults.parse(settings.fault_injection)
+        self.points = points
         self.policies = strategy.parse_policies(settings.source_policies)
         self.last_seen = settings.window_from == "last_seen"
         self.window_from = strategy.parse_window_from(settings.source_window_from)
@@ -191,14 +196,14 @@ class Deduplicator:
         verdict = seen.decide(state_key, ms, message.partition, content, last_seen)
         seen.age_out(ms, message.partition)
         if verdict is _REPEAT:
-            return Outcome.DUPLICATE
+            return RecordOutcome.DUPLICATE
         if verdict is _REUSED:
             reused = rules.Invalid(
                 rules.BadInput.MESSAGE_ID_REUSED,
                 "a copy inside the window has other content than the forwarded one",
             )
             await self._dead_letter(txn, message, reused, timestamp_ms)
-            return Outcome.REUSED
+            return RecordOutcome.REUSED
         return await self._forward(txn, message, key, headers, timestamp_ms)
 
     def _record_ms(self, timestamp_ms: int | None, doc: object) -> int:
@@ -240,7 +245,7 @@ class Deduplicator:
             doc = rules.parse_object(message.value)
         ms = self._record_ms(timestamp_ms, doc)
         if not self.producers.advance(key, parsed.sequence, ms, message.partition):
-            return Outcome.DUPLICATE
+            return RecordOutcome.DUPLICATE
         return await self._forward(txn, message, key, headers, timestamp_ms)
 
     # -- sends ------------------------------------------------------------------------------------
@@ -253,8 +258,7 @@ class Deduplicator:
         headers: Sequence[tuple[str, bytes]],
         timestamp_ms: int | None,
     ) -> str:
-        if self.faults is not None:
-            self.faults.reach("stored")
+        self.points.stored()
         await txn.send(
             self.settings.output_topic,
             key=key,
@@ -263,9 +267,8 @@ class Deduplicator:
             timestamp_ms=timestamp_ms,
             partition=message.partition,
         )
-        if self.faults is not None:
-            self.faults.reach("sent")
-        return Outcome.FORWARDED
+        self.points.sent()
+        return RecordOutcome.FORWARDED
 
     async def _rekey(
         self,
@@ -284,7 +287,7 @@ class Deduplicator:
             timestamp_ms=timestamp_ms,
             partition=rules.partition_for(key, s.partitions),
         )
-        return Outcome.REKEYED
+        return RecordOutcome.REKEYED
 
     async def _dead_letter(
         self,
@@ -303,7 +306,7 @@ class Deduplicator:
             timestamp_ms=timestamp_ms,
             partition=message.partition,
         )
-        return Outcome.DEAD_LETTERED
+        return RecordOutcome.DEAD_LETTERED
 
     def count(
         self,

@@ -7,6 +7,7 @@ from the environment, tests call it with their own.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -17,10 +18,10 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
 from yarl import URL
 
-from app import faults
 from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
+from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import RebalanceSensor, restore_progress
 from app.retry import retrying
 from app.settings import Settings
@@ -33,7 +34,7 @@ from tables.follow import Follower
 from tables.producers import ProducerSeqs, declare_producer_seqs
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.recovery import TransactionalTableManager, use_broker_reader, use_restorer
-from tables.restore import FETCH_BYTES, OnProgress, Progress, Restorer
+from tables.restore import FETCH_BYTES, Restorer
 from tables.seen_ids import SeenIds
 from tables.seen_ids_table import changelog_topic_name, declare_seen_ids, rocks_tuning
 from tables.transactional import TransactionalTable
@@ -45,6 +46,9 @@ class DedupeApp(faust.App):  # type: ignore[misc]
     """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`."""
 
     dedupe_settings: Settings
+    #: Where the fault tests act (:func:`fault_points`); read by the transaction manager,
+    #: which Faust creates.
+    fault_points: FaultPoints
     #: The state that follows the transactions (registered with them at start-up).
     seen_ids_table: TransactionalTable
     producer_seqs_table: TransactionalTable
@@ -61,9 +65,8 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         open, so the last transaction's writes reach RocksDB with its changelog offset (on a
         rebalance this is the commit ``on_partitions_revoked`` would make a moment later)."""
         await super()._consumer_wait_empty(consumer, logger)
-        commit_all = getattr(self.consumer.transactions, "commit_all", None)
-        if commit_all is not None:
-            await commit_all()
+        transactions: TaskTransactionManager = self.consumer.transactions
+        await transactions.commit_all()
 
     def on_init_dependencies(self) -> Any:
         """Faust's services, with :class:`app.metrics.RebalanceSensor` for its Monitor sensor.
@@ -165,19 +168,14 @@ def changelog_consumer(settings: Settings) -> AIOKafkaConsumer:
     )
 
 
-def on_restore(settings: Settings) -> OnProgress:
-    """The restorer's progress: into the metrics (and the fault point ``restored``)."""
-    plan = faults.parse(settings.fault_injection)
-    if plan is None:
-        return restore_progress
+def fault_points() -> FaultPoints:
+    """Production's no-op fault points, or the fault tests' when ``DEDUPE_FAULT_INJECTION``
+    is set (docs/testing.md); the test module is imported only then."""
+    if not os.environ.get("DEDUPE_FAULT_INJECTION"):
+        return NO_FAULTS
+    from app.fault_injection import from_environment
 
-    def progress(done: Progress, written: int) -> None:
-        restore_progress(done, written)
-        before = done.records - written
-        for _ in range(done.records // 1000 - before // 1000):
-            plan.reach("restored")
-
-    return progress
+    return from_environment() or NO_FAULTS
 
 
 def create_app(settings: Settings) -> Pipeline:
@@ -219,13 +217,14 @@ def create_app(settings: Settings) -> Pipeline:
         TableManager=TransactionalTableManager,
     )
     app.dedupe_settings = settings
+    points = app.fault_points = fault_points()
     use_broker_reader(
         app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
     )
     if settings.bulk_restore:
         use_restorer(
             app,
-            Restorer(changelog_reader(settings), on_restore(settings)),
+            Restorer(changelog_reader(settings), points.restore_progress(restore_progress)),
             Follower(partial(changelog_consumer, settings)),
         )
     seen_ids = declare_seen_ids(app, settings)
@@ -240,7 +239,7 @@ def create_app(settings: Settings) -> Pipeline:
         partitions=settings.partitions,
     )
     dedup = Deduplicator(
-        settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings)
+        settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings), points
     )
     app.seen_ids_table, app.producer_seqs_table, app.dedup = seen_ids, producer_seqs, dedup
     register_agents(app, source)

@@ -109,7 +109,7 @@ class RebalanceSensor(faust.Sensor):  # type: ignore[misc]
         REBALANCE_SECONDS.observe(monotonic() - state["time_start"])
 
 
-#: The outcomes of ``app.dedup.Outcome``, as ``/stats`` names them.
+#: The outcomes of ``app.dedup.RecordOutcome``, as ``/stats`` names them.
 OUTCOMES = ("forwarded", "duplicates_dropped", "dead_lettered", "rekeyed", "messageId_reused")
 
 

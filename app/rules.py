@@ -244,23 +244,6 @@ def misplaced(
     return partition != home
 
 
-def needs_rekey(
-    key: bytes | None,
-    partition: int,
-    event: Valid,
-    partitions: int,
-    key_partition: int | None = None,
-) -> bool:
-    """True when the record is not keyed and placed by its messageId, so it must be re-keyed.
-
-    Records are decided by the state of the partition their id hashes to; a copy that sits
-    elsewhere would be checked against the wrong state and slip through. ``key_partition``
-    is ``partition_for(key, partitions)`` when the caller has it already (:func:`partitions_for`
-    over a batch).
-    """
-    return misplaced(key, partition, event.id_bytes, partitions, key_partition)
-
-
 def clamp_ms(timestamp_ms: int) -> int:
     """Record times below zero (or absent, -1) count as 0."""
     return max(timestamp_ms, 0)

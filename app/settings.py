@@ -380,11 +380,6 @@ class Settings(KafkaSecuritySettings):
         "How many scheduled snapshots to keep (the oldest are deleted after a new one).",
         within=(1, 1000),
     )
-    fault_injection: str = setting(
-        "",
-        "DEDUPE_FAULT_INJECTION",
-        "Fault tests only: '<point>=<action>@<n>' (see app/faults.py). Empty in production.",
-    )
     log_level: str = setting("info", "DEDUPE_LOG_LEVEL", "Log level of the worker.")
 
     def __post_init__(self) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from app import faults
 from app.strategy import parse_policies, parse_window_from
 from app.topic_safety import count_problem, parse_count
 
@@ -51,10 +50,6 @@ def cross_checks(s: Settings) -> list[str]:
                 f"{env('min_insync_replicas')}={min_insync} is more than "
                 f"{env('replication_factor')}={replication}: no acks=all write could succeed"
             )
-    try:
-        faults.parse(s.fault_injection)
-    except ValueError as exc:
-        out.append(f"{env('fault_injection')}: {exc}")
     if s.log_level.lower() not in {"debug", "info", "warning", "error", "critical"}:
         out.append(f"{env('log_level')}={s.log_level!r}: debug|info|warning|error|critical")
     try:

@@ -61,6 +61,15 @@ FirstCommittedRecord = Callable[[TP, int, int], Awaitable[int | None]]
 #: How long the recovery loop waits for a changelog record before it looks at the partitions
 #: still short of their end (Faust's value).
 IDLE_WAIT_SECONDS = 5.0
+#: The wait before a failed restore of a partition is tried again, doubled after each failure
+#: up to :data:`RETRY_MAX_SECONDS`.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+
+
+def retry_delay(delay: float) -> float:
+    """The wait before the next try, after one of ``delay`` seconds failed again."""
+    return min(delay * 2, RETRY_MAX_SECONDS)
 
 
 class TransactionalRecovery(Recovery):  # type: ignore[misc]
@@ -199,10 +208,14 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
             self._bulk_wanted.clear()
             number, pending = self._bulk_round, sorted(self._bulk_pending)
             for tp in pending:
+                delay = RETRY_FIRST_SECONDS
                 while number == self._bulk_round and not self.should_stop:
                     if await self._restore_one(tp, number):
                         break
-                    await asyncio.sleep(1.0)  # it failed: try again (the store kept a prefix)
+                    # It failed: try again (the store kept a prefix), less often while it keeps
+                    # failing, so that a broker that is down is not asked once a second.
+                    await asyncio.sleep(delay)
+                    delay = retry_delay(delay)
 
     async def _restore_one(self, tp: TP, number: int) -> bool:
         """Restore ``tp``; True when it is done (or no longer ours to restore)."""

@@ -16,7 +16,7 @@ The table (replicated through its changelog, inside each partition's transaction
 Retention (how long an id is remembered):
 
 - **Time window** ``DEDUPE_WINDOW`` (28 days): a copy is a repeat when its id was first seen less
-  than W before the copy's own record time (``tables.window.is_duplicate``). Decisions use record
+  than W before the copy's own record time (``tables.window.judge``). Decisions use record
   times only, never the wall clock, so a replay decides as the first run did.
 - **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest time
   bucket, then insertion order), so a traffic spike shortens the window instead of exhausting

@@ -9,8 +9,7 @@ declares the changelog topic, assigns its partitions with the source topics, rec
 (``tables/recovery.py``) and keeps standbys of it.
 
 Keys and values are raw bytes. A change is only allowed while a record of the same partition is
-being processed (:data:`tables.protocol.processing_partition` is set, or Faust's current event,
-at least once); anything else raises.
+being processed (:data:`tables.protocol.processing_partition` is set); anything else raises.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import faust
-from faust.types import EventT, StoreT
+from faust.types import StoreT
 
 from tables.protocol import processing_partition
 from tables.store import TransactionalStore
@@ -30,13 +29,9 @@ log = logging.getLogger(__name__)
 
 def current_partition() -> int:
     """The partition of the record being processed (tables are co-partitioned with it)."""
-    batch = processing_partition.get()
-    if batch is not None:
-        return batch
-    event: EventT | None = faust.current_event()
-    if event is None:
+    partition = processing_partition.get()
+    if partition is None:
         raise RuntimeError("a transactional table is only readable and writable while processing")
-    partition: int = event.message.partition
     return partition
 
 

@@ -66,11 +66,6 @@ def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0, content: bytes 
     return entry + content if content else entry
 
 
-def is_duplicate(held: Entry | None, record_ms: int, window_ms: int) -> bool:
-    """A repeat: the id is held and was first seen less than ``window_ms`` before the record."""
-    return held is not None and record_ms - held.first_seen_ms < window_ms
-
-
 def rearms(held: Entry, record_ms: int, last_seen: bool) -> bool:
     """A repeat at ``record_ms`` moves the id's clock to it: only under ``last_seen``, and only
     forward (an out-of-order copy behind the armed time never shortens the id's life).
@@ -92,10 +87,10 @@ class Verdict(enum.Enum):
 
 def judge(held: Entry | None, record_ms: int, window_ms: int, content: bytes = b"") -> Verdict:
     """What a copy is: a first sighting, a repeat, or (both hashes kept and different) another
-    event reusing the id. An entry kept without a hash cannot tell: a repeat."""
-    if not is_duplicate(held, record_ms, window_ms):
+    event reusing the id (a repeat: held, and first seen less than ``window_ms`` before the
+    record). An entry kept without a hash cannot tell: a repeat."""
+    if held is None or record_ms - held.first_seen_ms >= window_ms:
         return Verdict.FIRST
-    assert held is not None
     if content and held.content and content != held.content:
         return Verdict.REUSED
     return Verdict.REPEAT

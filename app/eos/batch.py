@@ -21,7 +21,6 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from app.eos.producer import is_transaction_error
 from app.eos.task import Task, TaskState
-from app.faults import FaultPlan
 from tables.protocol import processing_partition
 
 log = logging.getLogger(__name__)
@@ -48,17 +47,12 @@ class BatchOwner(Protocol):
 
     app: Any
     tasks: dict[int, Task]
-    faults: FaultPlan | None
     #: First offset processed per source partition since the last rebalance (for the log).
     first_offsets: dict[TopicPartition, int]
-    #: Fault injection ``skip-fetched``: records below these offsets are not delivered.
-    skipping: dict[TopicPartition, int]
     #: Commit a task early once its open transaction holds this many records.
     commit_every: int
 
     async def gap_checked(self, task: Task, message: SourceRecord) -> bool: ...
-
-    async def fault_after_processed(self, message: SourceRecord) -> None: ...
 
     def transaction_error(self, task: Task, exc: BaseException, where: str) -> bool: ...
 
@@ -143,7 +137,6 @@ class TaskBatch(TaskTransaction):
         app = owner.app
         flow_active = app.flow_control.is_active
         generation_id = self._generation_id
-        faults = owner.faults
         first = self._messages[0]
         tp = TopicPartition(first.topic, first.partition)
         positions, offsets = task.positions, task.offsets
@@ -159,8 +152,6 @@ class TaskBatch(TaskTransaction):
             ):
                 return
             offset = message.offset
-            if owner.skipping and offset < owner.skipping.get(tp, -1):
-                continue  # fault injection: as if the consumer had never delivered it
             if not seen:  # delivered: what the stall watchdog watches
                 seen = True
                 task.delivered_at[tp] = time.monotonic()
@@ -178,8 +169,6 @@ class TaskBatch(TaskTransaction):
                 logged_first = True
                 owner.first_offsets.setdefault(tp, offset)
                 log.info("%s-%d: first record processed at offset %d", *tp, offset)
-            if faults is not None:
-                await owner.fault_after_processed(message)
 
 
 class BatchScope:

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
-from app import faults
 from app.eos.broker import BrokerReader
 from app.eos.collector import retrieve_exception_later
 from app.eos.producer import TransactionalProducers, abandon, is_fenced, send_lingering
 from app.eos.task import Task
+from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
 from tables.rocks import SOURCE_OFFSETS_KEY, encode_source_offsets
@@ -89,13 +89,13 @@ class Committer:
         broker: BrokerReader,
         group_id: str,
         timeout: float,
-        plan: faults.FaultPlan | None = None,
+        points: FaultPoints = NO_FAULTS,
     ) -> None:
         self.producers = producers
         self.broker = broker
         self.group_id = group_id
         self.timeout = timeout
-        self.faults = plan
+        self.points = points
         #: The store and changelog topic that keep each transaction's source offsets.
         self.source_offsets: tuple[SourceOffsetStore, str] | None = None
         #: Stores whose staged writes go to a changelog topic, with the topic.
@@ -139,26 +139,8 @@ class Committer:
         # Step 5. Ask to commit.
         request: asyncio.Future[None] | None = None
         try:
-            fault = self.faults.reach("commit") if self.faults is not None else None
-            if fault == "pause":
-                await asyncio.sleep(faults.PAUSE_SECONDS)
-            if fault == "lose-request":
-                raise TimeoutError("fault injection: commit request lost")
-            if fault == "roll-back":
-                assert self.faults is not None
-                await asyncio.wait_for(producer.abort_transaction(), timeout)
-                self.faults.rolled_back = task.partition
-                log.warning(
-                    "fault injection: partition %d's transaction (offsets %s) was aborted; "
-                    "reporting it committed (a commit the broker acknowledged, then rolled back)",
-                    task.partition,
-                    {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(offsets.items())},
-                )
-                return CommitResult(Outcome.COMMITTED, changelog_offsets=changelog_offsets)
-            request = asyncio.ensure_future(producer.commit_transaction())
-            if fault == "lose-response":
-                await asyncio.sleep(0.5)  # the request is out and answered meanwhile
-                raise TimeoutError("fault injection: commit response lost")
+            await self.points.before_commit(task)
+            request = asyncio.ensure_future(self.points.commit_request(task, producer))
             await asyncio.wait_for(asyncio.shield(request), timeout)
         except asyncio.CancelledError:
             abandon(request)  # stopped with the request out: the outcome is unknown here

@@ -22,7 +22,6 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustKafkaConsumer
 from faust.types import TP
 
-from app import faults
 from app.eos.batch import BatchHandler
 
 if TYPE_CHECKING:
@@ -121,8 +120,8 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
 
     Faust delivers each record on its own: into a channel queue (two tasks and an
     ``asyncio.wait`` per record), through the stream's iteration, acks and sensors, to the
-    agent: per-record work this worker does not need. When the app has a
-    ``batch_handler``, records of the source topics skip it: each partition's records of one
+    agent: per-record work this worker does not need. Records of the source topics skip it
+    and go to the app's ``batch_handler``: each partition's records of one
     fetch go to the handler in one call (offset order, one partition per call, partitions one
     after another), taken from the fetcher's result directly (``_deliver``): Faust's
     ``getmany`` makes its flow, generation and highwater checks per record, here they run per
@@ -135,10 +134,7 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - a worker loop
-        handler: BatchHandler | None = getattr(self.app, "batch_handler", None)
-        if handler is None:
-            await super()._drain_messages(fetcher)
-            return
+        batches = self.transactions.batch_handler(self.app.batch_handler)
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
         set_flag = self.diag.set_flag
@@ -149,7 +145,7 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                 records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
                 if records is not None and not self.should_stop:
-                    await self._deliver(records, active, handler)
+                    await self._deliver(records, active, batches)
                 unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -201,7 +197,11 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                     read_offset[tp] = messages[-1].offset
                     await asyncio.shield(handler(messages, generation_id))
                 continue
-            if self._held(tp, fetched):
+            recovering = self.app.tables.recovery.in_recovery
+            if self.transactions.points.changelog_fetched(
+                tp, fetched, recovering, self._deliver_changelog
+            ):
+                read_offset[tp] = fetched[-1].offset
                 continue
             for record in fetched:
                 if r_offset is not None and record.offset < r_offset:
@@ -211,32 +211,8 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                 )
                 read_offset[tp] = record.offset
 
-    _hold: faults.Hold | None = None
-
-    def _held(self, tp: TP, fetched: list[Any]) -> bool:
-        """Fault injection ``recovering=hold``: changelog records fetched from the first one
-        while state is being recovered reach the recovery only ``HOLD_SECONDS`` later, in
-        order (the consumer's position is past them meanwhile). False in production."""
-        hold = self._hold
-        if hold is None:
-            plan: faults.FaultPlan | None = getattr(self.transactions, "faults", None)
-            if plan is None or not self.app.tables.recovery.in_recovery:
-                return False
-            if plan.reach("recovering") != "hold":
-                return False
-            hold = self._hold = faults.Hold(faults.HOLD_SECONDS)
-            hold.release = asyncio.ensure_future(self._release_held(hold))
-        if hold.done:
-            return False
-        hold.messages.extend(self._to_message(tp, record) for record in fetched)
-        self._read_offset[tp] = fetched[-1].offset
-        return True
-
-    async def _release_held(self, hold: faults.Hold) -> None:
-        await asyncio.sleep(hold.seconds)
-        log.warning("fault injection: releasing %d held changelog records", len(hold.messages))
-        released = 0
-        while released < len(hold.messages):  # records held meanwhile go in order, after
-            await self.callback(hold.messages[released])
-            released += 1
-        hold.done = True
+    async def _deliver_changelog(self, tp: TP, fetched: list[Any]) -> None:
+        """Changelog records a fault point kept back (``recovering=hold``), to the recovery
+        now, in order."""
+        for record in fetched:
+            await self.callback(self._to_message(tp, record))

@@ -11,10 +11,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from app import faults
 from app.eos.commit import CommitResult, Committer, Outcome
 from app.eos.producer import TransactionalProducers, is_fenced
 from app.eos.task import Task, TaskState
+from app.fault_points import FaultPoints
 from app.metrics import COMMIT_SECONDS
 from tables.protocol import ChangelogSource, StagedState
 
@@ -28,7 +28,7 @@ class TaskLife:
         self,
         producers: TransactionalProducers,
         committer: Committer,
-        plan: faults.FaultPlan | None,
+        points: FaultPoints,
         request_rejoin: Callable[[], None],
         stopping: Callable[[], bool],
     ) -> None:
@@ -37,7 +37,7 @@ class TaskLife:
         self.stores: list[tuple[StagedState, str | None]] = []
         self._producers = producers
         self._committer = committer
-        self._faults = plan
+        self._points = points
         self._request_rejoin = request_rejoin
         self._stopping = stopping
 
@@ -129,12 +129,10 @@ class TaskLife:
         self._request_rejoin()
 
     def _applied(self, task: Task, changelog_offsets: Mapping[str, int], started: float) -> None:
-        if self._faults is not None:
-            self._faults.reach("committed")
+        self._points.committed(task.partition)
         for store, topic in self.stores:
             store.commit_partition(task.partition, changelog_offsets.get(topic or ""))
-        if self._faults is not None:
-            self._faults.after_applied(task.partition)
+        self._points.applied(task.partition)
         task.commits += 1
         task.committed_records += task.records
         task.last_commit_at = time.time()

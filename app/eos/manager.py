@@ -18,8 +18,7 @@ from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from faust.types import TP
 from mode import Service
 
-from app import faults
-from app.eos.batch import BatchScope, SourceRecord
+from app.eos.batch import BatchHandler, BatchScope, SourceRecord
 from app.eos.broker import BrokerReader
 from app.eos.commit import Committer
 from app.eos.consumer import Consumer, records_held_back, request_rejoin
@@ -34,6 +33,7 @@ from app.eos.positions import (
 from app.eos.producer import TransactionalProducers
 from app.eos.replicas import WATCH_INTERVAL, ReplicaWatch
 from app.eos.task import Task, TaskState
+from app.fault_points import NO_FAULTS, FaultPoints
 from tables.protocol import SourceOffsetStore, StagedState
 
 if TYPE_CHECKING:
@@ -58,8 +58,6 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self._wakeup = asyncio.Event()
         self.rejoins_requested = 0
-        #: Fault injection ``skip-fetched``: records below these offsets are not delivered.
-        self.skipping: dict[TopicPartition, int] = {}
         self._offsets_kept: tuple[SourceOffsetStore, str] | None = None
         self.app.on_rebalance_complete.connect(self._rebalance_complete)
         #: First offset processed per source partition since the last rebalance (for the log).
@@ -67,17 +65,18 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         #: The consumer generation of the last assignment this worker took part in.
         self._generation: int | None = None
         s = self.settings
-        self.faults = faults.parse(s.fault_injection)
+        #: The fault tests' points (the factory's choice; production's do nothing).
+        self.points: FaultPoints = getattr(self.app, "fault_points", NO_FAULTS)
         self.producers = TransactionalProducers(s, lambda: bool(self.should_stop))
         self.broker = BrokerReader(s, self.group_id, self.source_topics, lambda: self.tasks)
         self.committer = Committer(
-            self.producers, self.broker, self.group_id, s.commit_timeout, self.faults
+            self.producers, self.broker, self.group_id, s.commit_timeout, self.points
         )
         self.replicas = ReplicaWatch(s, self._topics_written)
         self.life = TaskLife(
             self.producers,
             self.committer,
-            self.faults,
+            self.points,
             self._request_rejoin,
             lambda: bool(self.should_stop),
         )
@@ -142,10 +141,9 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     async def first_committed_record(self, tp: TP, start: int, end: int) -> int | None:
         return await self.broker.first_committed_record(tp, start, end)
 
-    async def fault_after_processed(self, message: SourceRecord) -> None:
-        assert self.faults is not None
-        if self.faults.reach("processed") == "skip-fetched":
-            await self._skip_fetched(TopicPartition(message.topic, message.partition))
+    def batch_handler(self, handler: BatchHandler) -> BatchHandler:
+        """``handler``, as the consumer calls it (through the fault points)."""
+        return self.points.batch_handler(handler, self.tasks, self.broker.stable_end, self._seek)
 
     def commit_soon(self) -> None:
         self._wakeup.set()
@@ -154,16 +152,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         """Stop ``task`` after a failed transaction; True when it may still abort (not fenced)."""
         return self.life.transaction_error(task, exc, where)
 
-    async def _skip_fetched(self, tp: TopicPartition) -> None:
-        """Fault injection (``processed=skip-fetched@n``): move the consumer of ``tp`` to its
-        end, and drop the records in between that it already fetched, as if it had never
-        delivered them (until the stall watchdog seeks back)."""
-        end = await self.broker.stable_end(tp)
-        self.skipping[tp] = end
-        log.warning(
-            "fault injection: the consumer skips %s-%d to offset %d", tp.topic, tp.partition, end
-        )
-        await self.app.consumer.seek_wait({tp: end})
+    async def _seek(self, tp: TopicPartition, position: int) -> None:
+        await self.app.consumer.seek_wait({tp: position})
 
     # -- Faust's side: rebalances and the commit calls we take over ----------------------------
 
@@ -192,8 +182,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             for tp in assigned
             if tp.topic in self.source_topics and not self.app.assignor.is_standby(tp)
         }
-        if self.faults is not None:
-            self.faults.reach("rebalance")
+        self.points.rebalance()
         for p in sorted(set(self.tasks) - wanted):
             await self.life.drop(self.tasks[p])
         generation: int = self.app.consumer_generation_id
@@ -222,8 +211,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 len(to_start),
                 time.monotonic() - started,
             )
-        if self.faults is not None and self.faults.reach("assigned") == "term":
-            await asyncio.sleep(1.0)  # fault injection: the stop runs meanwhile
+        await self.points.assigned()
         if wanted:
             kept = self._offsets_kept
             await assign_start_positions(
@@ -322,8 +310,8 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         return [*self.source_topics, s.output_topic, s.dlq_topic, *changelogs]
 
     async def _seek_back(self, tp: TopicPartition, position: int) -> None:
-        self.skipping.pop(tp, None)
-        await self.app.consumer.seek_wait({tp: position})
+        self.points.seeked_back(tp)
+        await self._seek(tp, position)
 
     # -- commits -------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from app import rules
-from app.dedup import Deduplicator, Outcome, record_ms
+from app.dedup import Deduplicator, RecordOutcome, record_ms
 from app.settings import Settings
 from tables import window
 
@@ -102,7 +102,7 @@ async def run(*msgs: Msg, settings: Settings = SETTINGS) -> tuple[list[str], Fak
 async def test_first_sighting_is_forwarded_and_remembered() -> None:
     msg = placed("m-1", headers=[("h", b"1")])
     outcomes, txn, table = await run(msg)
-    assert outcomes == [Outcome.FORWARDED]
+    assert outcomes == [RecordOutcome.FORWARDED]
     assert txn.sent == [
         Sent(
             SETTINGS.output_topic,
@@ -121,7 +121,7 @@ async def test_repeats_are_dropped_and_do_not_move_the_first_seen_time() -> None
     first = placed("m-1")
     later = placed("m-1", timestamp=1_790_000_999_000)
     outcomes, txn, table = await run(first, later, later)
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE, RecordOutcome.DUPLICATE]
     assert len(txn.sent) == 1
     assert table.first[b"m-1"] == 1_790_000_000_123
 
@@ -139,7 +139,7 @@ async def test_misplaced_records_are_rekeyed_not_decided(
     k = mid.encode() if key == "same" else key
     msg = Msg(SETTINGS.input_topic, (right + partition_shift) % 8, 3, k, event(mid), [("a", b"b")])  # type: ignore[arg-type]
     outcomes, txn, table = await run(msg)
-    assert outcomes == [Outcome.REKEYED]
+    assert outcomes == [RecordOutcome.REKEYED]
     assert txn.sent == [
         Sent(
             SETTINGS.repartition_topic, mid.encode(), event(mid), [("a", b"b")], msg_ts(msg), right
@@ -157,7 +157,7 @@ async def test_records_from_the_repartition_topic_are_decided_where_they_land() 
     p = rules.partition_for(mid.encode(), SETTINGS.partitions)
     rekeyed = Msg(SETTINGS.repartition_topic, p, 0, mid.encode(), event(mid))
     outcomes, txn, _ = await run(rekeyed, placed(mid))
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE]
     assert [s.topic for s in txn.sent] == [SETTINGS.output_topic]
 
 
@@ -180,7 +180,7 @@ async def test_bad_input_goes_to_the_dead_letter_topic_with_its_reason(
 ) -> None:
     msg = Msg(SETTINGS.input_topic, 5, 42, b"k", value, [("orig", b"1")])
     outcomes, txn, table = await run(msg)
-    assert outcomes == [Outcome.DEAD_LETTERED]
+    assert outcomes == [RecordOutcome.DEAD_LETTERED]
     [sent] = txn.sent
     assert (sent.topic, sent.key, sent.value, sent.partition) == (
         SETTINGS.dlq_topic,
@@ -204,7 +204,7 @@ async def test_a_copy_after_the_window_is_forwarded_again() -> None:
         placed("m-4", timestamp=1_790_000_000_123 + round(w * 1000) - 1),
         placed("m-4", timestamp=1_790_000_000_123 + round(w * 1000)),
     )
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.FORWARDED]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE, RecordOutcome.FORWARDED]
     assert len(txn.sent) == 2
 
 

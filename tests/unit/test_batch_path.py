@@ -36,15 +36,13 @@ class Msg:
 
 class FakeManager:
     """What ``TaskBatch.records`` reads of the manager: the app's flow and generation, the
-    broker's answer about gaps, the fault hooks and the first-offset log."""
+    broker's answer about gaps and the first-offset log."""
 
     def __init__(self, gaps: dict[int, bool] | None = None) -> None:
         self.flow = True
         self.app = SimpleNamespace(
             flow_control=SimpleNamespace(is_active=lambda: self.flow), consumer_generation_id=1
         )
-        self.faults = None
-        self.skipping: dict[TopicPartition, int] = {}
         self.first_offsets: dict[TopicPartition, int] = {}
         #: offset -> the broker's answer about the gap before it (True: nothing missed)
         self.gaps = gaps or {}
@@ -105,14 +103,6 @@ async def test_a_gap_is_asked_about_and_the_answer_decides() -> None:
     assert manager.asked == [12, 20]
     assert task.records == 2
     assert task.offsets[TP] == 13
-
-
-async def test_records_fault_injection_skips_are_not_delivered() -> None:
-    manager = FakeManager()
-    manager.skipping[TP] = 12
-    task, b = batch(manager, [10, 11])
-    assert [m async for m in b.records()] == []
-    assert task.delivered_at == {}  # what lets the stall watchdog see the stall
 
 
 async def test_a_stopped_flow_or_a_new_generation_ends_the_batch() -> None:

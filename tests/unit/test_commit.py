@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFen
 from aiokafka.structs import TopicPartition
 
 from app.eos import Committer, Outcome, Task
+from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import REGISTRY
 from tables.rocks import SOURCE_OFFSETS_KEY
 
@@ -170,7 +171,10 @@ class Store:
 
 
 def setup(
-    *, records: int = 2, committed: dict[TopicPartition, int] | None = None
+    *,
+    records: int = 2,
+    committed: dict[TopicPartition, int] | None = None,
+    points: FaultPoints = NO_FAULTS,
 ) -> tuple[Committer, Task, Producer, Producers, Broker, Store]:
     """A task with ``records`` processed records (an output record each, and a staged write
     of its id in the store) in its open transaction, and a committer pulling the store's
@@ -184,7 +188,7 @@ def setup(
         store.writes.setdefault(3, {})[f"id-{i}".encode()] = b"seen"
         task.offsets[SOURCE] = task.positions[SOURCE] = 10 + i + 1
         task.records += 1
-    committer = Committer(producers, broker, "app", TIMEOUT)  # type: ignore[arg-type]
+    committer = Committer(producers, broker, "app", TIMEOUT, points)  # type: ignore[arg-type]
     committer.source_offsets = (store, CHANGELOG.topic)
     committer.changelogs.append((store, CHANGELOG.topic))
     return committer, task, producer, producers, broker, store

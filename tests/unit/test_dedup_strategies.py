@@ -7,7 +7,7 @@ import json
 from collections import Counter
 
 from app import rules, strategy
-from app.dedup import Deduplicator, Outcome, record_ms
+from app.dedup import Deduplicator, RecordOutcome, record_ms
 from app.settings import Settings
 from tables import producers
 from tests.unit.test_agent import FakeSeenIds, FakeTxn, Msg
@@ -68,7 +68,12 @@ async def test_producer_sequence_records_are_decided_by_producer() -> None:
         rec(b"billing-1", ev(n=4), [PS[0], ("dedupe.sequence", b"40")]),
     ]
     outcomes, txn, seen, prods, tally = await run(settings(), *msgs)
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.FORWARDED, Outcome.DUPLICATE]
+    assert outcomes == [
+        RecordOutcome.FORWARDED,
+        RecordOutcome.DUPLICATE,
+        RecordOutcome.FORWARDED,
+        RecordOutcome.DUPLICATE,
+    ]
     assert [(s.key, s.value, s.partition) for s in txn.sent] == [
         (b"billing-1", ev(n=1), home(b"billing-1")),
         (b"billing-1", ev(n=3), home(b"billing-1")),
@@ -84,7 +89,7 @@ async def test_producer_records_elsewhere_are_rekeyed_by_producer_with_their_hea
     other = (home(b"billing-1") + 1) % 8
     msg = rec(b"m-1", ev(messageId="m-1"), PS, partition=other)
     outcomes, txn, *_ = await run(settings(), msg)
-    assert outcomes == [Outcome.REKEYED]
+    assert outcomes == [RecordOutcome.REKEYED]
     [sent] = txn.sent
     assert (sent.topic, sent.key, sent.partition) == (
         settings().repartition_topic,
@@ -97,7 +102,7 @@ async def test_producer_records_elsewhere_are_rekeyed_by_producer_with_their_hea
 async def test_bad_producer_headers_are_dead_lettered_with_the_reason() -> None:
     msg = rec(b"billing-1", ev(n=1), [PS[0], ("dedupe.sequence", b"4x")])
     outcomes, txn, *_ = await run(settings(), msg)
-    assert outcomes == [Outcome.DEAD_LETTERED]
+    assert outcomes == [RecordOutcome.DEAD_LETTERED]
     headers = dict(txn.sent[0].headers)
     assert headers[rules.ERROR_HEADER] == b"bad_producer_sequence"
     assert b"not 1-19 ASCII digits" in headers[rules.DETAIL_HEADER]
@@ -109,7 +114,7 @@ async def test_a_policy_overrides_producer_headers() -> None:
     outcomes, *_ = await run(
         settings(source_policies="web=message_id"), rec(b"m-1", body, web), rec(b"m-1", body, web)
     )
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE]
 
 
 async def test_off_forwards_every_copy() -> None:
@@ -118,12 +123,12 @@ async def test_off_forwards_every_copy() -> None:
     outcomes, txn, seen, _, tally = await run(
         settings(source_policies="legacy=off"), rec(b"m-1", body, legacy), rec(b"m-1", body, legacy)
     )
-    assert outcomes == [Outcome.FORWARDED, Outcome.FORWARDED]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.FORWARDED]
     assert len(txn.sent) == 2 and seen.first == {}
     assert tally == Counter({("off", "forwarded"): 2})
     # bad input is still bad input
     outcomes, *_ = await run(settings(strategy="off"), rec(b"x", b"not json", []))
-    assert outcomes == [Outcome.DEAD_LETTERED]
+    assert outcomes == [RecordOutcome.DEAD_LETTERED]
 
 
 async def test_events_without_an_id_are_dead_lettered_by_default_and_fingerprinted_on_request() -> (
@@ -132,7 +137,7 @@ async def test_events_without_an_id_are_dead_lettered_by_default_and_fingerprint
     body = ev(type="track", event="Order Completed", sentAt="2026-01-01T00:00:00Z")
     retry = ev(sentAt="2026-01-01T00:00:09Z", event="Order Completed", type="track")
     outcomes, *_ = await run(settings(), rec(None, body, []))
-    assert outcomes == [Outcome.DEAD_LETTERED]
+    assert outcomes == [RecordOutcome.DEAD_LETTERED]
 
     exclude = strategy.field_list("sentAt,receivedAt,_metadata")
     fp = strategy.fingerprint(json.loads(body), exclude)
@@ -146,7 +151,12 @@ async def test_events_without_an_id_are_dead_lettered_by_default_and_fingerprint
         rec(key, retry, []),  # only an excluded field differs: the same event
         rec(key2, other, []),
     )
-    assert outcomes == [Outcome.REKEYED, Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.FORWARDED]
+    assert outcomes == [
+        RecordOutcome.REKEYED,
+        RecordOutcome.FORWARDED,
+        RecordOutcome.DUPLICATE,
+        RecordOutcome.FORWARDED,
+    ]
     rekeyed, forwarded = txn.sent[0], txn.sent[1]
     assert (rekeyed.key, rekeyed.partition, rekeyed.headers) == (key, home(key), [])
     assert (forwarded.key, forwarded.value) == (key, body)  # the first copy's bytes
@@ -158,7 +168,7 @@ async def test_a_bad_message_id_is_not_fingerprinted() -> None:
     outcomes, txn, *_ = await run(
         settings(missing_id="fingerprint"), rec(b"k", ev(messageId=7), [])
     )
-    assert outcomes == [Outcome.DEAD_LETTERED]
+    assert outcomes == [RecordOutcome.DEAD_LETTERED]
     assert dict(txn.sent[0].headers)[rules.ERROR_HEADER] == b"message_id_not_string"
 
 
@@ -168,14 +178,24 @@ async def test_verify_content_dead_letters_a_reused_id_and_keeps_the_first() -> 
     reused = ev(messageId="m-1", event="Order Completed")
     msgs = [rec(b"m-1", v, []) for v in (first, retry, reused, retry)]
     outcomes, txn, *_ = await run(settings(verify_content="true"), *msgs)
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.REUSED, Outcome.DUPLICATE]
+    assert outcomes == [
+        RecordOutcome.FORWARDED,
+        RecordOutcome.DUPLICATE,
+        RecordOutcome.REUSED,
+        RecordOutcome.DUPLICATE,
+    ]
     assert [s.topic for s in txn.sent] == ["events-clean", "events-dlq"]
     dlq = txn.sent[1]
     assert dlq.value == reused
     assert dict(dlq.headers)[rules.ERROR_HEADER] == b"messageId-reused"
     # without verification the reuse is dropped as a repeat (today's behaviour)
     outcomes, *_ = await run(settings(), *msgs)
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE, Outcome.DUPLICATE]
+    assert outcomes == [
+        RecordOutcome.FORWARDED,
+        RecordOutcome.DUPLICATE,
+        RecordOutcome.DUPLICATE,
+        RecordOutcome.DUPLICATE,
+    ]
 
 
 async def test_scope_source_keeps_the_same_id_from_two_sources_apart() -> None:
@@ -183,15 +203,15 @@ async def test_scope_source_keeps_the_same_id_from_two_sources_apart() -> None:
     web, api = [("dedupe.source", b"web")], [("dedupe.source", b"api")]
     msgs = [rec(b"m-1", body, web), rec(b"m-1", body, api), rec(b"m-1", body, web)]
     outcomes, _, seen, _, _ = await run(settings(scope="source"), *msgs)
-    assert outcomes == [Outcome.FORWARDED, Outcome.FORWARDED, Outcome.DUPLICATE]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE]
     assert set(seen.first) == {
         strategy.scoped_key(b"m-1", b"web"),
         strategy.scoped_key(b"m-1", b"api"),
     }
     outcomes, *_ = await run(settings(), *msgs)  # global scope: one event
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE, RecordOutcome.DUPLICATE]
     outcomes, txn, *_ = await run(
         settings(scope="source"), rec(b"m-1", body, [("dedupe.source", b"")])
     )
-    assert outcomes == [Outcome.DEAD_LETTERED]
+    assert outcomes == [RecordOutcome.DEAD_LETTERED]
     assert dict(txn.sent[0].headers)[rules.ERROR_HEADER] == b"bad_source"

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app import rules
-from app.dedup import Deduplicator, Outcome
+from app.dedup import Deduplicator, RecordOutcome
 from app.settings import Settings
 from tests.unit.test_agent import FakeSeenIds, FakeTxn, Msg
 
@@ -186,24 +186,24 @@ def check(
 ) -> None:
     sent: list[Any] = txn.sent
     if isinstance(verdict, rules.Invalid):
-        assert outcome == Outcome.DEAD_LETTERED
+        assert outcome == RecordOutcome.DEAD_LETTERED
         [dead] = sent
         headers = dict(dead.headers)
         assert dead.topic == SETTINGS.dlq_topic and dead.value == msg.value
         assert headers[rules.ERROR_HEADER] == verdict.reason.value.encode()
         assert headers[rules.SOURCE_OFFSET_HEADER] == str(msg.offset).encode()
         return
-    if outcome == Outcome.REKEYED:
+    if outcome == RecordOutcome.REKEYED:
         [again] = sent
         assert msg.topic == SETTINGS.input_topic
         assert again.topic == SETTINGS.repartition_topic and again.key == verdict.id_bytes
         assert again.partition == rules.partition_for(verdict.id_bytes, PARTITIONS)
         return
     assert msg.topic == SETTINGS.repartition_topic or msg.key == verdict.id_bytes
-    if outcome == Outcome.DUPLICATE:
+    if outcome == RecordOutcome.DUPLICATE:
         assert sent == [] and verdict.id_bytes in forwarded
         return
-    assert outcome == Outcome.FORWARDED, outcome
+    assert outcome == RecordOutcome.FORWARDED, outcome
     [out] = sent
     assert out.topic == SETTINGS.output_topic and out.key == verdict.id_bytes
     assert out.value == msg.value and out.partition == msg.partition

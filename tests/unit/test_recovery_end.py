@@ -14,7 +14,12 @@ import faust
 import pytest
 from faust.types import TP
 
-from tables.recovery import TransactionalRecovery, TransactionalTableManager
+from tables.recovery import (
+    RETRY_FIRST_SECONDS,
+    TransactionalRecovery,
+    TransactionalTableManager,
+    retry_delay,
+)
 
 CHANGELOG = TP("app-seen_ids-changelog", 2)
 
@@ -169,3 +174,10 @@ def test_resuming_the_flow_keeps_the_fetched_changelog_records(ours: bool) -> No
     app.flow_control.resume()
     assert queue.qsize() == (1 if ours else 0)
     assert isinstance(app.tables.recovery, TransactionalRecovery) == ours
+
+
+def test_a_failing_restore_is_retried_less_often_up_to_a_bound() -> None:
+    delays = [RETRY_FIRST_SECONDS]
+    for _ in range(8):
+        delays.append(retry_delay(delays[-1]))
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]

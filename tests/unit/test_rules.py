@@ -366,7 +366,7 @@ def test_partitions_for_a_batch_matches_one_by_one(partitions: int) -> None:
     assert rules.partitions_for([], partitions) == []
 
 
-# --- needs_rekey -----------------------------------------------------------------------------
+# --- misplaced: not keyed and placed by its messageId ------------------------------------------
 
 EVENT = Valid("6f1a0c3e-4b2d-4e5f-8a9b", b"6f1a0c3e-4b2d-4e5f-8a9b")
 HOME = java_partition(EVENT.id_bytes, 8)
@@ -386,19 +386,19 @@ AWAY = (HOME + 1) % 8
         pytest.param(None, AWAY, True, id="null-key-wrong-partition"),
     ],
 )
-def test_needs_rekey(key: bytes | None, partition: int, expected: bool) -> None:
-    assert rules.needs_rekey(key, partition, EVENT, 8) is expected
+def test_misplaced(key: bytes | None, partition: int, expected: bool) -> None:
+    assert rules.misplaced(key, partition, EVENT.id_bytes, 8) is expected
     key_partition = rules.partitions_for([key or b""], 8)[0]
-    assert rules.needs_rekey(key, partition, EVENT, 8, key_partition) is expected
+    assert rules.misplaced(key, partition, EVENT.id_bytes, 8, key_partition) is expected
 
 
 @pytest.mark.parametrize("partitions", PARTITION_COUNTS)
-def test_needs_rekey_uses_partition_count(partitions: int) -> None:
+def test_misplaced_uses_partition_count(partitions: int) -> None:
     home = java_partition(EVENT.id_bytes, partitions)
-    assert rules.needs_rekey(EVENT.id_bytes, home, EVENT, partitions) is False
+    assert rules.misplaced(EVENT.id_bytes, home, EVENT.id_bytes, partitions) is False
     for other in range(partitions):
         if other != home:
-            assert rules.needs_rekey(EVENT.id_bytes, other, EVENT, partitions) is True
+            assert rules.misplaced(EVENT.id_bytes, other, EVENT.id_bytes, partitions) is True
 
 
 # --- first sighting and the window ------------------------------------------------------------
@@ -443,11 +443,11 @@ def test_a_repeat_counts_without_moving_the_first_sighting() -> None:
         (1_000, 0, True),  # a copy older than the first sighting (out of order) is a repeat
     ],
 )
-def test_is_duplicate_within_the_window(
+def test_a_repeat_is_within_the_window(
     held_ms: int | None, record_ms: int, duplicate: bool
 ) -> None:
     held = None if held_ms is None else window.Entry(held_ms, 7)
-    assert window.is_duplicate(held, record_ms, W) is duplicate
+    assert (window.judge(held, record_ms, W) is not window.Verdict.FIRST) is duplicate
 
 
 @pytest.mark.parametrize(

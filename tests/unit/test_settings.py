@@ -70,7 +70,6 @@ DEFAULTS: dict[str, Any] = {
     "snapshot_dir": "",
     "snapshot_interval": 3600.0,
     "snapshot_keep": 3,
-    "fault_injection": "",
     "log_level": "info",
 }
 
@@ -167,7 +166,6 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "snapshot_dir": ("/backups/dedupe", "/backups/dedupe"),
     "snapshot_interval": ("30m", 1800.0),
     "snapshot_keep": ("7", 7),
-    "fault_injection": ("commit=kill@3", "commit=kill@3"),
     "log_level": ("debug", "debug"),
 }
 

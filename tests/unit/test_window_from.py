@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.dedup import Outcome
+from app.dedup import RecordOutcome
 from app.settings import Settings
 from tables import window
 from tables.seen_ids import SeenIds
@@ -122,8 +122,8 @@ async def test_window_from_per_source() -> None:
     t0 = 1_790_000_000_000
     body = ev(messageId="m-1")
     for headers, expected in [
-        (poller, [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]),
-        (web, [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.FORWARDED]),
+        (poller, [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE, RecordOutcome.DUPLICATE]),
+        (web, [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE, RecordOutcome.FORWARDED]),
     ]:
         msgs = [rec(b"m-1", body, headers, timestamp=t0 + d * DAY) for d in (0, 20, 40)]
         outcomes, *_ = await run(s, *msgs)
@@ -131,7 +131,7 @@ async def test_window_from_per_source() -> None:
     # The default applies to every source without an entry of its own.
     msgs = [rec(b"m-1", body, web, timestamp=t0 + d * DAY) for d in (0, 20, 40)]
     outcomes, *_ = await run(settings(window_from="last_seen"), *msgs)
-    assert outcomes == [Outcome.FORWARDED, Outcome.DUPLICATE, Outcome.DUPLICATE]
+    assert outcomes == [RecordOutcome.FORWARDED, RecordOutcome.DUPLICATE, RecordOutcome.DUPLICATE]
 
 
 def restart_with(w: ArmedWorld, **env: str) -> None:

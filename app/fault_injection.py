@@ -1,0 +1,280 @@
+"""The fault tests' fault points: chosen by the factory only when ``DEDUPE_FAULT_INJECTION`` is set.
+
+``DEDUPE_FAULT_INJECTION="<point>=<action>@<n>"`` (read from the environment by
+:func:`from_environment`, never part of the worker's settings) makes the worker act the
+``n``-th time it reaches ``point`` (once). :class:`InjectedFaults` implements
+``app.fault_points.FaultPoints``, whose production methods do nothing. Points:
+
+- ``stored``: a record's table write is staged, its output not sent yet.
+- ``sent``: the record's output is in its task's open transaction, its changelog record not yet.
+- ``processed``: after a record counts as processed (its offset joined the open transaction).
+- ``commit``: just before a task's commit request (EndTxn), after its offsets were sent.
+- ``committed``: right after a commit succeeded, before the store applied it.
+- ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
+- ``assigned``: a rebalance's new tasks have their producers, their start offsets not read yet.
+- ``recovering``: a changelog record was fetched for a partition whose state is being recovered.
+- ``restored``: the bulk restorer's records written reached the next thousand (into an empty
+  store: without the write-ahead log, before the restore's flush).
+
+Actions:
+
+- ``kill``: SIGKILL this process (a crash at an exact point);
+- ``term``: SIGTERM this process (a graceful stop at an exact point); at ``assigned`` the
+  rebalance then waits a second, so the stop runs while the rebalance is unfinished;
+- ``lose-response`` (``commit`` only): send the commit request, then behave as if its answer
+  was lost (a timeout): the outcome is unknown to the worker, though the broker commits;
+- ``lose-request`` (``commit`` only): behave as if the request timed out without sending it:
+  the outcome is unknown to the worker, and the transaction did not commit.
+- ``roll-back`` (``commit`` only): abort the transaction instead of committing it, yet report
+  it committed, as a broker that acknowledged a commit and then rolled it back; the stores
+  apply it, and the worker then kills itself (SIGKILL) before another transaction can commit;
+- ``pause`` (``commit`` only): wait ``PAUSE_SECONDS`` before the commit request, with the
+  transaction's records written to the log (so a test can look at them uncommitted);
+- ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
+  partition's end without delivering the records in between, as Faust's consumer does when it
+  drops a fetched batch (the stall watchdog must bring them back).
+- ``hold`` (``recovering`` only): changelog records fetched during the next ``HOLD_SECONDS``
+  reach the recovery only at the end of that time, in order; the consumer's position is past
+  them meanwhile and the recovery's queue stays empty for more than two of its 5 s waits (the
+  takeover race of fault row F16: a recovery that ends on the consumer's position loses them).
+
+Production never sets it, and never imports this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiokafka.structs import TopicPartition
+
+from app.eos.collector import retrieve_exception_later
+from app.eos.producer import abandon
+from app.fault_points import ChangelogDelivery, FaultPoints
+from app.fault_skipping import EndOf, Seek, SkippingHandler
+
+if TYPE_CHECKING:
+    from app.eos.batch import BatchHandler
+    from app.eos.task import Task
+    from tables.restore import OnProgress, Progress
+
+log = logging.getLogger(__name__)
+
+#: The environment variable the fault tests set (documented in docs/testing.md).
+ENV = "DEDUPE_FAULT_INJECTION"
+
+POINTS = {
+    "stored",
+    "sent",
+    "processed",
+    "commit",
+    "committed",
+    "rebalance",
+    "assigned",
+    "recovering",
+    "restored",
+}
+ACTIONS = {
+    "kill",
+    "term",
+    "lose-response",
+    "lose-request",
+    "roll-back",
+    "pause",
+    "skip-fetched",
+    "hold",
+}
+#: The point each action other than ``kill`` applies to.
+ACTION_POINT = {
+    "lose-response": "commit",
+    "lose-request": "commit",
+    "roll-back": "commit",
+    "pause": "commit",
+    "skip-fetched": "processed",
+    "hold": "recovering",
+}
+#: How long the ``pause`` action holds a commit.
+PAUSE_SECONDS = 5.0
+#: How long the ``hold`` action keeps fetched changelog records from the recovery.
+HOLD_SECONDS = 12.0
+_SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
+
+
+@dataclass
+class FaultPlan:
+    point: str
+    action: str
+    at: int
+    reached: int = 0
+    fired: bool = False
+    #: ``roll-back``: the partition whose rolled-back transaction was reported committed.
+    rolled_back: int | None = None
+
+    def reach(self, point: str) -> str | None:
+        """Count a visit to ``point``; the action to take now, if any (``kill`` never returns)."""
+        if self.fired or point != self.point:
+            return None
+        self.reached += 1
+        if self.reached < self.at:
+            return None
+        self.fired = True
+        if self.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.action == "term":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self.action
+
+    def after_applied(self, partition: int) -> None:
+        """The stores applied a commit of ``partition``: the one ``roll-back`` reported?"""
+        if self.rolled_back == partition:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class Hold:
+    """The ``hold`` action's records: kept for ``seconds``, then released in order."""
+
+    seconds: float
+    batches: list[tuple[Any, list[Any]]] = field(default_factory=list)
+    done: bool = False
+    release: asyncio.Future[None] | None = None
+
+
+def parse(spec: str) -> FaultPlan | None:
+    """``"commit=lose-response@5"`` -> a plan; ``""`` -> None. Raises ValueError when malformed."""
+    if not spec:
+        return None
+    match = _SPEC.match(spec)
+    if match is None or match["point"] not in POINTS or match["action"] not in ACTIONS:
+        raise ValueError(
+            f"{spec!r}: use <point>=<action>@<n> with point in {sorted(POINTS)} and action "
+            f"in {sorted(ACTIONS)}"
+        )
+    point = ACTION_POINT.get(match["action"], match["point"])
+    if match["point"] != point:
+        raise ValueError(f"{spec!r}: {match['action']} only applies to the {point} point")
+    return FaultPlan(match["point"], match["action"], int(match["n"]))
+
+
+def from_environment(environ: Mapping[str, str] = os.environ) -> InjectedFaults | None:
+    """The fault points ``DEDUPE_FAULT_INJECTION`` asks for; None when it is unset or empty.
+    Raises ValueError (naming the variable) when it is malformed."""
+    try:
+        plan = parse(environ.get(ENV, ""))
+    except ValueError as exc:
+        raise ValueError(f"{ENV}: {exc}") from None
+    return None if plan is None else InjectedFaults(plan)
+
+
+class InjectedFaults(FaultPoints):
+    """The fault points with ``plan``'s action at its point (see the module docstring)."""
+
+    def __init__(self, plan: FaultPlan) -> None:
+        self.plan = plan
+        #: ``skip-fetched``: records below these offsets are not delivered.
+        self.skipping: dict[TopicPartition, int] = {}
+        self._hold: Hold | None = None
+        #: The ``commit`` point's action for a task's commit request, by partition.
+        self._commit_actions: dict[int, str] = {}
+
+    def stored(self) -> None:
+        self.plan.reach("stored")
+
+    def sent(self) -> None:
+        self.plan.reach("sent")
+
+    async def before_commit(self, task: Task) -> None:
+        action = self.plan.reach("commit")
+        if action == "pause":
+            await asyncio.sleep(PAUSE_SECONDS)  # outside the commit's timeout
+        elif action is not None:
+            self._commit_actions[task.partition] = action
+
+    def commit_request(self, task: Task, producer: Any) -> Awaitable[None]:
+        # Taken now, not when the request runs: another task's commit may come in between.
+        return self._request(task, producer, self._commit_actions.pop(task.partition, None))
+
+    async def _request(self, task: Task, producer: Any, action: str | None) -> None:
+        if action == "lose-request":
+            raise TimeoutError("fault injection: commit request lost")
+        if action == "roll-back":
+            await producer.abort_transaction()
+            self.plan.rolled_back = task.partition
+            log.warning(
+                "fault injection: partition %d's transaction (offsets %s) was aborted; "
+                "reporting it committed (a commit the broker acknowledged, then rolled back)",
+                task.partition,
+                {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(task.offsets.items())},
+            )
+            return
+        request: asyncio.Future[None] = asyncio.ensure_future(producer.commit_transaction())
+        if action == "lose-response":
+            await asyncio.sleep(0.5)  # the request is out and answered meanwhile
+            retrieve_exception_later(request)
+            abandon(request)
+            raise TimeoutError("fault injection: commit response lost")
+        await request
+
+    def committed(self, partition: int) -> None:
+        self.plan.reach("committed")
+
+    def applied(self, partition: int) -> None:
+        self.plan.after_applied(partition)
+
+    def rebalance(self) -> None:
+        self.plan.reach("rebalance")
+
+    async def assigned(self) -> None:
+        if self.plan.reach("assigned") == "term":
+            await asyncio.sleep(1.0)  # the stop runs while the rebalance is unfinished
+
+    def batch_handler(
+        self, handler: BatchHandler, tasks: dict[int, Task], end_of: EndOf, seek: Seek
+    ) -> BatchHandler:
+        return SkippingHandler(self.plan, self.skipping, handler, tasks, end_of, seek).handle
+
+    def seeked_back(self, tp: TopicPartition) -> None:
+        self.skipping.pop(tp, None)
+
+    def changelog_fetched(
+        self, tp: Any, fetched: list[Any], recovering: bool, deliver: ChangelogDelivery
+    ) -> bool:
+        hold = self._hold
+        if hold is None:
+            if not recovering or self.plan.reach("recovering") != "hold":
+                return False
+            hold = self._hold = Hold(HOLD_SECONDS)
+            hold.release = asyncio.ensure_future(self._release_held(hold, deliver))
+        if hold.done:
+            return False
+        hold.batches.append((tp, fetched))
+        return True
+
+    async def _release_held(self, hold: Hold, deliver: ChangelogDelivery) -> None:
+        await asyncio.sleep(hold.seconds)
+        log.warning(
+            "fault injection: releasing %d held changelog records",
+            sum(len(fetched) for _tp, fetched in hold.batches),
+        )
+        released = 0
+        while released < len(hold.batches):  # batches held meanwhile go in order, after
+            await deliver(*hold.batches[released])
+            released += 1
+        hold.done = True
+
+    def restore_progress(self, on_progress: OnProgress) -> OnProgress:
+        plan = self.plan
+
+        def progress(done: Progress, written: int) -> None:
+            on_progress(done, written)
+            before = done.records - written
+            for _ in range(done.records // 1000 - before // 1000):
+                plan.reach("restored")
+
+        return progress
