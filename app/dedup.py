@@ -29,23 +29,12 @@ from collections.abc import Sequence
 from app import rules, strategy
 from app.eos import SourceRecord, TaskTransaction
 from app.fault_points import NO_FAULTS, FaultPoints
+from app.record_sends import RecordOutcome, Sends
 from app.settings import Settings
 from app.strategy import NO_META, Meta, Strategy
 from tables.producers import ProducerSeqs
 from tables.seen_ids import SeenIds
 from tables.window import Verdict
-
-
-class RecordOutcome:
-    """Names of the per-partition counters (what happened to each record)."""
-
-    FORWARDED = "forwarded"
-    DUPLICATE = "duplicates_dropped"
-    DEAD_LETTERED = "dead_lettered"
-    REKEYED = "rekeyed"
-    #: DEDUPE_VERIFY_CONTENT: same id, other content (dead-lettered, counted on its own).
-    REUSED = "messageId_reused"
-
 
 # Module constants: read per record, faster than the enums' class attributes.
 _PRODUCER_SEQUENCE, _OFF = Strategy.PRODUCER_SEQUENCE, Strategy.OFF
@@ -76,6 +65,12 @@ class Deduplicator:
         self.by_strategy: dict[int, Counter[tuple[str, str]]] = {}
         self.max_future_ms = round(settings.max_future_skew * 1000)
         self.points = points
+        sends = Sends(settings, points)
+        self._forward, self._rekey, self._dead_letter = (
+            sends.forward,
+            sends.rekey,
+            sends.dead_letter,
+        )
         self.policies = strategy.parse_policies(settings.source_policies)
         self.last_seen = settings.window_from == "last_seen"
         self.window_from = strategy.parse_window_from(settings.source_window_from)
@@ -247,66 +242,6 @@ class Deduplicator:
         if not self.producers.advance(key, parsed.sequence, ms, message.partition):
             return RecordOutcome.DUPLICATE
         return await self._forward(txn, message, key, headers, timestamp_ms)
-
-    # -- sends ------------------------------------------------------------------------------------
-
-    async def _forward(
-        self,
-        txn: TaskTransaction,
-        message: SourceRecord,
-        key: bytes,
-        headers: Sequence[tuple[str, bytes]],
-        timestamp_ms: int | None,
-    ) -> str:
-        self.points.stored()
-        await txn.send(
-            self.settings.output_topic,
-            key=key,
-            value=message.value,
-            headers=headers,
-            timestamp_ms=timestamp_ms,
-            partition=message.partition,
-        )
-        self.points.sent()
-        return RecordOutcome.FORWARDED
-
-    async def _rekey(
-        self,
-        txn: TaskTransaction,
-        message: SourceRecord,
-        key: bytes,
-        headers: Sequence[tuple[str, bytes]],
-        timestamp_ms: int | None,
-    ) -> str:
-        s = self.settings
-        await txn.send(
-            s.repartition_topic,
-            key=key,
-            value=message.value,
-            headers=headers,
-            timestamp_ms=timestamp_ms,
-            partition=rules.partition_for(key, s.partitions),
-        )
-        return RecordOutcome.REKEYED
-
-    async def _dead_letter(
-        self,
-        txn: TaskTransaction,
-        message: SourceRecord,
-        bad: rules.Invalid,
-        timestamp_ms: int | None,
-    ) -> str:
-        await txn.send(
-            self.settings.dlq_topic,
-            key=message.key,
-            value=message.value,
-            headers=rules.dead_letter_headers(
-                list(message.headers or ()), bad, message.topic, message.partition, message.offset
-            ),
-            timestamp_ms=timestamp_ms,
-            partition=message.partition,
-        )
-        return RecordOutcome.DEAD_LETTERED
 
     def count(
         self,
