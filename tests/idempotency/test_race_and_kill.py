@@ -222,7 +222,8 @@ def test_kill_9_mid_handler_then_taken_over_once(
     assert dict(effects) == expected, effects
     figures.append(
         f"kill -9 [{store}, {phase}]: lease {lease_ms} ms; {completed} completed ids -> "
-        f"repeats, {held} held mid-handler -> claimed again {min(after_claim):.2f}-{max(after_claim):.2f} s "
+        f"repeats, {held} held mid-handler -> claimed again "
+        f"{min(after_claim):.2f}-{max(after_claim):.2f} s "
         f"after the holder's claim (the rescuer waited {min(held_waits):.2f}-"
         f"{max(held_waits):.2f} s; done {rescued_after:.2f} s after the kill), {fresh} new; "
         f"effects per held id: {sorted(set(effects[e] for e in holding))}, "
