@@ -64,10 +64,11 @@ def table(servers: Servers) -> Iterator[str]:
     with psycopg.connect(servers.dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {name} CASCADE")
         conn.execute(f"DROP TABLE IF EXISTS {name}_effects")
-        conn.execute(
-            f"DROP FUNCTION IF EXISTS {name}_claim(text, text, bytea, uuid, bigint, bigint, "
-            "bigint, boolean)"
-        )
+        for (function,) in conn.execute(
+            "SELECT oid::regprocedure::text FROM pg_proc WHERE proname LIKE %s",
+            (f"{name}\\_%",),
+        ).fetchall():
+            conn.execute(f"DROP FUNCTION IF EXISTS {function}")
         for (part,) in conn.execute(
             "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (f"{name}_p%",)
         ).fetchall():

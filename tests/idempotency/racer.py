@@ -11,7 +11,8 @@ Stores: ``pg-joined`` (the effect row is written on the claim's connection, in i
 transaction), ``pg`` (the effect is its own autocommit insert, before complete), ``redis``
 (the effect is an RPUSH to ``<prefix>effects``). Roles: ``race`` (every id, shuffled by
 seed, waiting on busy ids), ``holder`` (completes ``--complete`` ids, then holds ``--hold``
-more claims mid-handler and prints HOLDING; the test kills it), ``rescue`` (every id, waiting;
+more claims mid-handler, before the effect or with ``--after-effect`` after it, and prints
+HOLDING; the test kills it), ``rescue`` (every id, waiting;
 prints per id how it went). The last line on stdout is a JSON summary.
 """
 
@@ -49,6 +50,11 @@ async def main(argv: list[str]) -> int:
     p.add_argument("--lease-ms", type=int, default=30_000)
     p.add_argument("--complete", type=int, default=0, help="holder: ids completed first")
     p.add_argument("--hold", type=int, default=0, help="holder: claims then held mid-handler")
+    p.add_argument(
+        "--after-effect",
+        action="store_true",
+        help="holder: hold after the effect, before complete (pg-joined always does)",
+    )
     p.add_argument("--start-at", type=float, default=0.0, help="epoch seconds to start at")
     args = p.parse_args(argv)
 
@@ -89,8 +95,9 @@ async def main(argv: list[str]) -> int:
                     outcomes[event_id] = {"how": "repeat"}
                 else:
                     if hold:
-                        if args.store == "pg-joined":
-                            await effect(event_id, claim)  # written, never committed
+                        if args.store == "pg-joined" or args.after_effect:
+                            # pg-joined: written, never committed; else done, not completed
+                            await effect(event_id, claim)
                         print(f"HOLDING {event_id} {claimed_at}", flush=True)
                         await block_forever.wait()
                     await effect(event_id, claim)

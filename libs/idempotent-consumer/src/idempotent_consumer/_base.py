@@ -61,6 +61,18 @@ class LeaseLost(IdempotencyError):
         )
 
 
+class InvalidEventId(IdempotencyError, ValueError, TypeError):
+    """An event id (or processor name) the library cannot key a record by: not str or
+    UTF-8 bytes, empty, longer than 255 characters, or holding a NUL. A ``ValueError`` and a
+    ``TypeError`` too, for callers that caught those before it existed."""
+
+
+class NotSerializable(IdempotencyError, TypeError):
+    """A payload the hash cannot encode canonically, or a result the serializer cannot
+    store. Raised before anything is written for a payload, and by ``claim.complete()``
+    (so the ``with`` block releases the claim) for a result."""
+
+
 class Outcome(enum.Enum):
     """What a store's claim step found."""
 
@@ -147,7 +159,8 @@ class Serializer(Protocol):
 
 
 class JsonSerializer:
-    """The default: results must be JSON values (a charge id, a dict of ids, None)."""
+    """The default: results must be JSON values (a charge id, a dict of ids, None); a
+    ``Decimal``, a ``datetime`` or a set is refused (``NotSerializable``), convert it first."""
 
     def dumps(self, value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
@@ -158,7 +171,12 @@ class JsonSerializer:
 
 def payload_hash(payload: object) -> bytes | None:
     """SHA-256 of a payload: bytes as they are, str as UTF-8, anything else as canonical JSON
-    (sorted keys, no spaces). ``None`` means no payload check."""
+    (sorted keys, no spaces). ``None`` means no payload check.
+
+    Only JSON values are hashed: anything else raises ``NotSerializable`` before the claim.
+    Falling back to ``str()`` would hash reprs that are not stable (an object's default repr
+    holds its address, a set's order depends on the process's hash seed), so a true repeat
+    would be refused as ``PayloadMismatch`` by the next process."""
     if payload is None:
         return None
     if isinstance(payload, bytes | bytearray | memoryview):
@@ -166,7 +184,12 @@ def payload_hash(payload: object) -> bytes | None:
     elif isinstance(payload, str):
         data = payload.encode()
     else:
-        data = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
+        try:
+            data = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            raise NotSerializable(
+                f"payload is not a JSON value ({exc}); pass bytes, str or a JSON value"
+            ) from exc
     return hashlib.sha256(data).digest()
 
 
@@ -176,15 +199,17 @@ def check_event_id(event_id: object) -> str:
         try:
             event_id = event_id.decode()
         except UnicodeDecodeError:
-            raise ValueError(f"event id {event_id!r} is not UTF-8") from None
+            raise InvalidEventId(f"event id {event_id!r} is not UTF-8") from None
     if not isinstance(event_id, str):
-        raise TypeError(f"event id must be str or bytes, not {type(event_id).__name__}")
+        raise InvalidEventId(f"event id must be str or bytes, not {type(event_id).__name__}")
     if not event_id:
-        raise ValueError("event id is empty (the id must come from the producer)")
+        raise InvalidEventId("event id is empty (the id must come from the producer)")
     if len(event_id) > MAX_EVENT_ID_LENGTH:
-        raise ValueError(f"event id longer than {MAX_EVENT_ID_LENGTH} characters: hash it first")
+        raise InvalidEventId(
+            f"event id longer than {MAX_EVENT_ID_LENGTH} characters: hash it first"
+        )
     if "\x00" in event_id:
-        raise ValueError("event id contains a NUL character")
+        raise InvalidEventId("event id contains a NUL character")
     return event_id
 
 

@@ -16,7 +16,6 @@ A different payload hash under the same id is ``PayloadMismatch`` in any state.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -31,6 +30,7 @@ from ._base import (
     Held,
     JsonSerializer,
     LeaseLost,
+    NotSerializable,
     Outcome,
     PayloadMismatch,
     Serializer,
@@ -39,8 +39,6 @@ from ._base import (
     payload_hash,
     positive,
 )
-
-log = logging.getLogger("idempotent_consumer")
 
 StoreT = TypeVar("StoreT")
 T = TypeVar("T")
@@ -121,7 +119,8 @@ class ClaimState:
         #: the caller's connection the claim joined (PostgreSQL), or None
         self.connection = connection
         self._held = held
-        self._completed = False
+        self._serializer: Serializer = JsonSerializer()
+        self._data: bytes | None = None  # the result, serialized by complete()
 
     @property
     def taken_over(self) -> bool:
@@ -130,11 +129,24 @@ class ClaimState:
 
     def complete(self, result: Any = None) -> None:
         """Record the result; it is stored with the claim when the ``with`` block ends
-        (a block that ends without ``complete`` completes with ``None``)."""
+        (a block that ends without ``complete`` completes with ``None``). A result the
+        serializer cannot store raises ``NotSerializable`` here."""
         if self.done:
             raise RuntimeError(f"event {self.event_id!r} is a repeat: there is nothing to complete")
+        # Serialized here, inside the block, not when it ends: a result the serializer
+        # refuses raises in the body, so the claim is released, never left in progress
+        # until its lease ends (which would let the effect run again, with no error seen).
+        try:
+            data = self._serializer.dumps(result)
+        except NotSerializable:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise NotSerializable(
+                f"the result of {self.event_id!r} cannot be stored ({exc}): convert it to "
+                "a JSON value, or give Idempotency a serializer that stores it"
+            ) from exc
         self.result = result
-        self._completed = True
+        self._data = data
 
     def __repr__(self) -> str:
         state = "done" if self.done else "held"
@@ -294,12 +306,13 @@ class ClaimContext:
         claim = Claim(self._event_id, self._idem.processor, reply, held, result, self._connection)
         claim._store = self._idem.store
         claim._lease = self._idem.lease
+        claim._serializer = self._idem.serializer
         self._claim = claim
         return claim
 
     async def _complete(self, claim: Claim) -> None:
         assert claim._held is not None
-        data = self._idem.serializer.dumps(claim.result if claim._completed else None)
+        data = claim._data if claim._data is not None else self._idem.serializer.dumps(None)
         ok = await self._idem.store.complete(
             claim._held, data, self._idem.expire_after, self._connection
         )
@@ -335,18 +348,10 @@ class ClaimContext:
         return suppressed
 
     async def _release(self, claim: Claim) -> None:
+        # As Powertools does when its delete fails (utilities/idempotency/base.py,
+        # _get_function_response), a release that fails raises, with the body's exception
+        # as its context: the caller must learn that the claim stays in progress until its
+        # lease ends. A holder taken over is refused (the store's token fence) with LeaseLost.
         assert claim._held is not None
-        try:
-            if not await self._idem.store.release(claim._held):
-                log.warning(
-                    "claim of %r (%s) was taken over before its release",
-                    claim.event_id,
-                    claim.processor,
-                )
-        except Exception:
-            # The original exception matters more; the lease ends the claim in the end.
-            log.exception(
-                "could not release the claim of %r (%s); it ends with its lease",
-                claim.event_id,
-                claim.processor,
-            )
+        if not await self._idem.store.release(claim._held):
+            raise LeaseLost(self._event_id, self._idem.processor, "release")

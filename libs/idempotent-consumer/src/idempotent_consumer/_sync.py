@@ -24,7 +24,7 @@ from ._base import (
     payload_hash,
     positive,
 )
-from ._core import FIRST_POLL, ClaimState, Settings, _deadline, log
+from ._core import FIRST_POLL, ClaimState, Settings, _deadline
 
 T = TypeVar("T")
 
@@ -160,12 +160,13 @@ class SyncClaimContext:
         )
         claim._store = self._idem.store
         claim._lease = self._idem.lease
+        claim._serializer = self._idem.serializer
         self._claim = claim
         return claim
 
     def _complete(self, claim: SyncClaim) -> None:
         assert claim._held is not None
-        data = self._idem.serializer.dumps(claim.result if claim._completed else None)
+        data = claim._data if claim._data is not None else self._idem.serializer.dumps(None)
         ok = self._idem.store.complete_sync(
             claim._held, data, self._idem.expire_after, self._connection
         )
@@ -198,17 +199,7 @@ class SyncClaimContext:
         return suppressed
 
     def _release(self, claim: SyncClaim) -> None:
+        # A failed release raises (as in _core); a holder taken over gets LeaseLost.
         assert claim._held is not None
-        try:
-            if not self._idem.store.release_sync(claim._held):
-                log.warning(
-                    "claim of %r (%s) was taken over before its release",
-                    claim.event_id,
-                    claim.processor,
-                )
-        except Exception:
-            log.exception(
-                "could not release the claim of %r (%s); it ends with its lease",
-                claim.event_id,
-                claim.processor,
-            )
+        if not self._idem.store.release_sync(claim._held):
+            raise LeaseLost(self._event_id, self._idem.processor, "release")

@@ -1,8 +1,10 @@
 """Bounded memory, no database: a fixed array of slots holding full event ids.
 
 After the NSQ client's "opposite of a Bloom filter": an id goes into slot ``hash(id) % N``,
-overwriting whatever id was there. A match is certain (the slot holds the *full* id, not a
-digest), so an original is never taken for a repeat; no match means "probably new", and a
+overwriting whatever *completed* id was there (a live in-progress claim is never
+overwritten: another id landing on its slot waits, or gets ``AlreadyInProgress``, until it
+completes, is released or its lease ends). A match is certain (the slot holds the *full*
+id, not a digest), so an original is never taken for a repeat; no match means "probably new", and a
 repeat whose slot was overwritten in the meantime slips through. When a handler fails, its
 slot is erased so the redelivery is processed, not dropped.
 
@@ -212,6 +214,12 @@ class MemoryStore:
                 if slot.payload_hash is None:
                     slot.payload_hash = request.payload_hash
                 return ClaimReply(Outcome.TAKEN_OVER, attempts=slot.attempts)
+            if slot is not None and slot.state == "p" and slot.lease_until > now:
+                # Another id's live claim: overwriting it would let its holder's complete
+                # land on nothing while a redelivery of that id claims it again, two holders
+                # of one id. So this id waits (or gets AlreadyInProgress) until that claim
+                # completes, is released or its lease ends; completed ids are overwritten.
+                return ClaimReply(Outcome.IN_PROGRESS, retry_after=slot.lease_until - now)
             if slot is None:
                 self._occupied += 1
             elif slot.key != key:
@@ -258,11 +266,10 @@ class MemoryStore:
                 assert slot is not None
                 slot.state = "c"
                 slot.result = result
-                return True
-            # Another id overwrote the slot while this one ran: it is forgotten (a later
-            # repeat slips through, as any overwritten id's would); not a lost lease.
-            key = self._key(held.processor, held.event_id)
-            return slot is None or slot.key != key
+            # Not ours: a live claim is never overwritten, so the slot went to another
+            # claim after this one's lease ended (a takeover, or another id): LeaseLost, as
+            # on the other stores.
+            return ours
 
     def release_sync(self, held: Held, connection: Any = None) -> bool:
         with self._lock:

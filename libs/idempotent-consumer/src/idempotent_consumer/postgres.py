@@ -55,6 +55,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def schema_sql(table: str, lock_namespace: int) -> str:
     """The DDL of the table and its functions (idempotent: safe to run again)."""
     t = table
+    # 64 bits of the key (the one-bigint form of the advisory locks, seeded per table): a
+    # 32-bit hash makes two live ids collide about once in 77,000, and a collision answers
+    # "busy" for an id nobody holds.
+    lock = f"hashtextextended(p_processor || chr(31) || p_event_id, {lock_namespace})"
     return f"""
 CREATE TABLE IF NOT EXISTS {t} (
     processor    text        NOT NULL,  -- the consumer group's namespace
@@ -81,7 +85,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     r {t}%ROWTYPE;
     v_now timestamptz := clock_timestamp();
-    v_lock integer := hashtext(p_processor || chr(31) || p_event_id);
+    v_lock bigint := {lock};
     v_found boolean;
     v_rows integer;
 BEGIN
@@ -89,10 +93,11 @@ BEGIN
         RAISE EXCEPTION 'idempotency claims need READ COMMITTED, not %',
             current_setting('transaction_isolation') USING ERRCODE = 'feature_not_supported';
     END IF;
-    -- One claim of this (processor, event id) at a time, across all partitions.
+    -- One claim, complete, release or extend of this (processor, event id) at a time, across
+    -- all partitions ({t}_finish takes the same lock).
     IF p_block THEN
-        PERFORM pg_advisory_xact_lock({lock_namespace}, v_lock);
-    ELSIF NOT pg_try_advisory_xact_lock({lock_namespace}, v_lock) THEN
+        PERFORM pg_advisory_xact_lock(v_lock);
+    ELSIF NOT pg_try_advisory_xact_lock(v_lock) THEN
         outcome := 'busy';
         RETURN;
     END IF;
@@ -106,12 +111,19 @@ BEGIN
     END IF;
     IF NOT v_found THEN
         o_period := to_timestamp(floor(extract(epoch FROM v_now) / p_period_s) * p_period_s);
-        INSERT INTO {t} (processor, event_id, period, state, token, payload_hash, claimed_at,
-                         lease_until, expires_at, attempts)
-        VALUES (p_processor, p_event_id, o_period, 'p', p_token, p_hash, v_now,
-                v_now + p_lease_ms * interval '1 millisecond',
-                v_now + p_expire_ms * interval '1 millisecond', 1)
-        ON CONFLICT DO NOTHING;
+        BEGIN
+            INSERT INTO {t} (processor, event_id, period, state, token, payload_hash,
+                             claimed_at, lease_until, expires_at, attempts)
+            VALUES (p_processor, p_event_id, o_period, 'p', p_token, p_hash, v_now,
+                    v_now + p_lease_ms * interval '1 millisecond',
+                    v_now + p_expire_ms * interval '1 millisecond', 1)
+            ON CONFLICT DO NOTHING;
+        EXCEPTION WHEN check_violation THEN
+            -- No partition for now: answered, not raised, so a caller's transaction that
+            -- this claim joined survives; the store creates the partition and asks again.
+            outcome := 'no_partition';
+            RETURN;
+        END;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
         IF v_rows = 1 THEN
             outcome := 'acquired';
@@ -136,13 +148,54 @@ BEGIN
         o_retry_ms := ceil(extract(epoch FROM r.lease_until - v_now) * 1000);
         RETURN;
     END IF;
-    -- The holder's lease ended (it crashed or hung): take the claim over.
+    -- The holder's lease ended (it crashed or hung): take the claim over, only from the row
+    -- as read (its token, still in progress, lease still ended). The lock keeps the old
+    -- holder's complete and release out; the conditions and the row count keep this step
+    -- right on its own: a row that changed or vanished is never taken over, the caller
+    -- is told to ask again.
     UPDATE {t} SET token = p_token, attempts = r.attempts + 1,
                    lease_until = v_now + p_lease_ms * interval '1 millisecond',
                    payload_hash = coalesce(r.payload_hash, p_hash)
-     WHERE processor = p_processor AND event_id = p_event_id AND period = r.period;
+     WHERE processor = p_processor AND event_id = p_event_id AND period = r.period
+       AND token = r.token AND state = 'p' AND lease_until <= v_now;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    IF v_rows <> 1 THEN
+        outcome := 'busy';
+        RETURN;
+    END IF;
     outcome := 'taken_over';
     o_attempts := r.attempts + 1;
+END
+$fn$;
+
+-- The holder's complete ('c'), release ('r') or extend ('e'), under the claim's lock: without
+-- it a late complete or release could commit between a takeover's read and its update.
+-- Returns the rows changed (1: done; 0: the token no longer holds the record).
+CREATE OR REPLACE FUNCTION {t}_finish(
+    p_processor text, p_event_id text, p_period timestamptz, p_token uuid,
+    p_action "char", p_result bytea, p_lease_ms bigint)
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_rows integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock({lock});
+    IF p_action = 'c' THEN
+        UPDATE {t} SET state = 'c', result = p_result, lease_until = NULL,
+                       completed_at = clock_timestamp()
+         WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
+           AND token = p_token AND state = 'p';
+    ELSIF p_action = 'r' THEN
+        DELETE FROM {t}
+         WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
+           AND token = p_token AND state = 'p';
+    ELSE
+        UPDATE {t} SET lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+         WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
+           AND token = p_token AND state = 'p';
+    END IF;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN v_rows;
 END
 $fn$;
 """
@@ -194,8 +247,9 @@ class PostgresStore:
         self.create_schema = create_schema
         self.min_size = min_size
         self.max_size = max_size
-        # Advisory-lock namespace of this table: (namespace, hashtext(key)) per claim and
-        # (namespace, 0) for the maintainer. A collision only serialises, never breaks.
+        # Advisory-lock namespace of this table: the seed of each claim's 64-bit key (the
+        # one-bigint lock space) and (namespace, 0) for the maintainer (the two-int space,
+        # which never overlaps the other).
         self.lock_namespace = zlib.crc32(table.encode()) - (1 << 31)
         self._period_s = int(self.partition_period.total_seconds())
         self._pool: AsyncConnectionPool | None = None
@@ -208,16 +262,7 @@ class PostgresStore:
             f"SELECT outcome, o_result, o_retry_ms, o_attempts, o_period "
             f"FROM {table}_claim(%s, %s, %s, %s, %s, %s, %s, %s)"
         )
-        where = "WHERE processor = %s AND event_id = %s AND period = %s AND token = %s"
-        self._sql_complete = (
-            f"UPDATE {table} SET state = 'c', result = %s, lease_until = NULL, "
-            f"completed_at = clock_timestamp() {where} AND state = 'p'"
-        )
-        self._sql_release = f"DELETE FROM {table} {where} AND state = 'p'"
-        self._sql_extend = (
-            f"UPDATE {table} SET lease_until = clock_timestamp() + %s * interval '1 millisecond' "
-            f"{where} AND state = 'p'"
-        )
+        self._sql_finish = f"SELECT {table}_finish(%s, %s, %s, %s, %s, %s, %s)"
 
     def schema_sql(self) -> str:
         return schema_sql(self.table, self.lock_namespace)
@@ -439,9 +484,12 @@ class PostgresStore:
         )
 
     @staticmethod
-    def _reply(row: tuple[Any, ...] | None) -> ClaimReply:
+    def _reply(row: tuple[Any, ...] | None) -> ClaimReply | None:
+        """The claim's reply; None when the current period has no partition yet."""
         assert row is not None
         outcome, result, retry_ms, attempts, period = row
+        if outcome == "no_partition":
+            return None
         return ClaimReply(
             Outcome(outcome),
             result=bytes(result) if result is not None else None,
@@ -451,51 +499,56 @@ class PostgresStore:
         )
 
     @staticmethod
-    def _held_params(held: Held) -> tuple[Any, ...]:
-        return (held.processor, held.event_id, held.locator, uuid.UUID(hex=held.token))
+    def _finish_params(held: Held, action: str, result: bytes | None, lease_ms: int) -> Any:
+        token = uuid.UUID(hex=held.token)
+        return (held.processor, held.event_id, held.locator, token, action, result, lease_ms)
+
+    # The claim answers "no_partition" (not an error: a transaction it joined survives) when
+    # the current period's partition is missing; the store creates it and asks once more,
+    # joined or not.
 
     async def claim(self, request: ClaimRequest, connection: Any = None) -> ClaimReply:
         pool = await self.pool()
         if self._maintenance_due():
             await asyncio.to_thread(self._maintain_quietly)
         params = self._claim_params(request)
-        if connection is not None:
-            cur = await connection.execute(self._sql_claim, params)
-            return self._reply(await cur.fetchone())
         for attempt in (1, 2):
-            try:
+            if connection is not None:
+                cur = await connection.execute(self._sql_claim, params)
+                reply = self._reply(await cur.fetchone())
+            else:
                 async with pool.connection() as conn:
                     cur = await conn.execute(self._sql_claim, params)
-                    return self._reply(await cur.fetchone())
-            except pg_errors.CheckViolation:  # no partition for now(): make it, once
-                if attempt == 2:
-                    raise
+                    reply = self._reply(await cur.fetchone())
+            if reply is not None:
+                return reply
+            if attempt == 1:
                 await asyncio.to_thread(self._maintain_quietly)
-        raise AssertionError("unreachable")
+        raise RuntimeError(f"{self.table}: no partition for now, and maintenance made none")
 
-    async def _update(self, sql: str, params: tuple[Any, ...], connection: Any) -> bool:
+    async def _finish(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
-            cur = await connection.execute(sql, params)
-            return bool(cur.rowcount == 1)
-        pool = await self.pool()
-        async with pool.connection() as conn:
-            cur = await conn.execute(sql, params)
-            return bool(cur.rowcount == 1)
+            cur = await connection.execute(self._sql_finish, params)
+        else:
+            pool = await self.pool()
+            async with pool.connection() as conn:
+                cur = await conn.execute(self._sql_finish, params)
+                row = await cur.fetchone()
+                return bool(row and row[0] == 1)
+        row = await cur.fetchone()
+        return bool(row and row[0] == 1)
 
     async def complete(
         self, held: Held, result: bytes, expire_after: timedelta, connection: Any = None
     ) -> bool:
-        return await self._update(
-            self._sql_complete, (result, *self._held_params(held)), connection
-        )
+        return await self._finish(self._finish_params(held, "c", result, 0), connection)
 
     async def release(self, held: Held, connection: Any = None) -> bool:
-        return await self._update(self._sql_release, self._held_params(held), connection)
+        return await self._finish(self._finish_params(held, "r", None, 0), connection)
 
     async def extend(self, held: Held, lease: timedelta, connection: Any = None) -> bool:
-        return await self._update(
-            self._sql_extend, (millis(lease), *self._held_params(held)), connection
-        )
+        params = self._finish_params(held, "e", None, millis(lease))
+        return await self._finish(params, connection)
 
     # -- the sync store -------------------------------------------------------------------
 
@@ -504,33 +557,33 @@ class PostgresStore:
         if self._maintenance_due():
             self._maintain_quietly()
         params = self._claim_params(request)
-        if connection is not None:
-            return self._reply(connection.execute(self._sql_claim, params).fetchone())
         for attempt in (1, 2):
-            try:
+            if connection is not None:
+                reply = self._reply(connection.execute(self._sql_claim, params).fetchone())
+            else:
                 with pool.connection() as conn:
-                    return self._reply(conn.execute(self._sql_claim, params).fetchone())
-            except pg_errors.CheckViolation:
-                if attempt == 2:
-                    raise
+                    reply = self._reply(conn.execute(self._sql_claim, params).fetchone())
+            if reply is not None:
+                return reply
+            if attempt == 1:
                 self._maintain_quietly()
-        raise AssertionError("unreachable")
+        raise RuntimeError(f"{self.table}: no partition for now, and maintenance made none")
 
-    def _update_sync(self, sql: str, params: tuple[Any, ...], connection: Any) -> bool:
+    def _finish_sync(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
-            return bool(connection.execute(sql, params).rowcount == 1)
-        with self.sync_pool().connection() as conn:
-            return bool(conn.execute(sql, params).rowcount == 1)
+            row = connection.execute(self._sql_finish, params).fetchone()
+        else:
+            with self.sync_pool().connection() as conn:
+                row = conn.execute(self._sql_finish, params).fetchone()
+        return bool(row and row[0] == 1)
 
     def complete_sync(
         self, held: Held, result: bytes, expire_after: timedelta, connection: Any = None
     ) -> bool:
-        return self._update_sync(self._sql_complete, (result, *self._held_params(held)), connection)
+        return self._finish_sync(self._finish_params(held, "c", result, 0), connection)
 
     def release_sync(self, held: Held, connection: Any = None) -> bool:
-        return self._update_sync(self._sql_release, self._held_params(held), connection)
+        return self._finish_sync(self._finish_params(held, "r", None, 0), connection)
 
     def extend_sync(self, held: Held, lease: timedelta, connection: Any = None) -> bool:
-        return self._update_sync(
-            self._sql_extend, (millis(lease), *self._held_params(held)), connection
-        )
+        return self._finish_sync(self._finish_params(held, "e", None, millis(lease)), connection)

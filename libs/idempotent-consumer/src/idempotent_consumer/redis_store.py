@@ -47,10 +47,13 @@ from ._base import ClaimReply, ClaimRequest, Held, Outcome, millis
 _HASH_LEN = 64
 _HEADER = 1 + 32 + _HASH_LEN
 
-# KEYS[1] the record; ARGV[1] 'p' .. token (the in-progress header prefix of the holder)
+# KEYS[1] the record; ARGV[1] 'p' .. token (the in-progress header prefix of the holder).
+# Completing also stores the result when the key is gone: the lease ended and nobody took
+# the event over, so this holder's run is still the only one (PostgreSQL accepts it too,
+# its row outlives the lease); throwing the result away would run the effect again.
 _COMPLETE = """
 local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, 33) == ARGV[1] then
+if (not v) or string.sub(v, 1, 33) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
@@ -73,6 +76,8 @@ end
 return 0
 """
 
+_SCRIPTS = (("complete", _COMPLETE), ("release", _RELEASE), ("extend", _EXTEND))
+
 
 def _hash_hex(digest: bytes | None) -> bytes:
     return digest.hex().encode() if digest is not None else b"-" * _HASH_LEN
@@ -87,7 +92,8 @@ class RedisStore:
 
     ``url``: ``redis://host:port/db``. ``prefix``: of every key. Clients are made from the
     URL on first use (sync and async separately), or pass your own ``client`` /
-    ``async_client``.
+    ``async_client``: the store registers its scripts on them and never closes them
+    (``close()`` closes only the clients it made).
     """
 
     #: records expire on their own (PX): any expire_after works
@@ -105,6 +111,8 @@ class RedisStore:
         self.prefix = prefix
         self._client = client
         self._async_client = async_client
+        self._own_client = client is None
+        self._own_async_client = async_client is None
         self._scripts: dict[str, Any] = {}
         self._async_scripts: dict[str, Any] = {}
 
@@ -119,7 +127,10 @@ class RedisStore:
     def client(self) -> redis.Redis:
         if self._client is None:
             self._client = redis.Redis.from_url(self.url)
-            for name, lua in (("complete", _COMPLETE), ("release", _RELEASE), ("extend", _EXTEND)):
+        # Registered here, not where the client is made: a caller's own client needs the
+        # scripts too (registering only computes their SHA1; EVALSHA loads on a miss).
+        if not self._scripts:
+            for name, lua in _SCRIPTS:
                 self._scripts[name] = self._client.register_script(lua)
         return self._client
 
@@ -127,20 +138,23 @@ class RedisStore:
     def async_client(self) -> aioredis.Redis:
         if self._async_client is None:
             self._async_client = aioredis.Redis.from_url(self.url)
-            for name, lua in (("complete", _COMPLETE), ("release", _RELEASE), ("extend", _EXTEND)):
+        if not self._async_scripts:
+            for name, lua in _SCRIPTS:
                 self._async_scripts[name] = self._async_client.register_script(lua)
         return self._async_client
 
     async def close(self) -> None:
-        if self._async_client is not None:
+        if self._async_client is not None and self._own_async_client:
             await self._async_client.aclose()
             self._async_client = None
+            self._async_scripts.clear()
         self.close_sync()
 
     def close_sync(self) -> None:
-        if self._client is not None:
+        if self._client is not None and self._own_client:
             self._client.close()
             self._client = None
+            self._scripts.clear()
 
     @staticmethod
     def _no_connection(connection: Any) -> None:
