@@ -60,11 +60,30 @@ PRODUCER_FENCED = 90
 INVALID_PRODUCER_EPOCH = 47
 
 
+#: The errors of the broker's check that a partition is in the open transaction (KIP-890's
+#: verification) that pass: CONCURRENT_TRANSACTIONS (the previous transaction's markers are
+#: still being written), NETWORK_EXCEPTION, COORDINATOR_LOAD_IN_PROGRESS,
+#: COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR. Older Produce versions get them as
+#: NOT_ENOUGH_REPLICAS, "an error which will cause such clients to retry" (ReplicaManager's
+#: postVerificationCallback); a transactions-v2 Produce can get them as they are, and the Java
+#: client retries them (ConcurrentTransactionsException is a RetriableException). aiokafka's
+#: handler does not know CONCURRENT_TRANSACTIONS as retriable and would fail the batch.
+VERIFICATION_RETRIABLE = frozenset({51, 13, 14, 15, 16})
+NOT_ENOUGH_REPLICAS = 19
+
+
 def as_old_error(code: int) -> int:
     """``code`` as the older request versions aiokafka's handlers read would have it:
     PRODUCER_FENCED was INVALID_PRODUCER_EPOCH, which they report as ``ProducerFenced``
     (another owner took over: the task stops, it does not retry or start a new producer)."""
     return INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED else code
+
+
+def as_old_produce_error(code: int) -> int:
+    """A Produce v12 partition error as a Produce v8 answer would carry it: a verification
+    error that passes becomes the broker's own translation for older clients, which aiokafka
+    retries (with its backoff, without a metadata refresh)."""
+    return NOT_ENOUGH_REPLICAS if code in VERIFICATION_RETRIABLE else as_old_error(code)
 
 
 class _Fields:
@@ -110,7 +129,7 @@ class ProduceV12Handler(SendProduceReqHandler):  # type: ignore[misc]
                 if error == TRANSACTION_ABORTABLE and batch is not None:
                     batch.failure(exception=TransactionAbortable(f"{topic}-{index}: {message}"))
                     continue
-                error = as_old_error(error)
+                error = as_old_produce_error(error)
                 kept.append((index, error, offset, ts, start, record_errors, message))
             topics.append((topic, kept))
         super().handle_response(_Fields(API_VERSION=8, topics=topics))

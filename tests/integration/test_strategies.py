@@ -184,6 +184,8 @@ def test_every_strategy_end_to_end_with_two_workers(
         "scope": "source",
         "missing_id": "fingerprint",
         "verify_content": True,
+        "window_from": "first_seen",
+        "sources_window_from": {},
     }
     per_strategy: Counter[tuple[str, str]] = Counter()
     for s in stats:

@@ -288,3 +288,17 @@ async def test_producer_fenced_is_fenced_on_every_v2_request() -> None:
         InitPidV5Handler(FakeSender(TransactionManagerV2("tid", 15000))).handle_response(
             fields(error_code=90, producer_id=-1, producer_epoch=-1)
         )
+
+
+async def test_a_produce_meeting_the_previous_transaction_still_completing_is_retried() -> None:
+    """CONCURRENT_TRANSACTIONS on a Produce v12 (the broker's partition verification while the
+    last EndTxn's markers are written) failed the integration test's next transaction in CI;
+    the Java client retries it, as aiokafka retries what older versions get for it."""
+    txn = open_transaction()
+    batch = FakeBatch()
+    handler = ProduceV12Handler(FakeSender(txn), {TopicPartition("out", 0): batch})
+    handler.handle_response(
+        fields(responses=[("out", [(0, 51, -1, -1, -1, [], "concurrent", {})], {})])
+    )
+    assert batch.outcome is None
+    assert handler._to_reenqueue == [batch]
