@@ -179,8 +179,7 @@ async def ensure_topics(
         await admin.start()
     except KafkaError as exc:
         why = await connection_problem(settings, settings.bootstrap_servers)
-        # the hint to start a broker only where none answers: a broker that refuses this
-        # client's protocol or credentials needs other settings, not another broker
+        # only where no broker answers: one that refuses this client needs other settings
         hint = "; make kafka-up starts a local broker" if why.startswith("no broker") else ""
         raise TopicMismatch(
             f"cannot reach Kafka at {settings.bootstrap_servers}: {why} ({exc!r}{hint})"
@@ -252,13 +251,9 @@ async def _check_safety(
     except ConfigsDenied as exc:
         denials = [f"DescribeConfigs on topic {t!r}" for t in exc.topics]
         raise access.AccessDenied(denied_message(settings, denials)) from None
-    except KafkaError as exc:
-        if exc.retriable:
-            # A broker failing over while the worker starts: the caller's ``retrying`` waits
-            # it out, as the worker's own clients do.
-            raise
-        raise TopicMismatch(f"cannot check the topics' replication and configs: {exc!r}") from exc
-    except FactsUnavailable as exc:
+    except (KafkaError, FactsUnavailable) as exc:
+        if isinstance(exc, KafkaError) and exc.retriable:
+            raise  # a broker failing over at start-up: the caller's ``retrying`` waits it out
         raise TopicMismatch(f"cannot check the topics' replication and configs: {exc!r}") from exc
     problems = unsafe(facts, brokers, settings)
     if any(p.refuse for p in problems):
