@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from scripts.kafka_cluster import Cluster
+from scripts.kafka_cluster_nodes import Node
 from tests.cluster.support import (
     assert_protocol,
     bounce,
@@ -64,28 +65,39 @@ def run_row(
     workers: list[Worker],
     reliability: Reliability,
     fault: str,
-    inject: Callable[[Feeder], int],
+    faults: Sequence[Callable[[], object]],
     protocol: str,
     *,
     unique: int = 25_000,
     seconds: float = 30,
 ) -> None:
-    """Two workers on ``protocol``, a steady stream over ``seconds``, ``inject`` (returns the
-    faults it injected) while it flows; then every check, the hanging-transaction search and a
-    row."""
+    """Two workers on ``protocol``, a steady stream over about ``seconds``, each of ``faults``
+    injected while a part of it flows; then every check, the hanging-transaction search and a
+    row.
+
+    The stream goes out in ``len(faults) + 1`` parts, one after the other, and fault i lands
+    three seconds into part i. A fault's own wait (a broker coming back, its replicas catching
+    up) takes as long as the machine makes it; with one feed over a fixed time, the second
+    fault of a run on a slow machine met an idle worker."""
     stream = scaled_stream(unique, seed=zlib.crc32(fault.encode()) % 1000)
     two_workers(broker, names, workers, protocol)
-    feeder = Feeder(broker, names, stream, seconds=seconds)
-    time.sleep(3)
-    injected = inject(feeder)
-    assert feeder.join() == len(stream.records)
+    parts = len(faults) + 1
+    sent = 0
+    for i in range(parts):
+        feeder = Feeder(broker, names, stream, seconds=seconds / parts, part=(i, parts))
+        if i < len(faults):
+            time.sleep(3)
+            feeder.assert_flowing()
+            faults[i]()
+        sent += feeder.join()
+    assert sent == len(stream.records)
     cluster.wait_healthy(240)
     report, waited = drain_and_verify(broker, names, workers)
     assert_protocol([w.log_text() for w in workers], protocol_of(cluster, protocol))
     left_open = hanging(cluster)
     print(f"\nfind-hanging: {left_open or 'none'}")
     version = txn_version(cluster, protocol)
-    record(reliability, fault, len(stream.records), injected, report, waited, version)
+    record(reliability, fault, len(stream.records), len(faults), report, waited, version)
     assert not left_open, left_open
 
 
@@ -98,11 +110,8 @@ def test_kill_9_of_partition_leaders(
     reliability: Reliability,
     protocol: str,
 ) -> None:
-    def inject(feeder: Feeder) -> int:
-        for _ in range(2):
-            feeder.assert_flowing()
-            bounce(cluster, cluster.broker(busiest_leader(broker, names)))
-        return 2
+    def kill_the_busiest_leader() -> None:
+        bounce(cluster, cluster.broker(busiest_leader(broker, names)))
 
     run_row(
         cluster,
@@ -112,7 +121,7 @@ def test_kill_9_of_partition_leaders(
         reliability,
         f"C1 kill -9 of the leader of the input, clean and changelog partitions "
         f"(x2, {27.5 * SCALE:g}k events)",
-        inject,
+        [kill_the_busiest_leader, kill_the_busiest_leader],
         protocol,
     )
 
@@ -126,14 +135,11 @@ def test_kill_9_of_the_transaction_coordinator(
     reliability: Reliability,
     protocol: str,
 ) -> None:
-    def inject(feeder: Feeder) -> int:
-        for p in (0, 1):
-            feeder.assert_flowing()
-            txn_id = f"{names.app_id}-{names.input_topic}-{p}"
-            bounce(
-                cluster, cluster.broker(coordinator(broker.bootstrap, txn_id, transactional=True))
-            )
-        return 2
+    def kill_the_coordinator_of(partition: int) -> Callable[[], None]:
+        txn_id = f"{names.app_id}-{names.input_topic}-{partition}"
+        return lambda: bounce(
+            cluster, cluster.broker(coordinator(broker.bootstrap, txn_id, transactional=True))
+        )
 
     run_row(
         cluster,
@@ -143,7 +149,7 @@ def test_kill_9_of_the_transaction_coordinator(
         reliability,
         f"C2 kill -9 of the transaction coordinator of the workers' transactional ids "
         f"while they commit (x2, {27.5 * SCALE:g}k events)",
-        inject,
+        [kill_the_coordinator_of(0), kill_the_coordinator_of(1)],
         protocol,
     )
 
@@ -157,15 +163,13 @@ def test_kill_9_of_the_group_coordinator_during_a_rebalance(
     reliability: Reliability,
     protocol: str,
 ) -> None:
-    def inject(feeder: Feeder) -> int:
-        feeder.assert_flowing()
+    def join_and_kill_the_group_coordinator() -> None:
         third = Worker(broker, names, index=2, extra_env=worker_env(protocol))
         workers.append(third)
         third.start()  # joins the group: a rebalance
         time.sleep(1.0)
         group = coordinator(broker.bootstrap, names.app_id, transactional=False)
         bounce(cluster, cluster.broker(group), whole=False)  # run_row waits for it whole
-        return 1
 
     run_row(
         cluster,
@@ -175,7 +179,7 @@ def test_kill_9_of_the_group_coordinator_during_a_rebalance(
         reliability,
         f"C3 kill -9 of the group coordinator while a third worker joins (rebalance) "
         f"({27.5 * SCALE:g}k events)",
-        inject,
+        [join_and_kill_the_group_coordinator],
         protocol,
     )
 
@@ -189,12 +193,13 @@ def test_rolling_restart_of_all_brokers(
     reliability: Reliability,
     protocol: str,
 ) -> None:
-    def inject(feeder: Feeder) -> int:
-        for b in cluster.brokers:
-            b.stop()  # SIGTERM: a controlled shutdown moves its leaders away first
-            b.start()
+    def restart(node: Node) -> Callable[[], None]:
+        def fault() -> None:
+            node.stop()  # SIGTERM: a controlled shutdown moves its leaders away first
+            node.start()
             cluster.wait_healthy(240)
-        return len(cluster.brokers)
+
+        return fault
 
     run_row(
         cluster,
@@ -203,7 +208,7 @@ def test_rolling_restart_of_all_brokers(
         workers,
         reliability,
         f"C4 rolling restart of all three brokers under load ({44 * SCALE}k events)",
-        inject,
+        [restart(b) for b in cluster.brokers],
         protocol,
         unique=40_000,
         seconds=45,
@@ -219,10 +224,8 @@ def test_kill_9_of_the_controller(
     reliability: Reliability,
     protocol: str,
 ) -> None:
-    def inject(feeder: Feeder) -> int:
-        feeder.assert_flowing()
+    def kill_the_controller() -> None:
         bounce(cluster, cluster.controller, 8.0, whole=False)  # run_row waits for it whole
-        return 1
 
     run_row(
         cluster,
@@ -231,6 +234,6 @@ def test_kill_9_of_the_controller(
         workers,
         reliability,
         f"C5 kill -9 of the KRaft controller while events flow ({27.5 * SCALE:g}k events)",
-        inject,
+        [kill_the_controller],
         protocol,
     )
