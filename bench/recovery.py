@@ -70,10 +70,11 @@ from aiokafka.structs import TopicPartition
 from app.factory import changelog_consumer, changelog_reader
 from app.rules import partition_for
 from app.settings import Settings
+from bench.contender_process import free_port
+from bench.machine import machine, versions
 from bench.measure import disk_bytes
 from bench.results_file import write_latest
 from bench.scale import uuid_like
-from bench.throughput import free_port, machine, versions
 from scripts.topic_reader import committed_offsets, end_offsets
 from tables.window import encode_entry
 

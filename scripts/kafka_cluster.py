@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from scripts import kafka_cluster_health as cluster_health
 from scripts import kafka_cluster_nodes as cluster_nodes
 from scripts.kafka_cluster_nodes import Node
 
@@ -103,7 +104,7 @@ class Cluster:
         for broker in self.brokers:
             broker.start()
         self.wait_healthy(timeout - (time.monotonic() - started))
-        cluster_nodes.warm_up(self.bootstrap)
+        cluster_health.warm_up(self.bootstrap)
         say(
             f"{self.size} brokers ready on {self.bootstrap} "
             f"in {time.monotonic() - started:.0f}s (data {self.dir})"
@@ -141,7 +142,7 @@ class Cluster:
         started = time.monotonic()
         last = ""
         while True:
-            state = cluster_nodes.health(self.bootstrap)
+            state = cluster_health.health(self.bootstrap)
             if state.brokers >= want and not state.under_replicated:
                 return time.monotonic() - started
             last = f"{state.brokers} brokers registered, under-replicated: {state.sample}"

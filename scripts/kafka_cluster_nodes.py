@@ -1,23 +1,16 @@
-"""The JVMs of scripts/kafka_cluster.py: one node's config, format, start and stop, and the
-cluster's health as the brokers report it. Node 0 is the KRaft controller; nodes 1..N are
-brokers."""
+"""The JVMs of scripts/kafka_cluster.py: one node's config, format, start and stop. Node 0 is
+the KRaft controller; nodes 1..N are brokers. The cluster's health: kafka_cluster_health.py."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import logging
 import os
 import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 if TYPE_CHECKING:
     from scripts.kafka_cluster import Cluster
@@ -276,60 +269,3 @@ class Node:
             if time.monotonic() > deadline:
                 raise SystemExit(f"kafka-cluster: {self.name} not listening after {timeout:.0f}s")
             time.sleep(0.3)
-
-
-@dataclass
-class Health:
-    brokers: int
-    under_replicated: int
-    sample: list[str]
-
-
-def health(bootstrap: str) -> Health:
-    """Registered brokers and under-replicated partitions (internal topics included); a
-    cluster that does not answer counts as no broker."""
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # "Unable connect" while down
-
-    async def ask() -> Health:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-        try:
-            await admin.start()
-            brokers = len((await admin.describe_cluster())["brokers"])
-            short = [
-                f"{t['topic']}-{p['partition']} isr={p['isr']}"
-                for t in await admin.describe_topics()
-                for p in t["partitions"]
-                if len(p["isr"]) < len(p["replicas"]) or p["leader"] < 0
-            ]
-            return Health(brokers, len(short), short[:3])
-        except Exception as exc:  # not answering yet (or any more): no broker
-            return Health(0, 0, [repr(exc)])
-        finally:
-            await admin.close()
-
-    return asyncio.run(ask())
-
-
-def warm_up(bootstrap: str) -> None:
-    """One InitProducerId (creates ``__transaction_state``) and one OffsetFetch (creates
-    ``__consumer_offsets``), so the first test's transaction and group do not wait for them."""
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # retries while they are created
-
-    async def run() -> None:
-        p = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            transactional_id="kafka-cluster-warmup",
-            request_timeout_ms=30000,
-        )
-        await p.start()
-        await p.stop()
-        c = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, group_id="kafka-cluster-warmup", request_timeout_ms=30000
-        )
-        await c.start()
-        try:
-            await c.committed(TopicPartition("kafka-cluster-warmup", 0))
-        finally:
-            await c.stop()
-
-    asyncio.run(run())

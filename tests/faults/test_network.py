@@ -37,16 +37,16 @@ from segment.analytics.client import Client
 from scripts.topic_reader import read_topic
 from tests.conftest import TEST_PORT
 from tests.faults.conftest import SCALE, Reliability
-from tests.faults.proxy import (
+from tests.faults.kafka_frames import (
     ADD_PARTITIONS_TO_TXN,
     END_TXN,
     INIT_PRODUCER_ID,
     PRODUCE,
     SYNC_GROUP,
-    Action,
-    Link,
     TxnRequest,
 )
+from tests.faults.proxy import Link
+from tests.faults.proxy_conn import Action
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.ingest.support import WRITE_KEY, IngestProcess, records_in
 from tests.support import WORKER_TRANSACTION_TIMEOUT, Broker, Names, Worker

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.contender_data import generate
 from bench.measure import (
     ProcStat,
     TreeCpu,
@@ -20,7 +21,6 @@ from bench.measure import (
     read_stats,
     sample_tree,
 )
-from bench.throughput import generate
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,8 @@ def test_generate_makes_exactly_the_asked_repeats(events: int, fraction: float) 
 
 
 def test_worker_settings_reach_only_the_worker_contenders(tmp_path: Path) -> None:
-    from bench.throughput import Names, environment, parse_args
+    from bench.contender_process import Names, environment
+    from bench.throughput import parse_args
 
     args = parse_args(["--worker-setting", "DEDUPE_COMMIT_INTERVAL=250ms"])
     assert args.worker_settings == {"DEDUPE_COMMIT_INTERVAL": "250ms"}
@@ -152,8 +153,8 @@ def test_the_worker_group_runs_one_worker_per_port_with_its_own_dir_and_port(
     tmp_path: Path,
 ) -> None:
     """(f)'s launcher, with a stand-in for ``python -m app worker`` that reports its settings."""
+    from bench.contender_process import Names, command
     from bench.contenders import worker_group
-    from bench.throughput import Names, command
 
     cmd = command("f", "h:1", Names("bench-x"), 4, tmp_path)
     assert cmd[1:3] == ["-m", "bench.contenders.worker_group"]

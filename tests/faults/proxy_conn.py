@@ -1,0 +1,176 @@
+"""One connection through the fault proxy (tests/faults/proxy.py): the client's and the
+broker's streams, a pump each way that reads Kafka frames (tests/faults/kafka_frames.py),
+delays, holds, drops or resets them as the :class:`~tests.faults.proxy.Link` says, and logs the
+transaction requests with their answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import time
+from typing import TYPE_CHECKING, Literal
+
+from tests.faults.kafka_frames import (
+    JOIN_GROUP,
+    SYNC_GROUP,
+    Frame,
+    Reader,
+    TxnRequest,
+    parse_answer,
+    parse_request,
+)
+
+if TYPE_CHECKING:
+    from tests.faults.proxy import Link
+
+#: What to do with a request on its way to the broker: None (forward it), "reset-before" (reset
+#: the connection instead: the request is lost), "reset-after" (forward it, then reset the
+#: connection before its answer can come back).
+Action = Literal["reset-before", "reset-after"] | None
+
+
+class Conn:
+    """One proxied connection: two pumps, each a reader and a delayed writer."""
+
+    def __init__(
+        self,
+        link: Link,
+        client_r: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        broker_r: asyncio.StreamReader,
+        broker_w: asyncio.StreamWriter,
+    ) -> None:
+        self.link = link
+        self.client_r, self.client_w = client_r, client_w
+        self.broker_r, self.broker_w = broker_r, broker_w
+        self.damaged = False
+        self.closed = False
+        self.mute_answers = False  # set before a "reset-after" request goes on
+        #: correlation id -> (api key, version, the transaction request) of requests sent on
+        self.pending: dict[int, tuple[int, int, TxnRequest | None]] = {}
+
+    def reset(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.link.resets += 1
+        for w in (self.client_w, self.broker_w):
+            sock = w.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):  # RST, not FIN: the peer sees a reset
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            w.transport.abort()
+
+    async def run(self) -> None:
+        pumps = [
+            asyncio.ensure_future(self._pump(self.client_r, self.broker_w, up=True)),
+            asyncio.ensure_future(self._pump(self.broker_r, self.client_w, up=False)),
+        ]
+        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        for p in pumps:
+            p.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        if not self.closed:
+            self.closed = True
+            for w in (self.client_w, self.broker_w):
+                w.transport.abort()
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool
+    ) -> None:
+        queue: asyncio.Queue[tuple[float, Frame | None]] = asyncio.Queue()
+        sender = asyncio.ensure_future(self._send(queue, writer, up=up))
+        frames = Reader()
+        last = 0.0
+        try:
+            while not self.closed:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                now = time.monotonic()
+                for raw in frames.feed(data):
+                    frame = self._observe(raw, up)
+                    last = max(last, now + self.link._delay())
+                    queue.put_nowait((last, frame))
+            rest = frames.rest()
+            if rest:
+                queue.put_nowait((last, Frame(rest)))
+            queue.put_nowait((last, None))
+            await sender
+        finally:
+            sender.cancel()
+
+    def _observe(self, raw: bytes, up: bool) -> Frame:
+        frame = Frame(raw)
+        try:
+            if up:
+                api_key, version, corr, txn = parse_request(raw)
+                frame.api_key, frame.txn = api_key, txn
+                self.pending[corr] = (api_key, version, txn)
+                if txn is not None:
+                    self.link.txn_requests.append(txn)
+            else:
+                corr = struct.unpack_from(">i", raw, 4)[0]
+                api_key, version, txn = self.pending.pop(corr, (-1, 0, None))
+                if txn is not None:
+                    parse_answer(raw, api_key, version, txn)
+        except (struct.error, IndexError, AssertionError):
+            pass  # not a frame the proxy understands: forwarded as it is
+        return frame
+
+    async def _send(
+        self, queue: asyncio.Queue[tuple[float, Frame | None]], w: asyncio.StreamWriter, up: bool
+    ) -> None:
+        link = self.link
+        while True:
+            at, frame = await queue.get()
+            wait = at - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if frame is None:
+                if not self.closed and w.can_write_eof():
+                    w.write_eof()
+                return
+            if self.closed:
+                return
+            if (link._cut_up if up else link._cut_down) or (not up and self.mute_answers):
+                self.damaged = True
+                link.dropped_bytes += len(frame.data)
+                continue
+            action = link.on_request(frame.api_key, frame.txn) if up and link.on_request else None
+            if frame.txn is not None:
+                frame.txn.action = action
+            if action == "reset-before":
+                self.reset()
+                return
+            if action == "reset-after":
+                self.mute_answers = True
+            # A flag polled, not an asyncio.Event: the test's thread sets and clears it.
+            while link._hold and not self.closed:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            if self.closed:
+                return
+            await self._write(w, frame.data)
+            if frame.txn is not None:
+                frame.txn.forwarded_at = time.monotonic()
+            if up and frame.api_key in (JOIN_GROUP, SYNC_GROUP):
+                link.group_requests.append((time.monotonic(), frame.api_key))
+            if action == "reset-after":
+                await asyncio.sleep(0.2)  # the broker acts on it; its answer is not passed on
+                self.reset()
+                return
+
+    async def _write(self, w: asyncio.StreamWriter, data: bytes) -> None:
+        """Write ``data``; while the link has a rate, 4 KB at a time at that rate (read again
+        for each piece, so that a large frame speeds up when the rate is lifted)."""
+        view = memoryview(data)
+        while view:
+            rate = self.link.rate
+            piece = view[:4096] if rate else view
+            w.write(piece)
+            await w.drain()
+            view = view[len(piece) :]
+            if rate:
+                await asyncio.sleep(len(piece) / rate)
