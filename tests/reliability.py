@@ -98,13 +98,20 @@ class Reliability:
         with path.open("a+") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.seek(0)
-            text = f.read()
+            merged = self._merged(f.read(), heading)
             f.seek(0)
             f.truncate()
-            f.write(self._merged(text, heading))
+            f.write(merged)
 
     def _merged(self, text: str, heading: str) -> str:
         sections = dict(re.findall(r"<!-- section: (\w+) -->\n(.*?)<!-- /section -->", text, re.S))
+        outside = re.sub(r"<!-- section: \w+ -->\n.*?<!-- /section -->", "", text, flags=re.S)
+        if re.search(r"^\| [A-Z]\d", outside, re.M):
+            # A table of the layout before sections: rewriting the file would drop its rows.
+            raise ValueError(
+                "the report has fault rows outside a <!-- section: NAME --> block; move them "
+                "into their tier's section (faults or cluster) before a run publishes into it"
+            )
         now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         rows = _rows_of(sections.get(self.section, ""))
         rows.update(self.lines(now))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.reliability import Reliability
 
 
@@ -95,3 +97,14 @@ def test_two_tiers_publishing_at_once_keep_both_sections(tmp_path: Path) -> None
         p.join()
     assert len(table_rows(path, "faults")) == 40
     assert len(table_rows(path, "cluster")) == 40
+
+
+def test_rows_outside_every_section_stop_the_publish_instead_of_vanishing(tmp_path: Path) -> None:
+    """A soak report of the layout before sections had its F rows dropped by the first run
+    that published into it."""
+    path = tmp_path / "soak.md"
+    before = "# Soak report\n\n| fault | runs |\n|---|---|\n| F1 kill -9 | 1 |\n"
+    path.write_text(before)
+    with pytest.raises(ValueError, match="outside a <!-- section"):
+        run("cluster", {"C1 kill": 0}, path)
+    assert path.read_text() == before
