@@ -33,7 +33,7 @@ BROWSER_DIR := .cache/browser
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery \
-        servers-install servers-up servers-down test-idempotency bench-idempotency \
+        servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
         test-prerequisites test-lane-faults test-lane-others
 
 help: ## Show this help
@@ -164,7 +164,10 @@ browser-install: $(BROWSER_DIR)/analytics.js ## Debian's chromium (apt-get, as r
 test-browser: $(STAMP) kafka-jars browser-install ## Browser tier: analytics.js in headless Chromium from another origin, through an ingest crash, exactly once
 	$(call pytest_tier,tests/browser,-q -s)
 
-servers-install: ## Install PostgreSQL and Redis from Debian's packages when missing (apt-get, as root)
+test-observe: $(STAMP) kafka-jars servers-install ## Observe tier: the alert rules' promtool tests; a real Prometheus (19490) pages for a killed and a stopped worker
+	$(call pytest_tier,tests/observe,-q -s)
+
+servers-install: ## Install PostgreSQL, Redis and Prometheus from Debian's packages when missing (apt-get, as root)
 	$(SERVERS) install
 
 servers-up: ## Start the test PostgreSQL (:15432) and Redis (:16379); installs them with apt if missing
@@ -192,7 +195,7 @@ test-lane-faults:
 test-lane-others:
 	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
 	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-spark test-ingest \
-	  test-security test-idempotency test-browser
+	  test-security test-idempotency test-observe test-browser
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

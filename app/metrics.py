@@ -14,14 +14,19 @@ and ``dedupe_commit_seconds`` (histogram of transaction commit latency, all part
 ``dedupe_rebalance_seconds`` (histogram of rebalance durations, fed by :class:`RebalanceSensor`),
 ``dedupe_restore_remaining_offsets{changelog, partition}`` and ``dedupe_restored_records_total``
 (the bulk restorer's progress), ``dedupe_standby_lag_offsets{changelog, partition}`` (standby
-copies kept here).
+copies kept here), ``dedupe_min_window_seconds`` (the window below which an effective window
+is too short), ``dedupe_data_dir_free_bytes`` and ``dedupe_data_dir_size_bytes`` (the data
+dir's file system). docs/metrics.md lists every metric with its labels; the alert rules in
+deploy/prometheus/ read them.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faust
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -29,6 +34,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tables.restore import Progress
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 # No auto-describe: collecting at registration would build Faust's consumer before the worker.
 REGISTRY = CollectorRegistry()
@@ -177,8 +185,38 @@ class PartitionCollector(Collector):
         yield standby_lag
 
 
-def register(stats: Callable[[], dict[str, Any]]) -> None:
+class WorkerCollector(Collector):
+    """The worker's own figures: the shortest acceptable window (what the alert on the
+    effective window compares with) and the data dir's file system (a full disk stops every
+    write of RocksDB)."""
+
+    def __init__(self, min_window_seconds: float, data_dir: Path) -> None:
+        self.min_window_seconds = min_window_seconds
+        self.data_dir = data_dir
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "dedupe_min_window_seconds",
+            "Shortest acceptable effective window: DEDUPE_MIN_WINDOW, or DEDUPE_WINDOW if shorter",
+            value=self.min_window_seconds,
+        )
+        try:
+            usage = shutil.disk_usage(self.data_dir)
+        except OSError:  # not created yet: no figure rather than a wrong one
+            return
+        yield GaugeMetricFamily(
+            "dedupe_data_dir_free_bytes",
+            "Bytes free on the data dir's file system (for unprivileged processes)",
+            value=usage.free,
+        )
+        yield GaugeMetricFamily(
+            "dedupe_data_dir_size_bytes", "Size of the data dir's file system", value=usage.total
+        )
+
+
+def register(stats: Callable[[], dict[str, Any]], settings: Settings) -> None:
     REGISTRY.register(PartitionCollector(stats))
+    REGISTRY.register(WorkerCollector(min(settings.min_window, settings.window), settings.data_dir))
 
 
 def exposition() -> bytes:

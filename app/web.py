@@ -136,7 +136,7 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
     locator = OutputLocator(
         settings.bootstrap_servers, settings.output_topic, **settings.kafka_client_kwargs()
     )
-    metrics.register(lambda: partition_stats(app, dedup))
+    metrics.register(lambda: partition_stats(app, dedup), settings)
 
     async def owner_answer(view: View, request: Request, table: str, key: bytes) -> Response | None:
         """The owner's answer for ``key`` of ``table`` when another worker owns its partition

@@ -21,6 +21,7 @@ Endpoints (all JSON):
 - ``OPTIONS`` on each of those paths: the browser's CORS preflight (``ingest/cors.py``), 204
   with the allow headers for an origin in ``DEDUPE_INGEST_CORS_ORIGINS``, 403 otherwise. Every
   answer on them to an allowed ``Origin`` carries ``Access-Control-Allow-Origin``.
+- ``GET /metrics``: Prometheus metrics (``ingest/metrics.py``, docs/metrics.md).
 - ``GET /health`` (liveness): 200 ``{"status": "ok"}`` while the process serves.
 - ``GET /ready`` (readiness, for load balancers): 200 ``{"status": "ready", "topic": ...}``
   while Kafka answers the producer (a metadata request for the input topic within
@@ -42,6 +43,7 @@ from datetime import UTC, datetime
 from aiohttp import hdrs, web
 from aiokafka.errors import KafkaError
 
+from ingest import metrics
 from ingest.cors import RefusedOrigins, answer_headers, preflight_headers, refusal
 from ingest.events import (
     EVENT_TYPES,
@@ -88,7 +90,10 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
     """The ingest application. Without ``sink`` it starts (and at cleanup stops) its own
     :class:`KafkaSink`; tests may pass another sink, which they start and stop themselves."""
     # Bodies are decompressed here (ingest/events.gunzip), bounded by the batch limit.
-    app = web.Application(middlewares=[json_errors], handler_args={"auto_decompress": False})
+    app = web.Application(
+        middlewares=[metrics.count_requests, json_errors],
+        handler_args={"auto_decompress": False},
+    )
     app[SETTINGS] = settings
     app[LIMITS] = Limits(
         max_event_bytes=settings.max_event_bytes,
@@ -111,6 +116,7 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
     app.router.add_route(hdrs.METH_OPTIONS, METRICS_PATH, preflight)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
+    app.router.add_get("/metrics", metrics.exposition)
     return app
 
 
@@ -204,7 +210,8 @@ async def ingest(request: web.Request) -> web.Response:
         kind_of_path(request.match_info["kind"]), doc, write_key, received_at, limits, source
     )
     try:
-        await request.app[SINK].send_all(records, settings.ack_timeout)
+        with metrics.Sending(metrics.endpoint_of(request), len(records)):
+            await request.app[SINK].send_all(records, settings.ack_timeout)
     except (KafkaError, TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__
         raise Rejected(

@@ -5,7 +5,7 @@
 #
 # Run from anywhere (paths are relative to the repo root = this script's dir/..):
 #
-#   scripts/servers.sh install          # apt-get install postgresql redis-server, if missing
+#   scripts/servers.sh install          # apt-get install postgresql redis-server prometheus, if missing
 #   scripts/servers.sh up [postgres|redis]    # start (both by default), wait until they answer
 #   scripts/servers.sh status [postgres|redis]
 #   scripts/servers.sh down [postgres|redis]  # stop by pid (SIGTERM, SIGKILL after 30 s)
@@ -65,8 +65,9 @@ cmd_install() {
   local want=()
   pg_bindir >/dev/null || want+=(postgresql)
   redis_bin >/dev/null || want+=(redis-server)
+  command -v promtool >/dev/null || want+=(prometheus) # alert rules' tests (tests/observe)
   if ((${#want[@]} == 0)); then
-    say "postgresql and redis-server already installed"
+    say "postgresql, redis-server and prometheus already installed"
     return 0
   fi
   [[ $(id -u) == 0 ]] || die "need ${want[*]}: run 'sudo apt-get install -y ${want[*]}' (or this script as root)"
@@ -89,6 +90,7 @@ cmd_install() {
   ((rc == 0)) || die "apt-get install ${want[*]} failed (exit $rc)"
   pg_bindir >/dev/null || die "postgresql installed but no /usr/lib/postgresql/*/bin/postgres"
   redis_bin >/dev/null || die "redis-server installed but not on PATH"
+  command -v promtool >/dev/null || die "prometheus installed but promtool not on PATH"
   say "installed ${want[*]}"
 }
 

@@ -89,12 +89,22 @@ def test_the_workers_agree_with_ingest_and_spark_on_the_topics() -> None:
     assert worker.bootstrap_servers == ingest.bootstrap_servers == spark.bootstrap_servers
 
 
-def test_prometheus_scrapes_each_workers_metrics() -> None:
+def test_prometheus_scrapes_the_workers_and_ingest_under_the_rules_job_names() -> None:
     config = yaml.safe_load((ROOT / "docker" / "prometheus.yml").read_text())
-    [job] = config["scrape_configs"]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     port = services()["worker-1"]["environment"]["DEDUPE_WEB_PORT"]
-    assert job["metrics_path"] == "/metrics"
-    assert job["static_configs"][0]["targets"] == [f"worker-1:{port}", f"worker-2:{port}"]
+    ingest_port = services()["ingest"]["environment"]["PORT"]
+    assert jobs["dedupe-worker"]["metrics_path"] == "/metrics"
+    assert jobs["dedupe-worker"]["static_configs"][0]["targets"] == [
+        f"worker-1:{port}",
+        f"worker-2:{port}",
+    ]
+    assert jobs["dedupe-ingest"]["static_configs"][0]["targets"] == [f"ingest:{ingest_port}"]
+    rules = (ROOT / "deploy" / "prometheus" / "alerts.yml").read_text()
+    for job in jobs:
+        assert f'job="{job}"' in rules, job
+    mounted = services()["prometheus"]["volumes"]
+    assert f"../deploy/prometheus/alerts.yml:{config['rule_files'][0]}:ro" in mounted
 
 
 def test_the_images_default_command_is_the_procfiles_worker() -> None:

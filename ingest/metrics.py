@@ -1,0 +1,101 @@
+"""Prometheus metrics of the ingest service (``GET /metrics``; docs/metrics.md lists them).
+
+One registry per process: every application a process builds counts into it (a service runs
+one; tests that build several read differences). Labels stay few: ``endpoint`` is the call type
+of the /v1/ paths (``batch``, ``track``...; analytics.js's one-letter paths count as the type
+they stand for), ``sdk_metrics``, ``health``, ``ready``, ``metrics``, or ``unmatched``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+
+from ingest.events import kind_of_path
+
+REGISTRY = CollectorRegistry()
+
+REQUESTS = Counter(
+    "dedupe_ingest_requests",
+    "HTTP requests answered, by endpoint and status code",
+    labelnames=["endpoint", "status"],
+    registry=REGISTRY,
+)
+EVENTS = Counter(
+    "dedupe_ingest_events",
+    "Events acknowledged by Kafka (acks=all), by endpoint",
+    labelnames=["endpoint"],
+    registry=REGISTRY,
+)
+BATCH_EVENTS = Histogram(
+    "dedupe_ingest_request_events",
+    "Events per accepted request",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2500),
+    registry=REGISTRY,
+)
+PRODUCE_SECONDS = Histogram(
+    "dedupe_ingest_produce_seconds",
+    "Time from a request's first send until Kafka acknowledged all its events",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+KAFKA_ERRORS = Counter(
+    "dedupe_ingest_kafka_errors",
+    "Requests whose sends failed, by exception class (Kafka errors and timeouts answer 503)",
+    labelnames=["error"],
+    registry=REGISTRY,
+)
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_PLAIN = {"/v1/m": "sdk_metrics", "/health": "health", "/ready": "ready", "/metrics": "metrics"}
+
+
+def endpoint_of(request: web.Request) -> str:
+    kind = request.match_info.get("kind")
+    if kind is not None:
+        return kind_of_path(kind)
+    return _PLAIN.get(request.path, "unmatched")
+
+
+@web.middleware
+async def count_requests(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Counts every answer; the outermost middleware, so errors count with their status."""
+    response = await handler(request)
+    REQUESTS.labels(endpoint_of(request), str(response.status)).inc()
+    return response
+
+
+class Sending:
+    """Times one request's sends: ``with Sending(endpoint, events):`` around them."""
+
+    def __init__(self, endpoint: str, events: int) -> None:
+        self.endpoint, self.events = endpoint, events
+        self.started = 0.0
+
+    def __enter__(self) -> Sending:
+        self.started = time.monotonic()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        if kind is None:
+            PRODUCE_SECONDS.observe(time.monotonic() - self.started)
+            EVENTS.labels(self.endpoint).inc(self.events)
+            BATCH_EVENTS.observe(self.events)
+        else:
+            KAFKA_ERRORS.labels(kind.__name__).inc()
+
+
+async def exposition(request: web.Request) -> web.Response:
+    """GET /metrics: this process's metrics in Prometheus's text format."""
+    return web.Response(
+        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )

@@ -1,0 +1,76 @@
+"""The ingest service's ``GET /metrics`` (ingest/metrics.py) over real HTTP, in-process: every
+answer counted with its endpoint and status, events and produce time of accepted requests,
+Kafka errors by class. The registry is the process's, so each check reads a difference."""
+
+from __future__ import annotations
+
+import json
+
+from aiokafka.errors import KafkaConnectionError
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.ingest.cases import sdk_event
+from tests.ingest.support import json_headers
+from tests.ingest.test_app import RecordingSink, serve
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape(client: object) -> Samples:
+    resp = await client.get("/metrics")  # type: ignore[attr-defined]
+    assert resp.status == 200
+    assert resp.content_type == "text/plain"
+    text = await resp.text()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+async def test_answers_events_and_produce_time_are_counted() -> None:
+    sink = RecordingSink()
+    async with serve(sink) as client:
+        before = await scrape(client)
+        batch = {"batch": [sdk_event(i) for i in range(5)]}
+        headers = json_headers()
+        assert (
+            await client.post("/v1/batch", data=json.dumps(batch), headers=headers)
+        ).status == 200
+        track = json.dumps(sdk_event(9))
+        assert (await client.post("/v1/t", data=track, headers=headers)).status == 200
+        assert (await client.post("/v1/batch", data=b"{", headers=headers)).status == 400
+        assert (await client.get("/nowhere")).status == 404
+        after = await scrape(client)
+    assert delta(after, before, "dedupe_ingest_requests_total", endpoint="batch", status="200") == 1
+    assert delta(after, before, "dedupe_ingest_requests_total", endpoint="track", status="200") == 1
+    assert delta(after, before, "dedupe_ingest_requests_total", endpoint="batch", status="400") == 1
+    assert (
+        delta(after, before, "dedupe_ingest_requests_total", endpoint="unmatched", status="404")
+        == 1
+    )
+    assert delta(after, before, "dedupe_ingest_events_total", endpoint="batch") == 5
+    assert delta(after, before, "dedupe_ingest_events_total", endpoint="track") == 1
+    assert delta(after, before, "dedupe_ingest_request_events_count") == 2
+    assert delta(after, before, "dedupe_ingest_request_events_sum") == 6
+    assert delta(after, before, "dedupe_ingest_produce_seconds_count") == 2
+
+
+async def test_a_kafka_error_is_counted_by_class_with_its_503() -> None:
+    sink = RecordingSink(error=KafkaConnectionError("no broker"))
+    async with serve(sink) as client:
+        before = await scrape(client)
+        headers = json_headers()
+        body = json.dumps({"batch": [sdk_event(1)]})
+        assert (await client.post("/v1/batch", data=body, headers=headers)).status == 503
+        after = await scrape(client)
+    assert (
+        delta(after, before, "dedupe_ingest_kafka_errors_total", error="KafkaConnectionError") == 1
+    )
+    assert delta(after, before, "dedupe_ingest_requests_total", endpoint="batch", status="503") == 1
+    assert delta(after, before, "dedupe_ingest_events_total", endpoint="batch") == 0
