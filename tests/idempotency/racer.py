@@ -13,7 +13,9 @@ transaction), ``pg`` (the effect is its own autocommit insert, before complete),
 seed, waiting on busy ids), ``holder`` (completes ``--complete`` ids, then holds ``--hold``
 more claims mid-handler, before the effect or with ``--after-effect`` after it, and prints
 HOLDING; the test kills it), ``rescue`` (every id, waiting;
-prints per id how it went). The last line on stdout is a JSON summary.
+prints per id how it went). ``--cache N`` puts a ``LocalCache`` of N records in front of the
+store, ``--rounds R`` runs every id R times (the later rounds' repeats can be answered from
+the cache). The last line on stdout is a JSON summary.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
-from idempotent_consumer import Idempotency, PostgresStore, RedisStore
+from idempotent_consumer import Idempotency, LocalCache, PostgresStore, RedisStore
 
 
 def event_ids(n: int) -> list[str]:
@@ -56,6 +58,8 @@ async def main(argv: list[str]) -> int:
         help="holder: hold after the effect, before complete (pg-joined always does)",
     )
     p.add_argument("--start-at", type=float, default=0.0, help="epoch seconds to start at")
+    p.add_argument("--cache", type=int, default=0, help="a LocalCache of this many records")
+    p.add_argument("--rounds", type=int, default=1, help="race: runs of every id")
     args = p.parse_args(argv)
 
     store: Any
@@ -65,7 +69,8 @@ async def main(argv: list[str]) -> int:
         effects = aioredis.Redis.from_url(args.redis_url)
     else:
         store = PostgresStore(args.dsn, table=args.table, max_size=args.concurrency + 1)
-    idem = Idempotency(store, "race", lease=timedelta(milliseconds=args.lease_ms))
+    cache = LocalCache(store, max_items=args.cache) if args.cache else None
+    idem = Idempotency(cache or store, "race", lease=timedelta(milliseconds=args.lease_ms))
     pid = os.getpid()
     outcomes: dict[str, dict[str, Any]] = {}
     block_forever = asyncio.Event()
@@ -92,7 +97,7 @@ async def main(argv: list[str]) -> int:
             async with idem.claim(event_id, payload=event_id, wait=True, connection=conn) as claim:
                 claimed_at = time.time()  # wall clock: the test compares it across processes
                 if claim.done:
-                    outcomes[event_id] = {"how": "repeat"}
+                    outcomes.setdefault(event_id, {"how": "repeat"})
                 else:
                     if hold:
                         if args.store == "pg-joined" or args.after_effect:
@@ -125,10 +130,12 @@ async def main(argv: list[str]) -> int:
         held = ids[args.complete : args.complete + args.hold]
         await asyncio.gather(*(one(e, hold=True) for e in held))
         return 1  # never reached: killed while holding
-    random.Random(args.seed).shuffle(ids)
     queue: asyncio.Queue[str] = asyncio.Queue()
-    for event_id in ids:
-        queue.put_nowait(event_id)
+    shuffle = random.Random(args.seed).shuffle
+    for _ in range(args.rounds):
+        shuffle(ids)
+        for event_id in ids:
+            queue.put_nowait(event_id)
 
     async def worker() -> None:
         while not queue.empty():
@@ -139,7 +146,9 @@ async def main(argv: list[str]) -> int:
     counts: dict[str, int] = {}
     for o in outcomes.values():
         counts[o["how"]] = counts.get(o["how"], 0) + 1
-    summary = {"pid": pid, "elapsed_s": round(elapsed, 3), "counts": counts}
+    summary: dict[str, Any] = {"pid": pid, "elapsed_s": round(elapsed, 3), "counts": counts}
+    if cache is not None:
+        summary["cache"] = cache.stats.__dict__
     if args.role == "rescue":
         summary["outcomes"] = outcomes
     print(json.dumps(summary), flush=True)

@@ -14,10 +14,14 @@
 
 ``PostgresStore`` needs the ``postgres`` extra, ``RedisStore`` the ``redis`` extra, the Kafka
 loop (``idempotent_consumer.kafka``) the ``kafka`` extra; they are imported on first use.
+``from idempotent_consumer import *`` works with no extra installed: a store is among its
+names only when its client library is installed.
 """
 
 from __future__ import annotations
 
+import importlib
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 from ._base import (
@@ -33,43 +37,62 @@ from ._base import (
 )
 from ._core import Claim, Idempotency
 from ._sync import SyncClaim, SyncIdempotency
+from .cache import CacheStats, LocalCache
+from .decorators import (
+    DISABLED_ENV,
+    IdempotencyDisabledWarning,
+    idempotent,
+    idempotent_function,
+)
 from .memory import MemoryStore, catch_rate, slots_for, window
 
-if TYPE_CHECKING:
-    from .postgres import PostgresStore
-    from .redis_store import RedisStore
+if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them on first use
+    from .postgres import PostgresStore as PostgresStore
+    from .redis_store import RedisStore as RedisStore
 
 __all__ = [
+    "DISABLED_ENV",
     "AlreadyInProgress",
+    "CacheStats",
     "Claim",
     "Idempotency",
+    "IdempotencyDisabledWarning",
     "IdempotencyError",
     "InvalidEventId",
     "JsonSerializer",
     "LeaseLost",
+    "LocalCache",
     "MemoryStore",
     "NotSerializable",
     "PayloadMismatch",
-    "PostgresStore",
-    "RedisStore",
     "Serializer",
     "SyncClaim",
     "SyncIdempotency",
     "catch_rate",
+    "idempotent",
+    "idempotent_function",
     "payload_hash",
     "slots_for",
     "window",
 ]
 
+#: The stores on optional extras: (module, the client library it needs, the extra).
+_EXTRAS = {
+    "PostgresStore": (".postgres", "psycopg", "postgres"),
+    "RedisStore": (".redis_store", "redis", "redis"),
+}
+# Listed for `import *` only when importable: a name there that cannot be imported would
+# make `from idempotent_consumer import *` fail for everyone without that extra.
+__all__ += [name for name, (_, client, _) in _EXTRAS.items() if find_spec(client) is not None]
+
 
 def __getattr__(name: str) -> Any:
     # The backends' clients are optional extras: import them when first asked for.
-    if name == "PostgresStore":
-        from .postgres import PostgresStore
-
-        return PostgresStore
-    if name == "RedisStore":
-        from .redis_store import RedisStore
-
-        return RedisStore
-    raise AttributeError(f"module 'idempotent_consumer' has no attribute {name!r}")
+    if name not in _EXTRAS:
+        raise AttributeError(f"module 'idempotent_consumer' has no attribute {name!r}")
+    module, client, extra = _EXTRAS[name]
+    if find_spec(client) is None:
+        raise ImportError(
+            f"{name} needs the {extra!r} extra: pip install 'idempotent-consumer[{extra}]'"
+        )
+    return getattr(importlib.import_module(module, __name__), name)

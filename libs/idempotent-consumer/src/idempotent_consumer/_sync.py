@@ -24,7 +24,7 @@ from ._base import (
     payload_hash,
     positive,
 )
-from ._core import FIRST_POLL, ClaimState, Settings, _deadline
+from ._shared import FIRST_POLL, ClaimState, Settings, wait_deadline
 
 T = TypeVar("T")
 
@@ -115,7 +115,7 @@ class SyncClaimContext:
 
     def _acquire(self) -> tuple[ClaimReply, Held | None]:
         idem = self._idem
-        deadline = _deadline(self._wait)
+        deadline = wait_deadline(self._wait)
         delay = FIRST_POLL
         block = self._connection is not None and self._wait is True
         while True:

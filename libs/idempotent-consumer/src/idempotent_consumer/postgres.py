@@ -28,186 +28,24 @@ on first use and then at most every ``partition_period / 4`` as claims come in, 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import threading
-import time
-import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ._base import ClaimReply, ClaimRequest, Held, Outcome, millis, positive
+from ._base import ClaimReply, ClaimRequest, Held, millis, positive
+from ._pg_partitions import MaintenanceReport, Partitions
+from ._pg_schema import Calls, schema_sql
 
-log = logging.getLogger("idempotent_consumer.postgres")
+__all__ = ["MaintenanceReport", "PostgresStore", "schema_sql"]
 
 _NAME = re.compile(r"^(?:[a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def schema_sql(table: str, lock_namespace: int) -> str:
-    """The DDL of the table and its functions (idempotent: safe to run again)."""
-    t = table
-    # 64 bits of the key (the one-bigint form of the advisory locks, seeded per table): a
-    # 32-bit hash makes two live ids collide about once in 77,000, and a collision answers
-    # "busy" for an id nobody holds.
-    lock = f"hashtextextended(p_processor || chr(31) || p_event_id, {lock_namespace})"
-    return f"""
-CREATE TABLE IF NOT EXISTS {t} (
-    processor    text        NOT NULL,  -- the consumer group's namespace
-    event_id     text        NOT NULL,  -- the producer's id of the event
-    period       timestamptz NOT NULL,  -- start of the partition period of the first claim
-    state        "char"      NOT NULL,  -- 'p' in progress, 'c' completed
-    token        uuid        NOT NULL,  -- the current holder's claim (fences old holders out)
-    payload_hash bytea,                 -- SHA-256 of the first claim's payload, if given
-    claimed_at   timestamptz NOT NULL,
-    lease_until  timestamptz,           -- in progress: when another holder may take over
-    expires_at   timestamptz NOT NULL,  -- after this the id counts as new again
-    attempts     integer     NOT NULL,  -- claims so far (2+: taken over from a dead holder)
-    result       bytea,                 -- completed: the first run's serialized result
-    completed_at timestamptz,
-    PRIMARY KEY (processor, event_id, period)
-) PARTITION BY RANGE (period);
-
-CREATE OR REPLACE FUNCTION {t}_claim(
-    p_processor text, p_event_id text, p_hash bytea, p_token uuid,
-    p_lease_ms bigint, p_expire_ms bigint, p_period_s bigint, p_block boolean,
-    OUT outcome text, OUT o_result bytea, OUT o_retry_ms bigint, OUT o_attempts integer,
-    OUT o_period timestamptz)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    r {t}%ROWTYPE;
-    v_now timestamptz := clock_timestamp();
-    v_lock bigint := {lock};
-    v_found boolean;
-    v_rows integer;
-BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'idempotency claims need READ COMMITTED, not %',
-            current_setting('transaction_isolation') USING ERRCODE = 'feature_not_supported';
-    END IF;
-    -- One claim, complete, release or extend of this (processor, event id) at a time, across
-    -- all partitions ({t}_finish takes the same lock).
-    IF p_block THEN
-        PERFORM pg_advisory_xact_lock(v_lock);
-    ELSIF NOT pg_try_advisory_xact_lock(v_lock) THEN
-        outcome := 'busy';
-        RETURN;
-    END IF;
-    SELECT * INTO r FROM {t}
-     WHERE processor = p_processor AND event_id = p_event_id
-     ORDER BY period DESC LIMIT 1;
-    v_found := FOUND;
-    IF v_found AND r.expires_at <= v_now THEN
-        DELETE FROM {t} WHERE processor = p_processor AND event_id = p_event_id;
-        v_found := false;
-    END IF;
-    IF NOT v_found THEN
-        o_period := to_timestamp(floor(extract(epoch FROM v_now) / p_period_s) * p_period_s);
-        BEGIN
-            INSERT INTO {t} (processor, event_id, period, state, token, payload_hash,
-                             claimed_at, lease_until, expires_at, attempts)
-            VALUES (p_processor, p_event_id, o_period, 'p', p_token, p_hash, v_now,
-                    v_now + p_lease_ms * interval '1 millisecond',
-                    v_now + p_expire_ms * interval '1 millisecond', 1)
-            ON CONFLICT DO NOTHING;
-        EXCEPTION WHEN check_violation THEN
-            -- No partition for now: answered, not raised, so a caller's transaction that
-            -- this claim joined survives; the store creates the partition and asks again.
-            outcome := 'no_partition';
-            RETURN;
-        END;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
-        IF v_rows = 1 THEN
-            outcome := 'acquired';
-            o_attempts := 1;
-            RETURN;
-        END IF;
-        RAISE EXCEPTION 'claim of % conflicted under its lock', p_event_id;  -- cannot happen
-    END IF;
-    o_period := r.period;
-    o_attempts := r.attempts;
-    IF r.payload_hash IS NOT NULL AND p_hash IS NOT NULL AND r.payload_hash <> p_hash THEN
-        outcome := 'mismatch';
-        RETURN;
-    END IF;
-    IF r.state = 'c' THEN
-        outcome := 'completed';
-        o_result := r.result;
-        RETURN;
-    END IF;
-    IF r.lease_until > v_now THEN
-        outcome := 'in_progress';
-        o_retry_ms := ceil(extract(epoch FROM r.lease_until - v_now) * 1000);
-        RETURN;
-    END IF;
-    -- The holder's lease ended (it crashed or hung): take the claim over, only from the row
-    -- as read (its token, still in progress, lease still ended). The lock keeps the old
-    -- holder's complete and release out; the conditions and the row count keep this step
-    -- right on its own: a row that changed or vanished is never taken over, the caller
-    -- is told to ask again.
-    UPDATE {t} SET token = p_token, attempts = r.attempts + 1,
-                   lease_until = v_now + p_lease_ms * interval '1 millisecond',
-                   payload_hash = coalesce(r.payload_hash, p_hash)
-     WHERE processor = p_processor AND event_id = p_event_id AND period = r.period
-       AND token = r.token AND state = 'p' AND lease_until <= v_now;
-    GET DIAGNOSTICS v_rows = ROW_COUNT;
-    IF v_rows <> 1 THEN
-        outcome := 'busy';
-        RETURN;
-    END IF;
-    outcome := 'taken_over';
-    o_attempts := r.attempts + 1;
-END
-$fn$;
-
--- The holder's complete ('c'), release ('r') or extend ('e'), under the claim's lock: without
--- it a late complete or release could commit between a takeover's read and its update.
--- Returns the rows changed (1: done; 0: the token no longer holds the record).
-CREATE OR REPLACE FUNCTION {t}_finish(
-    p_processor text, p_event_id text, p_period timestamptz, p_token uuid,
-    p_action "char", p_result bytea, p_lease_ms bigint)
-RETURNS integer
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_rows integer;
-BEGIN
-    PERFORM pg_advisory_xact_lock({lock});
-    IF p_action = 'c' THEN
-        UPDATE {t} SET state = 'c', result = p_result, lease_until = NULL,
-                       completed_at = clock_timestamp()
-         WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
-           AND token = p_token AND state = 'p';
-    ELSIF p_action = 'r' THEN
-        DELETE FROM {t}
-         WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
-           AND token = p_token AND state = 'p';
-    ELSE
-        UPDATE {t} SET lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
-         WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
-           AND token = p_token AND state = 'p';
-    END IF;
-    GET DIAGNOSTICS v_rows = ROW_COUNT;
-    RETURN v_rows;
-END
-$fn$;
-"""
-
-
-@dataclass
-class MaintenanceReport:
-    """What one :meth:`PostgresStore.maintain` did."""
-
-    created: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    skipped: bool = False  # another process was maintaining the table
 
 
 class PostgresStore:
@@ -252,17 +90,19 @@ class PostgresStore:
         # which never overlaps the other).
         self.lock_namespace = zlib.crc32(table.encode()) - (1 << 31)
         self._period_s = int(self.partition_period.total_seconds())
+        self._partitions = Partitions(
+            conninfo,
+            table,
+            self.partition_period,
+            self.retention,
+            self.partitions_ahead,
+            self.lock_namespace,
+        )
         self._pool: AsyncConnectionPool | None = None
         self._sync_pool: ConnectionPool | None = None
         self._async_lock: asyncio.Lock | None = None
         self._sync_lock = threading.Lock()
-        self._covered_until = 0.0  # epoch seconds up to which partitions exist (our view)
-        self._next_maintenance = 0.0  # monotonic
-        self._sql_claim = (
-            f"SELECT outcome, o_result, o_retry_ms, o_attempts, o_period "
-            f"FROM {table}_claim(%s, %s, %s, %s, %s, %s, %s, %s)"
-        )
-        self._sql_finish = f"SELECT {table}_finish(%s, %s, %s, %s, %s, %s, %s)"
+        self._calls = Calls(table, self._period_s)
 
     def schema_sql(self) -> str:
         return schema_sql(self.table, self.lock_namespace)
@@ -336,7 +176,7 @@ class PostgresStore:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             if self.create_schema:
                 self._create_schema(conn)
-            self._maintain(conn)
+            self._partitions.maintain(conn)
 
     def _create_schema(self, conn: psycopg.Connection[Any]) -> None:
         # Serialised: two processes creating the same function at once can fail with
@@ -351,188 +191,51 @@ class PostgresStore:
         """Create the table, its functions and partitions now (the ``schema`` command)."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             self._create_schema(conn)
-            return self._maintain(conn)
+            return self._partitions.maintain(conn)
 
     def maintain(self, now: datetime | None = None) -> MaintenanceReport:
         """Create the partitions up to ``partitions_ahead`` periods ahead and drop the ones
         whose whole period ended more than ``retention`` before ``now`` (the database's
         clock when not given)."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
-            return self._maintain(conn, now)
-
-    def _bounds(self, conn: psycopg.Connection[Any]) -> list[tuple[str, datetime, datetime]]:
-        rows = conn.execute(
-            r"""
-            SELECT c.oid::regclass::text,
-                   (regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                 'FROM \(''([^'']+)''\) TO \(''([^'']+)''\)'))[1]::timestamptz,
-                   (regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                 'FROM \(''([^'']+)''\) TO \(''([^'']+)''\)'))[2]::timestamptz
-              FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-             WHERE i.inhparent = %s::regclass
-             ORDER BY 2
-            """,
-            (self.table,),
-        ).fetchall()
-        return [(name, lo, hi) for name, lo, hi in rows]
+            return self._partitions.maintain(conn, now)
 
     def partitions(self) -> list[tuple[str, datetime, datetime]]:
         """(name, from, to) of every partition, oldest first."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
-            return self._bounds(conn)
-
-    def _partition_name(self, lo: datetime) -> str:
-        return f"{self.table}_p{lo.astimezone(UTC):%Y%m%d_%H%M%S}"
-
-    def _maintain(
-        self, conn: psycopg.Connection[Any], now: datetime | None = None
-    ) -> MaintenanceReport:
-        report = MaintenanceReport()
-        got = conn.execute("SELECT pg_try_advisory_lock(%s, 0)", (self.lock_namespace,)).fetchone()
-        if not got or not got[0]:
-            report.skipped = True
-            return report
-        try:
-            if now is None:
-                row = conn.execute("SELECT clock_timestamp()").fetchone()
-                assert row is not None
-                now = row[0]
-            assert now is not None
-            existing = self._bounds(conn)
-            period = self._period_s
-            current = int((now - _EPOCH).total_seconds() // period) * period
-            # Short lock waits: maintenance must never stall the claims for long.
-            conn.execute("SET lock_timeout = '2s'")
-            for k in range(self.partitions_ahead + 1):
-                lo = _EPOCH + timedelta(seconds=current + k * period)
-                hi = lo + self.partition_period
-                if any(a < hi and lo < b for _, a, b in existing):
-                    continue  # covered (also by partitions of an older period length)
-                name = self._partition_name(lo)
-                self._create_partition(conn, name, lo, hi)
-                report.created.append(name)
-            cutoff = now - self.retention
-            for name, _, hi in existing:
-                if hi <= cutoff:
-                    self._drop(conn, name)
-                    report.dropped.append(name)
-            covered = max([b for _, _, b in self._bounds(conn)], default=now)
-            self._covered_until = (covered - _EPOCH).total_seconds()
-            self._next_maintenance = time.monotonic() + max(1.0, self._period_s / 4)
-        finally:
-            conn.execute("RESET lock_timeout")
-            conn.execute("SELECT pg_advisory_unlock(%s, 0)", (self.lock_namespace,))
-        if report.created or report.dropped:
-            log.info(
-                "%s: created partitions %s, dropped %s", self.table, report.created, report.dropped
-            )
-        return report
-
-    def _create_partition(
-        self, conn: psycopg.Connection[Any], name: str, lo: datetime, hi: datetime
-    ) -> None:
-        # CREATE TABLE ... PARTITION OF would lock the parent against the claims (ACCESS
-        # EXCLUSIVE); a table of its own, checked to the range and then attached, takes SHARE
-        # UPDATE EXCLUSIVE only, which claims do not conflict with.
-        bounds = f"FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
-        check = f"period >= '{lo.isoformat()}' AND period < '{hi.isoformat()}'"
-        conn.execute(f"DROP TABLE IF EXISTS {name}")  # a leftover of a failed attach
-        conn.execute(f"CREATE TABLE {name} (LIKE {self.table} INCLUDING DEFAULTS)")
-        conn.execute(
-            f"ALTER TABLE {name} ADD CONSTRAINT {name.split('.')[-1]}_range CHECK ({check})"
-        )
-        conn.execute(f"ALTER TABLE {self.table} ATTACH PARTITION {name} FOR VALUES {bounds}")
-        conn.execute(f"ALTER TABLE {name} DROP CONSTRAINT {name.split('.')[-1]}_range")
-
-    def _drop(self, conn: psycopg.Connection[Any], name: str) -> None:
-        # DETACH ... CONCURRENTLY takes no lock that blocks the claims (PostgreSQL 14+); the
-        # detached table is then dropped on its own. A detach interrupted half-way is
-        # finished with FINALIZE.
-        try:
-            conn.execute(f"ALTER TABLE {self.table} DETACH PARTITION {name} CONCURRENTLY")
-        except pg_errors.ObjectNotInPrerequisiteState:
-            conn.execute(f"ALTER TABLE {self.table} DETACH PARTITION {name} FINALIZE")
-        except pg_errors.FeatureNotSupported:  # before PostgreSQL 14
-            conn.execute(f"ALTER TABLE {self.table} DETACH PARTITION {name}")
-        conn.execute(f"DROP TABLE IF EXISTS {name}")
-
-    def _maintenance_due(self) -> bool:
-        now = time.time()
-        margin = self._period_s  # keep at least one whole period ahead
-        return now + margin >= self._covered_until or time.monotonic() >= self._next_maintenance
-
-    def _maintain_quietly(self) -> None:
-        self._next_maintenance = time.monotonic() + max(1.0, self._period_s / 4)
-        try:
-            with psycopg.connect(self.conninfo, autocommit=True) as conn:
-                self._maintain(conn)
-        except psycopg.Error:
-            log.exception("%s: partition maintenance failed (retried later)", self.table)
+            return self._partitions.bounds(conn)
 
     # -- the async store ------------------------------------------------------------------
-
-    def _claim_params(self, r: ClaimRequest) -> tuple[Any, ...]:
-        return (
-            r.processor,
-            r.event_id,
-            r.payload_hash,
-            uuid.UUID(hex=r.token),
-            millis(r.lease),
-            millis(r.expire_after),
-            self._period_s,
-            r.block,
-        )
-
-    @staticmethod
-    def _reply(row: tuple[Any, ...] | None) -> ClaimReply | None:
-        """The claim's reply; None when the current period has no partition yet."""
-        assert row is not None
-        outcome, result, retry_ms, attempts, period = row
-        if outcome == "no_partition":
-            return None
-        return ClaimReply(
-            Outcome(outcome),
-            result=bytes(result) if result is not None else None,
-            retry_after=retry_ms / 1000 if retry_ms else None,
-            attempts=attempts,
-            locator=period,
-        )
-
-    @staticmethod
-    def _finish_params(held: Held, action: str, result: bytes | None, lease_ms: int) -> Any:
-        token = uuid.UUID(hex=held.token)
-        return (held.processor, held.event_id, held.locator, token, action, result, lease_ms)
-
     # The claim answers "no_partition" (not an error: a transaction it joined survives) when
     # the current period's partition is missing; the store creates it and asks once more,
     # joined or not.
 
     async def claim(self, request: ClaimRequest, connection: Any = None) -> ClaimReply:
         pool = await self.pool()
-        if self._maintenance_due():
-            await asyncio.to_thread(self._maintain_quietly)
-        params = self._claim_params(request)
+        if self._partitions.due():
+            await asyncio.to_thread(self._partitions.maintain_quietly)
+        params = self._calls.claim_params(request)
         for attempt in (1, 2):
             if connection is not None:
-                cur = await connection.execute(self._sql_claim, params)
-                reply = self._reply(await cur.fetchone())
+                cur = await connection.execute(self._calls.claim_sql, params)
+                reply = self._calls.reply(await cur.fetchone())
             else:
                 async with pool.connection() as conn:
-                    cur = await conn.execute(self._sql_claim, params)
-                    reply = self._reply(await cur.fetchone())
+                    cur = await conn.execute(self._calls.claim_sql, params)
+                    reply = self._calls.reply(await cur.fetchone())
             if reply is not None:
                 return reply
             if attempt == 1:
-                await asyncio.to_thread(self._maintain_quietly)
+                await asyncio.to_thread(self._partitions.maintain_quietly)
         raise RuntimeError(f"{self.table}: no partition for now, and maintenance made none")
 
     async def _finish(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
-            cur = await connection.execute(self._sql_finish, params)
+            cur = await connection.execute(self._calls.finish_sql, params)
         else:
             pool = await self.pool()
             async with pool.connection() as conn:
-                cur = await conn.execute(self._sql_finish, params)
+                cur = await conn.execute(self._calls.finish_sql, params)
                 row = await cur.fetchone()
                 return bool(row and row[0] == 1)
         row = await cur.fetchone()
@@ -541,49 +244,55 @@ class PostgresStore:
     async def complete(
         self, held: Held, result: bytes, expire_after: timedelta, connection: Any = None
     ) -> bool:
-        return await self._finish(self._finish_params(held, "c", result, 0), connection)
+        return await self._finish(self._calls.finish_params(held, "c", result, 0), connection)
 
     async def release(self, held: Held, connection: Any = None) -> bool:
-        return await self._finish(self._finish_params(held, "r", None, 0), connection)
+        return await self._finish(self._calls.finish_params(held, "r", None, 0), connection)
 
     async def extend(self, held: Held, lease: timedelta, connection: Any = None) -> bool:
-        params = self._finish_params(held, "e", None, millis(lease))
+        params = self._calls.finish_params(held, "e", None, millis(lease))
         return await self._finish(params, connection)
 
     # -- the sync store -------------------------------------------------------------------
 
     def claim_sync(self, request: ClaimRequest, connection: Any = None) -> ClaimReply:
         pool = self.sync_pool()
-        if self._maintenance_due():
-            self._maintain_quietly()
-        params = self._claim_params(request)
+        if self._partitions.due():
+            self._partitions.maintain_quietly()
+        params = self._calls.claim_params(request)
         for attempt in (1, 2):
             if connection is not None:
-                reply = self._reply(connection.execute(self._sql_claim, params).fetchone())
+                reply = self._calls.reply(
+                    connection.execute(self._calls.claim_sql, params).fetchone()
+                )
             else:
                 with pool.connection() as conn:
-                    reply = self._reply(conn.execute(self._sql_claim, params).fetchone())
+                    reply = self._calls.reply(
+                        conn.execute(self._calls.claim_sql, params).fetchone()
+                    )
             if reply is not None:
                 return reply
             if attempt == 1:
-                self._maintain_quietly()
+                self._partitions.maintain_quietly()
         raise RuntimeError(f"{self.table}: no partition for now, and maintenance made none")
 
     def _finish_sync(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
-            row = connection.execute(self._sql_finish, params).fetchone()
+            row = connection.execute(self._calls.finish_sql, params).fetchone()
         else:
             with self.sync_pool().connection() as conn:
-                row = conn.execute(self._sql_finish, params).fetchone()
+                row = conn.execute(self._calls.finish_sql, params).fetchone()
         return bool(row and row[0] == 1)
 
     def complete_sync(
         self, held: Held, result: bytes, expire_after: timedelta, connection: Any = None
     ) -> bool:
-        return self._finish_sync(self._finish_params(held, "c", result, 0), connection)
+        return self._finish_sync(self._calls.finish_params(held, "c", result, 0), connection)
 
     def release_sync(self, held: Held, connection: Any = None) -> bool:
-        return self._finish_sync(self._finish_params(held, "r", None, 0), connection)
+        return self._finish_sync(self._calls.finish_params(held, "r", None, 0), connection)
 
     def extend_sync(self, held: Held, lease: timedelta, connection: Any = None) -> bool:
-        return self._finish_sync(self._finish_params(held, "e", None, millis(lease)), connection)
+        return self._finish_sync(
+            self._calls.finish_params(held, "e", None, millis(lease)), connection
+        )

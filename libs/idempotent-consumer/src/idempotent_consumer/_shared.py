@@ -1,0 +1,142 @@
+"""What the async claim (``_core``) and its sync twin (``_sync``) share: the settings of an
+``Idempotency`` (store, processor namespace, lease, expiry, serializer), the state a claim
+knows, and how long a claim waits for a busy id."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from ._base import (
+    ClaimReply,
+    ClaimRequest,
+    Held,
+    JsonSerializer,
+    NotSerializable,
+    Outcome,
+    Serializer,
+    check_event_id,
+    new_token,
+    positive,
+)
+
+StoreT = TypeVar("StoreT")
+
+#: Waiting for a busy id polls the store, starting at 5 ms and doubling up to ``max_poll``.
+FIRST_POLL = 0.005
+
+
+class Settings(Generic[StoreT]):
+    """What the async and the sync ``Idempotency`` share: the store and the namespace."""
+
+    def __init__(
+        self,
+        store: StoreT,
+        processor: str,
+        *,
+        lease: timedelta = timedelta(seconds=30),
+        expire_after: timedelta = timedelta(days=7),
+        serializer: Serializer | None = None,
+        max_poll: timedelta = timedelta(milliseconds=250),
+    ) -> None:
+        #: where the records live
+        self.store = store
+        #: the namespace of the records: one per consumer group (each group dedups on its own)
+        self.processor = check_event_id(processor)
+        #: how long a claim holds an event before another holder may take it over; measured
+        #: on the store's clock (PostgreSQL's, Redis's), extend it for long handlers
+        self.lease = positive(lease, "lease")
+        #: how long a record is kept after its first claim (repeats later than this run again)
+        self.expire_after = positive(expire_after, "expire_after")
+        #: how results are stored (default: JSON)
+        self.serializer: Serializer = serializer or JsonSerializer()
+        #: the longest pause between two polls while waiting for a busy id
+        self.max_poll = positive(max_poll, "max_poll")
+        limit = getattr(store, "max_expire_after", None)
+        if limit is not None and expire_after > limit:
+            raise ValueError(
+                f"expire_after={expire_after} is longer than the store keeps records "
+                f"({limit}): raise the store's retention or shorten expire_after"
+            )
+
+    def _request(self, event_id: str, digest: bytes | None, block: bool) -> ClaimRequest:
+        return ClaimRequest(
+            processor=self.processor,
+            event_id=event_id,
+            payload_hash=digest,
+            token=new_token(),
+            lease=self.lease,
+            expire_after=self.expire_after,
+            block=block,
+        )
+
+
+class ClaimState:
+    """What a claim knows; ``Claim`` and ``SyncClaim`` add ``extend``."""
+
+    def __init__(
+        self,
+        event_id: str,
+        processor: str,
+        reply: ClaimReply,
+        held: Held | None,
+        result: Any,
+        connection: Any,
+    ) -> None:
+        #: the event id claimed
+        self.event_id = event_id
+        #: the namespace it was claimed in
+        self.processor = processor
+        #: True for a repeat: the first run completed and ``result`` is its result
+        self.done = reply.outcome is Outcome.COMPLETED
+        #: the first run's result (a repeat), or what ``complete()`` was given
+        self.result = result
+        #: claims of this id so far, this one included: 2 or more means an earlier holder
+        #: crashed or hung mid-handler and its effect may be partly done (None: the store
+        #: cannot tell, as with Redis, where an expired lease leaves no trace)
+        self.attempts = reply.attempts
+        #: the caller's connection the claim joined (PostgreSQL), or None
+        self.connection = connection
+        self._held = held
+        self._serializer: Serializer = JsonSerializer()
+        self._data: bytes | None = None  # the result, serialized by complete()
+
+    @property
+    def taken_over(self) -> bool:
+        """True when this claim took the event over from a holder whose lease had ended."""
+        return self.attempts is not None and self.attempts > 1
+
+    def complete(self, result: Any = None) -> None:
+        """Record the result; it is stored with the claim when the ``with`` block ends
+        (a block that ends without ``complete`` completes with ``None``). A result the
+        serializer cannot store raises ``NotSerializable`` here."""
+        if self.done:
+            raise RuntimeError(f"event {self.event_id!r} is a repeat: there is nothing to complete")
+        # Serialized here, inside the block, not when it ends: a result the serializer
+        # refuses raises in the body, so the claim is released, never left in progress
+        # until its lease ends (which would let the effect run again, with no error seen).
+        try:
+            data = self._serializer.dumps(result)
+        except NotSerializable:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise NotSerializable(
+                f"the result of {self.event_id!r} cannot be stored ({exc}): convert it to "
+                "a JSON value, or give Idempotency a serializer that stores it"
+            ) from exc
+        self.result = result
+        self._data = data
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "held"
+        return f"<claim {self.processor}/{self.event_id} {state} attempts={self.attempts}>"
+
+
+def wait_deadline(wait: bool | timedelta) -> float | None:
+    """Monotonic deadline for waiting (None: no limit)."""
+    if wait is True:
+        return None
+    if wait is False:
+        return time.monotonic()
+    return time.monotonic() + max(0.0, wait.total_seconds())

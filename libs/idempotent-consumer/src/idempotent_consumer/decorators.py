@@ -1,0 +1,202 @@
+"""Decorators that claim before the function runs, so no caller can forget ``claim.done``.
+
+After Powertools' ``idempotent`` and ``idempotent_function`` (aws_lambda_powertools/
+utilities/idempotency/idempotency.py, with the handling of its base.py: a repeat returns the
+stored result, through ``response_hook`` when one is given; a function that raises deletes
+its record so a retry runs again)::
+
+    idem = Idempotency(PostgresStore(dsn), processor="billing")
+
+    @idempotent_function(idem, key="order_id", payload="order")
+    async def charge(order_id: str, order: dict) -> str:
+        return await payments.charge(order)      # runs once per order_id
+
+    @idempotent(idem)                            # key: record.key, payload: record.value
+    async def handle(record) -> str: ...
+
+``key`` and ``payload`` name a parameter of the function (positional or keyword, unlike
+Powertools' keyword-only ``data_keyword_argument``) or are callables given the function's
+arguments. The decorated function is async with ``Idempotency`` and sync with
+``SyncIdempotency``. A repeat returns the first run's result as the serializer gives it back
+(JSON by default: a tuple comes back a list), or what ``on_repeat(result, claim)`` returns.
+
+``IDEMPOTENT_CONSUMER_DISABLED=1`` (as Powertools' ``POWERTOOLS_IDEMPOTENCY_DISABLED``; also
+true, yes, on) calls the functions directly, with an ``IdempotencyDisabledWarning``: for
+tests of the business logic, never for production. Read on every call, so a test can set it
+with ``monkeypatch.setenv``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import warnings
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from ._base import InvalidEventId
+from ._core import Claim, Idempotency
+from ._sync import SyncClaim, SyncIdempotency
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DISABLED_ENV = "IDEMPOTENT_CONSUMER_DISABLED"
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"", "0", "false", "no", "off", "n", "f"}
+
+Extractor = str | Callable[..., Any]
+OnRepeat = Callable[[Any, Any], Any]
+
+
+class IdempotencyDisabledWarning(UserWarning):
+    """Idempotency is switched off by ``IDEMPOTENT_CONSUMER_DISABLED``: effects run on every
+    call, repeats included. For tests only."""
+
+
+def disabled() -> bool:
+    """Is ``IDEMPOTENT_CONSUMER_DISABLED`` set to a true value? Anything but a boolean word
+    raises, so a typo never leaves a test running with idempotency on by surprise."""
+    value = os.environ.get(DISABLED_ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{DISABLED_ENV}={value!r}: use 1/true/yes/on or 0/false/no/off")
+
+
+def _warn_disabled() -> None:
+    warnings.warn(
+        f"{DISABLED_ENV} is set: idempotency is off and every call runs its effect "
+        "(meant for tests, never for production)",
+        IdempotencyDisabledWarning,
+        stacklevel=3,
+    )
+
+
+def _extractor(spec: Extractor, signature: inspect.Signature, what: str) -> Callable[..., Any]:
+    """A function of the decorated function's (args, kwargs) giving the key or payload."""
+    if callable(spec):
+        return lambda args, kwargs: spec(*args, **kwargs)
+    if spec not in signature.parameters:
+        raise TypeError(f"{what}={spec!r} is not a parameter of the function {signature}")
+
+    def argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments[spec]
+
+    return argument
+
+
+def idempotent_function(
+    idem: Idempotency | SyncIdempotency,
+    *,
+    key: Extractor,
+    payload: Extractor | None = None,
+    wait: bool | timedelta = True,
+    on_repeat: OnRepeat | None = None,
+) -> Callable[[F], F]:
+    """Run the decorated function once per key (and processor); a repeat returns the first
+    run's result without calling it.
+
+    ``key``: the event id (a parameter's name, or a callable of the arguments).
+    ``payload``: hashed and compared with the first call's (``PayloadMismatch``); None: no check.
+    ``wait``: as ``claim``'s (default True: a repeat arriving while the first call runs waits
+    for its result). ``on_repeat(result, claim)``: called on a repeat with the stored result;
+    its return value (awaited if it is awaitable) is what the call returns.
+    """
+
+    def decorate(fn: F) -> F:
+        signature = inspect.signature(fn)
+        key_of = _extractor(key, signature, "key")
+        payload_of = _extractor(payload, signature, "payload") if payload is not None else None
+
+        def claim_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+            return key_of(args, kwargs), payload_of(args, kwargs) if payload_of else None
+
+        if inspect.iscoroutinefunction(fn):
+            if not isinstance(idem, Idempotency):
+                raise TypeError(f"{fn.__qualname__} is async: decorate it with an Idempotency")
+            aidem = idem
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                if disabled():
+                    _warn_disabled()
+                    return await fn(*args, **kwargs)
+                event_id, data = claim_args(args, kwargs)
+                async with aidem.claim(event_id, payload=data, wait=wait) as claim:
+                    if claim.done:
+                        return await _repeat_async(on_repeat, claim)
+                    result = await fn(*args, **kwargs)
+                    claim.complete(result)
+                    return result
+
+            return run_async  # type: ignore[return-value]
+
+        if not isinstance(idem, SyncIdempotency):
+            raise TypeError(f"{fn.__qualname__} is not async: decorate it with a SyncIdempotency")
+        sidem = idem
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if disabled():
+                _warn_disabled()
+                return fn(*args, **kwargs)
+            event_id, data = claim_args(args, kwargs)
+            with sidem.claim(event_id, payload=data, wait=wait) as claim:
+                if claim.done:
+                    return _repeat(on_repeat, claim)
+                result = fn(*args, **kwargs)
+                claim.complete(result)
+                return result
+
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+async def _repeat_async(on_repeat: OnRepeat | None, claim: Claim) -> Any:
+    if on_repeat is None:
+        return claim.result
+    answer = on_repeat(claim.result, claim)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer
+
+
+def _repeat(on_repeat: OnRepeat | None, claim: SyncClaim) -> Any:
+    return claim.result if on_repeat is None else on_repeat(claim.result, claim)
+
+
+def record_key(record: Any, *args: Any, **kwargs: Any) -> str:
+    """The event id of a Kafka record (aiokafka's ``ConsumerRecord``, or anything with a
+    ``key``): its key, as the pipeline keys records by messageId."""
+    key = getattr(record, "key", None)
+    if key is None:
+        raise InvalidEventId(
+            "the record has no key: the event id must come from the producer "
+            "(use idempotent_function with key= to read it from elsewhere)"
+        )
+    return key.decode() if isinstance(key, bytes) else str(key)
+
+
+def record_value(record: Any, *args: Any, **kwargs: Any) -> object:
+    """The payload of a Kafka record: its value, as sent."""
+    return getattr(record, "value", None)
+
+
+def idempotent(
+    idem: Idempotency | SyncIdempotency,
+    *,
+    key: Extractor = record_key,
+    payload: Extractor | None = record_value,
+    wait: bool | timedelta = True,
+    on_repeat: OnRepeat | None = None,
+) -> Callable[[F], F]:
+    """``idempotent_function`` for handlers whose first argument is a Kafka record: keyed by
+    the record's key, its value hashed (as Powertools' ``idempotent`` is for the Lambda
+    handler's event)."""
+    return idempotent_function(idem, key=key, payload=payload, wait=wait, on_repeat=on_repeat)

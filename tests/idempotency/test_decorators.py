@@ -1,0 +1,183 @@
+"""The decorators on the real PostgreSQL and Redis, async and sync: a function runs once per
+key, a repeat returns the first result (through ``on_repeat`` when given), another payload is
+``PayloadMismatch``, a function that raises runs again, and ``IDEMPOTENT_CONSUMER_DISABLED``
+switches all of it off (nothing written to the store)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from idempotent_consumer import (
+    DISABLED_ENV,
+    Idempotency,
+    IdempotencyDisabledWarning,
+    InvalidEventId,
+    PayloadMismatch,
+    PostgresStore,
+    RedisStore,
+    SyncIdempotency,
+    idempotent,
+    idempotent_function,
+)
+
+from tests.idempotency.conftest import Servers
+
+pytestmark = pytest.mark.idempotency
+
+
+@pytest.fixture(params=["postgres", "redis"])
+async def store(
+    request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
+) -> AsyncIterator[Any]:
+    if request.param == "postgres":
+        s: Any = PostgresStore(servers.dsn, table=table, max_size=4)
+    else:
+        s = RedisStore(servers.redis_url, prefix=prefix)
+    yield s
+    await s.close()
+
+
+async def test_async_function_runs_once_per_key(store: Any) -> None:
+    idem = Idempotency(store, "billing")
+    runs: list[tuple[str, int]] = []
+
+    @idempotent_function(idem, key="order_id", payload="order")
+    async def charge(order_id: str, order: dict[str, int]) -> dict[str, Any]:
+        runs.append((order_id, order["cents"]))
+        return {"charge": f"ch_{order_id}", "cents": order["cents"]}
+
+    first = await charge("o1", {"cents": 500})
+    again = await charge(order_id="o1", order={"cents": 500})  # keyword or positional: one key
+    assert first == again == {"charge": "ch_o1", "cents": 500}
+    assert runs == [("o1", 500)]
+    with pytest.raises(PayloadMismatch):
+        await charge("o1", {"cents": 900})
+    assert await charge("o2", {"cents": 1}) == {"charge": "ch_o2", "cents": 1}
+    assert runs == [("o1", 500), ("o2", 1)]
+
+
+@pytest.mark.parametrize("kind", ["postgres", "redis"])
+def test_sync_function_runs_once_per_key(
+    servers: Servers, table: str, prefix: str, kind: str
+) -> None:
+    store: Any
+    if kind == "postgres":
+        store = PostgresStore(servers.dsn, table=table, max_size=2)
+    else:
+        store = RedisStore(servers.redis_url, prefix=prefix)
+    idem = SyncIdempotency(store, "mailer")
+    sent: list[str] = []
+
+    @idempotent_function(idem, key=lambda user, subject: f"{user}/{subject}")
+    def send(user: str, subject: str) -> str:
+        sent.append(user)
+        return f"msg-{user}"
+
+    assert send("ann", "welcome") == send("ann", "welcome") == "msg-ann"
+    assert send("ann", "receipt") == "msg-ann"
+    assert sent == ["ann", "ann"]  # two keys, each once
+    store.close_sync()
+
+
+async def test_a_function_that_raises_runs_again(store: Any) -> None:
+    idem = Idempotency(store, "billing")
+    attempts: list[int] = []
+
+    @idempotent_function(idem, key="order_id")
+    async def flaky(order_id: str) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("payment provider down")
+        return "ok"
+
+    with pytest.raises(ConnectionError):
+        await flaky("o3")
+    assert await flaky("o3") == "ok"
+    assert await flaky("o3") == "ok"
+    assert len(attempts) == 2
+
+
+async def test_on_repeat_gets_the_stored_result(store: Any) -> None:
+    idem = Idempotency(store, "billing")
+    seen: list[tuple[Any, bool]] = []
+
+    async def on_repeat(result: Any, claim: Any) -> str:
+        seen.append((result, claim.done))
+        return f"repeat of {result}"
+
+    @idempotent_function(idem, key="order_id", on_repeat=on_repeat)
+    async def charge(order_id: str) -> str:
+        return f"ch_{order_id}"
+
+    assert await charge("o4") == "ch_o4"
+    assert seen == []  # not called on the first run
+    assert await charge("o4") == "repeat of ch_o4"
+    assert seen == [("ch_o4", True)]
+
+
+async def test_idempotent_keys_a_kafka_record_by_its_key(store: Any) -> None:
+    idem = Idempotency(store, "billing")
+    handled: list[bytes] = []
+
+    @idempotent(idem)
+    async def handle(record: Any) -> str:
+        handled.append(record.value)
+        return record.value.decode()
+
+    record = SimpleNamespace(key=b"msg-1", value=b'{"amount": 5}')
+    assert await handle(record) == await handle(record) == '{"amount": 5}'
+    assert handled == [b'{"amount": 5}']
+    with pytest.raises(PayloadMismatch):  # the same messageId with another body
+        await handle(SimpleNamespace(key=b"msg-1", value=b'{"amount": 6}'))
+    with pytest.raises(InvalidEventId):
+        await handle(SimpleNamespace(key=None, value=b"{}"))
+
+
+async def test_disabled_calls_the_function_and_writes_nothing(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idem = Idempotency(store, "billing")
+    runs: list[str] = []
+
+    @idempotent_function(idem, key="order_id")
+    async def charge(order_id: str) -> str:
+        runs.append(order_id)
+        return f"ch_{len(runs)}"
+
+    monkeypatch.setenv(DISABLED_ENV, "1")
+    with pytest.warns(IdempotencyDisabledWarning):
+        assert await charge("o5") == "ch_1"
+    with pytest.warns(IdempotencyDisabledWarning):
+        assert await charge("o5") == "ch_2"  # a repeat runs again: nothing guards it
+    monkeypatch.setenv(DISABLED_ENV, "false")
+    async with idem.claim("o5") as claim:  # and the store never saw the id
+        assert not claim.done
+        claim.complete("enabled")
+    assert await charge("o5") == "enabled"
+    assert runs == ["o5", "o5"]
+    monkeypatch.setenv(DISABLED_ENV, "ture")
+    with pytest.raises(ValueError, match=DISABLED_ENV):
+        await charge("o5")
+
+
+def test_wrong_decorations_are_refused_at_once(servers: Servers, prefix: str) -> None:
+    store = RedisStore(servers.redis_url, prefix=prefix)
+    with pytest.raises(TypeError, match="is async"):
+
+        @idempotent_function(SyncIdempotency(store, "p"), key="k")
+        async def a(k: str) -> None: ...
+
+    with pytest.raises(TypeError, match="not async"):
+
+        @idempotent_function(Idempotency(store, "p"), key="k")
+        def b(k: str) -> None: ...
+
+    with pytest.raises(TypeError, match="not a parameter"):
+
+        @idempotent_function(Idempotency(store, "p"), key="order")
+        async def c(k: str) -> None: ...
+
+    store.close_sync()
