@@ -3,13 +3,15 @@ deploy/prometheus/alerts.yml as shipped. One worker is killed (kill -9) and the 
 (SIGSTOP: a frozen process whose port still accepts connections): DedupeWorkerDown goes pending,
 then fires for both after its ``for`` of one minute; the killed worker is started again and the
 stopped one continued, and the alert clears. Before the faults, the series the rules read are
-there under the names the rules use.
+there under the names the rules use, and every query of the Grafana dashboard
+(deploy/grafana/dedupe.json) runs.
 
 How to run: ``make test-observe`` (a broker on the tier's port, Prometheus on 19490).
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts import grafana_dashboard
 from tests.observe.prometheus import Prometheus
 from tests.support import Broker, Names, Worker
 
@@ -48,6 +51,34 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float) -> float:
     return time.monotonic() - started
 
 
+#: Dashboard panels whose queries have series as soon as workers run, before any record.
+ALWAYS_THERE = {
+    "Forwarded (first sightings) per second",
+    "Consumer lag per partition",
+    "Commits per second",
+    "Ids held per partition",
+    "Data dir free",
+    "Workers up",
+}
+
+
+def run_the_dashboards_queries(prom: Prometheus) -> None:
+    """Every query of deploy/grafana/dedupe.json parses and runs on this Prometheus (the
+    dashboard's instance choice set to all); those of the panels that must show the idle
+    workers return series once a rate has two scrapes to go on."""
+    board = json.loads(grafana_dashboard.OUT.read_text())
+    targets = [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
+
+    def empty() -> list[str]:
+        return [
+            f"{title}: {expr}"
+            for title, expr in targets
+            if not prom.query(expr.replace("$instance", ".*")) and title in ALWAYS_THERE
+        ]
+
+    wait_for("series for every panel that shows idle workers", lambda: not empty(), 30)
+
+
 def test_worker_down_fires_for_a_killed_and_a_stopped_worker_and_clears(
     broker: Broker,
     names: Names,
@@ -75,6 +106,7 @@ def test_worker_down_fires_for_a_killed_and_a_stopped_worker_and_clears(
         seen = {s["labels"]["instance"] for s in prom.query(metric)}
         assert seen == instances, f"{metric}: scraped from {seen}"
     assert prom.alerts(ALERT) == {}
+    run_the_dashboards_queries(prom)
 
     killed, stopped = workers
     killed.kill(signal.SIGKILL)

@@ -1,0 +1,265 @@
+"""The Grafana dashboard of the pipeline, deploy/grafana/dedupe.json, built from the panels below.
+
+    python -m scripts.grafana_dashboard          # rewrites deploy/grafana/dedupe.json
+
+Import the JSON in Grafana (Dashboards > New > Import) and pick the Prometheus data source that
+scrapes the workers (job ``dedupe-worker``) and the ingest services (job ``dedupe-ingest``).
+Every query names metrics of docs/metrics.md; tests/unit/test_grafana_dashboard.py checks that
+the file is this script's output and its queries name exported metrics, and the observe tier runs
+each query on a real Prometheus scraping real workers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "dedupe.json"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+#: The selectors of the worker's series (the dashboard's instance choice) and the ingest's.
+W = 'job="dedupe-worker", instance=~"$instance"'
+ING = 'job="dedupe-ingest"'
+Query = tuple[str, str]  # (PromQL, legend)
+
+
+def outcome_rate(outcome: str) -> Query:
+    rate = f'rate(dedupe_records_total{{{W}, outcome="{outcome}"}}[1m])'
+    return f"sum by (instance) ({rate})", "{{instance}}"
+
+
+def quantile(q: float, histogram: str, selector: str) -> Query:
+    rate = f"rate({histogram}_bucket{{{selector}}}[5m])"
+    return f"histogram_quantile({q}, sum by (le) ({rate}))", f"p{round(q * 100)}"
+
+
+def by(labels: str, how: str, expr: str, legend: str) -> Query:
+    return f"{how} by ({labels}) ({expr})", legend
+
+
+#: (row title, [(panel title, unit, [queries])]).
+ROWS: list[tuple[str, list[tuple[str, str, list[Query]]]]] = [
+    (
+        "Records",
+        [
+            ("Forwarded (first sightings) per second", "ops", [outcome_rate("forwarded")]),
+            ("Repeats dropped per second", "ops", [outcome_rate("duplicates_dropped")]),
+            ("Dead-lettered per second", "ops", [outcome_rate("dead_lettered")]),
+            (
+                "Consumer lag per partition",
+                "short",
+                [by("partition", "sum", f"dedupe_consumer_lag{{{W}}}", "partition {{partition}}")],
+            ),
+        ],
+    ),
+    (
+        "Transactions",
+        [
+            (
+                "Commit latency",
+                "s",
+                [
+                    quantile(0.5, "dedupe_commit_seconds", W),
+                    quantile(0.99, "dedupe_commit_seconds", W),
+                ],
+            ),
+            (
+                "Commits per second",
+                "ops",
+                [by("instance", "sum", f"rate(dedupe_commits_total{{{W}}}[1m])", "{{instance}}")],
+            ),
+            (
+                "Failed commits (5 min)",
+                "short",
+                [
+                    by(
+                        "instance, reason",
+                        "sum",
+                        f"increase(dedupe_commit_failures_total{{{W}}}[5m])",
+                        "{{instance}} {{reason}}",
+                    )
+                ],
+            ),
+            (
+                "Partitions below min.insync.replicas",
+                "short",
+                [by("topic", "max", f"dedupe_partitions_below_min_insync{{{W}}}", "{{topic}}")],
+            ),
+        ],
+    ),
+    (
+        "State",
+        [
+            (
+                "Ids held per partition",
+                "short",
+                [by("partition", "sum", f"dedupe_ids_held{{{W}}}", "partition {{partition}}")],
+            ),
+            (
+                "Effective window",
+                "s",
+                [
+                    by(
+                        "partition",
+                        "min",
+                        f"dedupe_effective_window_seconds{{{W}}}",
+                        "partition {{partition}}",
+                    ),
+                    (f"min(dedupe_min_window_seconds{{{W}}})", "minimum"),
+                ],
+            ),
+            (
+                "Restore: offsets left",
+                "short",
+                [
+                    by(
+                        "instance, changelog, partition",
+                        "sum",
+                        f"dedupe_restore_remaining_offsets{{{W}}}",
+                        "{{instance}} {{changelog}}-{{partition}}",
+                    )
+                ],
+            ),
+            (
+                "Standby lag",
+                "short",
+                [
+                    by(
+                        "instance, changelog, partition",
+                        "max",
+                        f"dedupe_standby_lag_offsets{{{W}}}",
+                        "{{instance}} {{changelog}}-{{partition}}",
+                    )
+                ],
+            ),
+            (
+                "Data dir free",
+                "percentunit",
+                [
+                    (
+                        f"dedupe_data_dir_free_bytes{{{W}}} / dedupe_data_dir_size_bytes{{{W}}}",
+                        "{{instance}}",
+                    )
+                ],
+            ),
+            ("Workers up", "short", [(f"up{{{W}}}", "{{instance}}")]),
+        ],
+    ),
+    (
+        "Ingest",
+        [
+            (
+                "Requests per second by status",
+                "reqps",
+                [
+                    by(
+                        "status",
+                        "sum",
+                        f"rate(dedupe_ingest_requests_total{{{ING}}}[1m])",
+                        "{{status}}",
+                    )
+                ],
+            ),
+            (
+                "Events acknowledged per second",
+                "ops",
+                [(f"sum(rate(dedupe_ingest_events_total{{{ING}}}[1m]))", "events")],
+            ),
+            ("Produce latency p99", "s", [quantile(0.99, "dedupe_ingest_produce_seconds", ING)]),
+            (
+                "Kafka errors per second",
+                "ops",
+                [
+                    by(
+                        "error",
+                        "sum",
+                        f"rate(dedupe_ingest_kafka_errors_total{{{ING}}}[5m])",
+                        "{{error}}",
+                    )
+                ],
+            ),
+        ],
+    ),
+]
+
+
+def dashboard() -> dict[str, Any]:
+    panels: list[dict[str, Any]] = []
+    y = 0
+    for title, row in ROWS:
+        panels.append(
+            {
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "id": len(panels) + 1,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
+        y += 1
+        for i, (panel, unit, queries) in enumerate(row):
+            panels.append(
+                {
+                    "type": "timeseries",
+                    "title": panel,
+                    "id": len(panels) + 1,
+                    "datasource": DS,
+                    "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": y + 8 * (i // 2)},
+                    "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                    "targets": [
+                        {
+                            "refId": chr(ord("A") + j),
+                            "datasource": DS,
+                            "expr": expr,
+                            "legendFormat": legend,
+                        }
+                        for j, (expr, legend) in enumerate(queries)
+                    ],
+                }
+            )
+        y += 8 * ((len(row) + 1) // 2)
+    return {
+        "title": "Dedup pipeline",
+        "uid": "dedupe-pipeline",
+        "schemaVersion": 39,
+        "editable": True,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "tags": ["dedupe"],
+        "templating": {
+            "list": [
+                {
+                    "type": "datasource",
+                    "name": "datasource",
+                    "label": "Prometheus",
+                    "query": "prometheus",
+                },
+                {
+                    "type": "query",
+                    "name": "instance",
+                    "label": "Worker",
+                    "datasource": DS,
+                    "query": 'label_values(up{job="dedupe-worker"}, instance)',
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "refresh": 2,
+                },
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+def main() -> None:
+    OUT.write_text(render())
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
