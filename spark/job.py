@@ -54,6 +54,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+from spark import metrics
 from spark.access import check_access
 from spark.jars import JarsMissingError
 from spark.lake import LakeStateError, check_consistent
@@ -197,6 +198,17 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
         f"{settings.topic!r} at {settings.bootstrap_servers} (read_committed)"
     )
     try:
+        metrics.serve(settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        print(
+            f"{PREFIX} cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} "
+            f"({exc}): set DEDUPE_SPARK_METRICS_PORT to a free port, or 0 for none",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.metrics_port:
+        print(f"{PREFIX} metrics on http://{settings.metrics_host}:{settings.metrics_port}/metrics")
+    try:
         queries = start_queries(spark, settings)
     except LakeStateError as exc:
         print(f"{PREFIX} {exc}", file=sys.stderr)
@@ -212,12 +224,16 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
         flush=True,
     )
     printer = ProgressPrinter()
+    progress_metrics = metrics.ProgressMetrics()
     status = 0
     try:
         while not stop.requested:
             time.sleep(0.5)
             for query in queries:
                 printer.print_new(query)
+                progress = query.lastProgress
+                if progress is not None:
+                    progress_metrics.observe(query.name or str(query.id), progress)
                 if not query.isActive:
                     error = query.exception()
                     print(f"{PREFIX} query {query.name} stopped: {error}", file=sys.stderr)

@@ -104,6 +104,19 @@ class SparkSettings(KafkaSecuritySettings):
         "They belong to the tables: keep, move or delete them together (the job refuses "
         "to start on a table without its checkpoint, and the reverse).",
     )
+    metrics_host: str = setting(
+        "127.0.0.1",
+        "DEDUPE_SPARK_METRICS_HOST",
+        "Address the job's Prometheus metrics (GET /metrics, docs/metrics.md) bind to "
+        "(0.0.0.0 for every interface).",
+    )
+    metrics_port: int = setting(
+        6067,
+        "DEDUPE_SPARK_METRICS_PORT",
+        "Port of the job's Prometheus metrics: rows read, batches, batch duration, offsets "
+        "of the clean topic not read yet, per query; 0 = not served.",
+        within=(0, 65535),
+    )
     master: str = setting(
         "local[2]",
         "DEDUPE_SPARK_MASTER",

@@ -18,6 +18,7 @@ checkpoint and the tables' logs define them:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +135,13 @@ def uncommitted_files(table: Path) -> set[str]:
     return on_disk - sink_files(table)
 
 
+#: The jobs' metrics ports: a fixed range of the tier's (two jobs can run side by side), one per
+#: job built in this process, in turn.
+METRICS_PORTS = itertools.cycle(
+    range(BASE := int(os.environ.get("DEDUPE_TEST_SPARK_METRICS_PORT", "19520")), BASE + 20)
+)
+
+
 @dataclass
 class LakeJob:
     """One lake job process; ``start`` again after a kill restarts it on the same lake."""
@@ -143,6 +152,7 @@ class LakeJob:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    metrics_port: int = field(default_factory=lambda: next(METRICS_PORTS))
 
     @property
     def events_table(self) -> Path:
@@ -175,6 +185,7 @@ class LakeJob:
             "DEDUPE_SPARK_WATERMARK": "1h",
             "DEDUPE_SPARK_SHUFFLE_PARTITIONS": "2",
             "DEDUPE_SPARK_DRIVER_MEMORY": "768m",
+            "DEDUPE_SPARK_METRICS_PORT": str(self.metrics_port),
             **self.extra_env,
         }
 
@@ -257,3 +268,16 @@ class LakeJob:
                     f"no batch {at_least} in {timeout}s:\n{self.log_text()[-6000:]}"
                 )
             time.sleep(0.1)
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples a job serves on ``GET /metrics``, by (name, sorted labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }

@@ -43,6 +43,7 @@ from tests.spark.harness import (
     batch_in_flight,
     committed_batches,
     read_without_spark,
+    scrape,
     table_file_count,
     uncommitted_files,
 )
@@ -179,6 +180,20 @@ def test_events_with_duplicates_reach_the_lake_once_and_late_ones_show_in_the_au
         assert f"  duplicate: {record.message_id!r} x2" in output, output
     twice = [r.message_id for r in late]
     minutes = assert_lake_holds_exactly(spark, job, stream.unique, twice=twice)
+
+    # The job's GET /metrics: every row it read, nothing left of the topic.
+    def rows(query: str) -> float:
+        return scrape(job.metrics_port).get(("dedupe_lake_rows_total", (("query", query),)), 0)
+
+    deadline = time.monotonic() + 30  # the job reads each query's progress twice a second
+    while min(rows("events"), rows("event_counts")) < unique + 5 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    samples = scrape(job.metrics_port)
+    for query in ("events", "event_counts"):
+        labels = (("query", query),)
+        assert samples[("dedupe_lake_rows_total", labels)] == unique + 5, (query, samples)
+        assert samples[("dedupe_lake_offsets_behind", labels)] == 0, (query, samples)
+        assert samples[("dedupe_lake_batches_total", labels)] >= 1, (query, samples)
 
     # Merged on messageId: the same topic, each id once whatever its age. (Its counts table
     # counts every event read from the topic, the late copies too: not compared here.)

@@ -1,7 +1,7 @@
-"""docs/metrics.md lists every metric the worker and the ingest service export, with its type
-and labels, and nothing else: built from the code's own registries (the worker's per-partition
-families from a stats snapshot like ``/stats``'s), so a metric added, renamed or relabelled
-without the reference fails here."""
+"""docs/metrics.md lists every metric the worker, the ingest service and the Spark job export,
+with its type and labels, and nothing else: built from the code's own registries (the worker's
+per-partition families from a stats snapshot like ``/stats``'s), so a metric added, renamed or
+relabelled without the reference fails here."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import metrics as worker_metrics
 from ingest import metrics as ingest_metrics
+from spark import metrics as spark_metrics
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(\w+)` \| (\w+) \|([\w, ]*)\| ")
@@ -70,11 +71,11 @@ def touch_labelled(registry: CollectorRegistry) -> None:
             collector.labels(*["x"] * len(names))
 
 
-def test_the_reference_lists_every_worker_and_ingest_metric_with_its_type_and_labels(
+def test_the_reference_lists_every_metric_with_its_type_and_labels(
     tmp_path: Path,
 ) -> None:
     registry = CollectorRegistry()
-    for source in (worker_metrics.REGISTRY, ingest_metrics.REGISTRY):
+    for source in (worker_metrics.REGISTRY, ingest_metrics.REGISTRY, spark_metrics.REGISTRY):
         for collector in list(source._collector_to_names):
             registry.register(collector)
     registry.register(worker_metrics.PartitionCollector(stats_snapshot))
@@ -92,3 +93,11 @@ def test_the_reference_parser_reads_rows() -> None:
     docs = documented()
     assert docs["dedupe_records"] == ("counter", frozenset({"partition", "outcome"}))
     assert docs["dedupe_commit_seconds"] == ("histogram", frozenset())
+
+
+def test_the_lake_lag_is_what_spark_had_left_to_read() -> None:
+    """Spark's Kafka source reports offsets as {topic: {partition: offset}}."""
+    end = '{"clean": {"0": 10, "1": 7}}'
+    latest = '{"clean": {"0": 15, "1": 7, "2": 4}}'
+    assert spark_metrics.offsets_behind(end, latest) == 5 + 0 + 4
+    assert spark_metrics.offsets_behind(end, None) is None
