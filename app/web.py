@@ -1,5 +1,7 @@
 """The worker's web views (Faust's web server, on DEDUPE_WEB_HOST:DEDUPE_WEB_PORT).
 
+- ``GET /``: the status page (``app/status_page.py``): partitions, lag, ids held, window,
+  commits, standbys, and a box to look an id up (``/?id=<messageId>`` looks it up on load).
 - ``GET /health``: 200 ``{"status": "ok"}`` while the worker process runs.
 - ``GET /ready``: 200 once partitions are assigned and their state recovered, else 503 (also
   during a rebalance, until the new assignment's state is recovered).
@@ -34,7 +36,7 @@ import faust
 from faust.exceptions import ConsumerNotStarted, SameNode
 from faust.web import Request, Response, View
 
-from app import metrics
+from app import metrics, status_page
 from app.dedup import Deduplicator
 from app.eos import TaskTransactionManager
 from app.lookup import OutputLocator
@@ -154,6 +156,11 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
                 status=503,
             )
         return None
+
+    @app.page("/")
+    class StatusPage(View):  # type: ignore[misc]
+        async def get(self, request: Request) -> Response:
+            return self.html(status_page.PAGE)
 
     @app.page("/health")
     class Health(View):  # type: ignore[misc]
