@@ -35,7 +35,7 @@ from typing import Protocol
 import faust
 
 from tables.protocol import changelog_topic
-from tables.rocks import RocksTuning
+from tables.rocks_options import RocksTuning
 from tables.store import TransactionalStore
 from tables.transactional import TransactionalTable
 

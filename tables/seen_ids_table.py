@@ -34,7 +34,7 @@ from typing import Protocol
 import faust
 
 from tables.protocol import changelog_topic
-from tables.rocks import RocksTuning
+from tables.rocks_options import RocksTuning
 from tables.seen_ids_index import SeenIdsStore
 from tables.transactional import TransactionalTable
 

@@ -39,7 +39,7 @@ from app.eos.task import Task
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
-from tables.rocks import SOURCE_OFFSETS_KEY, encode_source_offsets
+from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 log = logging.getLogger(__name__)
 

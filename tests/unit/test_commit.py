@@ -17,7 +17,7 @@ from aiokafka.structs import TopicPartition
 from app.eos import Committer, Outcome, Task
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import REGISTRY
-from tables.rocks import SOURCE_OFFSETS_KEY
+from tables.source_offsets import SOURCE_OFFSETS_KEY
 
 SOURCE = TopicPartition("events", 3)
 OUT = TopicPartition("events-clean", 3)

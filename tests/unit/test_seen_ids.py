@@ -16,9 +16,9 @@ import pytest
 from app.settings import Settings
 from tables import seen_ids as seen_module
 from tables import window
-from tables.rocks import SOURCE_OFFSETS_KEY, encode_source_offsets
 from tables.seen_ids import SeenIds
 from tables.seen_ids_index import INDEX_CF, SeenIdsStore
+from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 BUCKET_MS = 1_000
 WINDOW_MS = 10_000
