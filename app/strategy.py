@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import orjson
 
 from app import rules
-from tables.keys import RESERVED_TAG, SCOPED_TAG
+from tables.key_prefixes import RESERVED_TAG, SCOPED_TAG
 
 
 class Strategy(enum.StrEnum):

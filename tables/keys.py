@@ -31,18 +31,11 @@ from binascii import unhexlify
 
 import numpy as np
 
-# The table's key prefixes: the bytes 0xFD, 0xFE and 0xFF never occur in UTF-8, and message ids
-# are UTF-8, so a key that starts with one of them is never a plain message id. This is their
-# one home (``app/strategy.py`` builds keys with them, ``tables/source_offsets.py`` its record).
+from tables.key_prefixes import SCOPED_TAG, UUID_TAG
 
-#: First byte of a UUID in its 16-byte form.
-UUID_TAG = b"\xfd"
-#: First byte of a source-scoped key (``app/strategy.py``): the source's length and name follow.
-SCOPED_TAG = b"\xfe"
+#: First byte of a source-scoped key, as an int (``tables/key_prefixes.py``).
 SCOPED = SCOPED_TAG[0]
-#: First byte of the reserved keys: a payload fingerprint's (``app/strategy.py``, 17 bytes) and
-#: the store's source-offsets record's (``tables/source_offsets.py``, a longer fixed name).
-RESERVED_TAG = b"\xff"
+_UUID_BYTE = UUID_TAG[0]
 #: ``KEY_FORMAT_KEY``'s value in a database that holds keys in this module's form.
 FORMAT = 1
 
@@ -116,10 +109,10 @@ def to_disk_all(keys: list[bytes]) -> list[bytes]:
 def from_disk(raw: bytes) -> bytes:
     """The key as written (the inverse of :func:`to_disk`)."""
     n = len(raw)
-    if n == 17 and raw[0] == UUID_TAG[0]:
+    if n == 17 and raw[0] == _UUID_BYTE:
         return _uuid_text(raw[1:])
     if n > 19 and raw[0] == SCOPED:
         start = 2 + raw[1]
-        if n - start == 17 and raw[start] == UUID_TAG[0]:
+        if n - start == 17 and raw[start] == _UUID_BYTE:
             return raw[:start] + _uuid_text(raw[start + 1 :])
     return raw

@@ -15,11 +15,11 @@ from typing import Any
 
 from rocksdict import Rdict, WriteBatch
 
-from tables.keys import RESERVED_TAG
+from tables.key_prefixes import RESERVED_TAG
 
-#: Changelog key of the record. Its first byte (:data:`tables.keys.RESERVED_TAG`) never occurs
-#: in UTF-8, so no messageId can be this key. The store keeps its value in its bookkeeping column
-#: family (``tables.rocks.META_CF``), not among the ids.
+#: Changelog key of the record. Its first byte (:data:`tables.key_prefixes.RESERVED_TAG`) never
+#: occurs in UTF-8, so no messageId can be this key. The store keeps its value in its bookkeeping
+#: column family (``tables.rocks.META_CF``), not among the ids.
 SOURCE_OFFSETS_KEY = RESERVED_TAG + b"dedupe:source-offsets"
 #: Key (in :data:`META_CF`) of the changelog offset of the source-offsets record a live commit
 #: applied (8 bytes): that transaction's commit is still to be confirmed in the changelog when
