@@ -50,7 +50,7 @@ class TaskLife:
         self.stores.append((store, changelog_topic))
         if changelog_topic is not None:
             source: ChangelogSource = store  # type: ignore[assignment]
-            self._committer.changelogs.append((source, changelog_topic))
+            self._committer.add_changelog(source, changelog_topic)
 
     async def start(self, partition: int) -> None:
         producer = await self._producers.start(partition)

@@ -59,7 +59,6 @@ class TaskTransactionManager(TaskSendsOnly):
         super().__init__(*args, **kwargs)
         self._wakeup = asyncio.Event()
         self.rejoins_requested = 0
-        self._offsets_kept: tuple[SourceOffsetStore, str] | None = None
         self.app.on_rebalance_complete.connect(self._rebalance_complete)
         #: First offset processed per source partition since the last rebalance (for the log).
         self.first_offsets: dict[TopicPartition, int] = {}
@@ -120,13 +119,9 @@ class TaskTransactionManager(TaskSendsOnly):
         self.life.register_store(store, changelog_topic)
 
     def keep_source_offsets(self, store: SourceOffsetStore, changelog_topic: str) -> None:
-        """Every transaction also writes its source offsets to ``changelog_topic`` (key
-        :data:`~tables.source_offsets.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
-        :meth:`_rebalance_complete`. One table per worker does this."""
-        if self._offsets_kept is not None:
-            raise RuntimeError("source offsets are already kept by another table")
-        self._offsets_kept = (store, changelog_topic)
-        self.committer.source_offsets = self._offsets_kept
+        """Every transaction also writes its source offsets to ``changelog_topic``, and ``store``
+        keeps them (:meth:`Committer.keep_source_offsets`): see :meth:`_rebalance_complete`."""
+        self.committer.keep_source_offsets(store, changelog_topic)
 
     # -- the agent's side ----------------------------------------------------------------------
 
@@ -161,7 +156,7 @@ class TaskTransactionManager(TaskSendsOnly):
     async def _rebalance_complete(self, sender: Any, **kwargs: Any) -> None:
         """After the recovery, before records flow: start each task at the source offsets
         its store holds when those are past the group's (``positions.py``)."""
-        kept = self._offsets_kept
+        kept = self.committer.source_offsets_kept
         if kept is not None and await raise_to_stored_offsets(self.tasks.values(), kept[0]):
             self.commit_soon()
 
@@ -190,7 +185,7 @@ class TaskTransactionManager(TaskSendsOnly):
         await restart_tasks(self.life, wanted, generation, last)
         await self.points.assigned()
         if wanted:
-            kept = self._offsets_kept
+            kept = self.committer.source_offsets_kept
             await assign_start_positions(
                 self.broker,
                 self.tasks,
@@ -207,7 +202,7 @@ class TaskTransactionManager(TaskSendsOnly):
 
     async def _end_hanging(self, hanging: list[TopicPartition]) -> None:
         s = self.settings
-        changelogs = sorted({topic for _, topic in self.committer.changelogs})
+        changelogs = sorted(set(self.committer.changelog_topics()))
         sinks = (s.output_topic, s.dlq_topic, s.repartition_topic)
         await commit_through(
             self.tasks,
@@ -257,7 +252,7 @@ class TaskTransactionManager(TaskSendsOnly):
 
     def _topics_written(self) -> list[str]:
         s = self.settings
-        changelogs = [topic for _store, topic in self.committer.changelogs]
+        changelogs = self.committer.changelog_topics()
         return [*self.source_topics, s.output_topic, s.dlq_topic, *changelogs]
 
     async def _seek_back(self, tp: TopicPartition, position: int) -> None:

@@ -183,9 +183,13 @@ class TransactionalProducers:
     def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:
         self.settings = settings
         self._should_stop = should_stop
-        #: The transaction protocol the producers run (app/eos/txn_protocol.py), set at
-        #: start-up before the first task starts.
+        #: The transaction protocol the producers run (app/eos/txn_protocol.py), chosen at
+        #: start-up before the first task starts (:meth:`use_protocol`).
         self.protocol: TransactionProtocol | None = None
+
+    def use_protocol(self, protocol: TransactionProtocol) -> None:
+        """Run ``protocol`` (detected once, before any task's producer starts)."""
+        self.protocol = protocol
 
     def transactional_id(self, partition: int) -> str:
         """Stable per (app, input topic, partition): survives deploys and topology changes."""

@@ -132,7 +132,7 @@ async def transactions(
     await create_topic(broker.bootstrap, names.input_topic, 1)
     await create_topic(broker.bootstrap, names.output_topic, 2)
     producers = TransactionalProducers(settings, lambda: False)
-    producers.protocol = await detect(settings)
+    producers.use_protocol(await detect(settings))
     assert producers.protocol.running == protocol
     producer = await producers.start(0)
     states = [producer_id_and_epoch(producer)]
@@ -191,7 +191,7 @@ async def marker_only_transaction(broker: Broker, names: Names) -> tuple[Any, ..
     settings = settings_for(broker, "v2")
     await create_topic(broker.bootstrap, names.output_topic, 2)
     producers = TransactionalProducers(settings, lambda: False)
-    producers.protocol = await detect(settings)
+    producers.use_protocol(await detect(settings))
     producer = await producers.start(0)
     try:
         before = producer_id_and_epoch(producer)

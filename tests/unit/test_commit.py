@@ -189,8 +189,8 @@ def setup(
         task.offsets[SOURCE] = task.positions[SOURCE] = 10 + i + 1
         task.records += 1
     committer = Committer(producers, broker, "app", TIMEOUT, points)  # type: ignore[arg-type]
-    committer.source_offsets = (store, CHANGELOG.topic)
-    committer.changelogs.append((store, CHANGELOG.topic))
+    committer.keep_source_offsets(store, CHANGELOG.topic)
+    committer.add_changelog(store, CHANGELOG.topic)
     return committer, task, producer, producers, broker, store
 
 
