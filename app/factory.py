@@ -98,9 +98,10 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         # by its child services: with the replication the cluster's size gave ours.
         self.conf.topic_replication_factor = replication
         # The transaction protocol is chosen once, before any task's producer starts.
-        self.transactions.producers.protocol = await retrying(
+        protocol = await retrying(
             "asking the cluster's transaction version", lambda: txn_protocol.detect(s)
         )
+        self.transactions.producers.use_protocol(protocol)
         # The state that follows the transactions: the table's store (its staged writes are
         # the changelog records, pulled at each commit; it keeps the source offsets too) and
         # the age-out's live figures.

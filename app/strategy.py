@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import orjson
 
 from app import rules
+from tables.key_prefixes import RESERVED_TAG, SCOPED_TAG
 
 
 class Strategy(enum.StrEnum):
@@ -59,8 +60,8 @@ ID_ONLY_REASONS = frozenset(
     }
 )
 
-_SCOPED = b"\xfe"
-_FINGERPRINT = b"\xff"
+_SCOPED = SCOPED_TAG
+_FINGERPRINT = RESERVED_TAG
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@
 
 It loads N ids into one partition's store through the store's own write path (ids, the derived
 age-out index and summary, in write batches), compacts, and measures bytes on disk per id. Then
-it measures age-out through the worker's own code (``SeenIds.first_sighting`` + ``age_out`` +
+it measures age-out through the worker's own code (``SeenIds.decide`` + ``age_out`` +
 commits): (0) repeats of held ids, ``DEDUPE_WINDOW_FROM=first_seen`` (the repeat counted in
 place) against ``last_seen`` (the id re-armed: its age-out index entry moved), alternating in
 rounds so both see the same store; (1) at the size cap, each new id evicts the oldest; (2) a
@@ -39,7 +39,6 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import Settings
 from bench.results_file import write_latest
-from tables import seen_ids as seen_module
 from tables.seen_ids import SeenIds
 from tables.seen_ids_index import SeenIdsStore
 from tables.window import Entry
@@ -123,7 +122,7 @@ def repeat_rates(store: SeenIdsStore, ids: int, churn: int) -> dict[bool, float]
             started = time.perf_counter()
             for n, i in enumerate(chosen[last_seen][r * per_round : (r + 1) * per_round]):
                 seen.decide(_uuid_like(i), record + n, 0, b"", last_seen)
-                seen.age_out(record + n)
+                seen.age_out(record + n, 0)
                 if n % 1_000 == 999:
                     store.commit_partition(0, None)
                     seen.commit_partition(0, None)
@@ -151,7 +150,6 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
             key_serializer="raw",
             value_serializer="raw",
         )
-        seen_module.current_partition = lambda: 0  # type: ignore[assignment]
         # -- load N ids (one per ms of record time, UUID-sized keys)
         started = time.perf_counter()
         batch = 10_000
@@ -179,8 +177,8 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
         started = time.perf_counter()
         for i in range(churn):
             record = T0 + ids + i
-            seen.first_sighting(f"new-{i:030d}".encode(), record)
-            seen.age_out(record)
+            seen.decide(f"new-{i:030d}".encode(), record, 0)
+            seen.age_out(record, 0)
             if i % 1_000 == 999:
                 store.commit_partition(0, None)
                 seen.commit_partition(0, None)
@@ -199,11 +197,11 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
         )
         seen = SeenIds(_Table(store), settings)  # type: ignore[arg-type]
         jump = T0 + ids + round(window * 1000) + 3_600_000 * 2
-        seen.first_sighting(b"jump", jump)
+        seen.decide(b"jump", jump, 0)
         started = time.perf_counter()
         expired = 0
         while expired < churn:
-            gone = seen.age_out(jump)
+            gone = seen.age_out(jump, 0)
             store.commit_partition(0, None)
             seen.commit_partition(0, None)
             if not gone:

@@ -15,7 +15,7 @@ Then, in the same process, it compacts every partition, measures disk bytes per 
 lookups per partition and in total, with ``--lookups`` fresh ids per partition and method:
 
 - ids not held (new ids, the common case: the bloom filter answers) and ids held (repeats);
-- three ways: ``SeenIds.first_sighting`` (the agent's decision: the table lookup, decode, and the
+- three ways: ``SeenIds.decide`` (the agent's decision: the table lookup, decode, and the
   staged write; staged writes are discarded every 1,000 ids so the store stays at N), the table
   lookup alone (``TransactionalTable.lookup`` -> ``store._get``: staged writes, then one RocksDB
   point read), and the baseline: raw rocksdict point gets on the same database.
@@ -215,12 +215,11 @@ def run(
     from app.rules import partition_for
     from app.settings import Settings
     from bench.measure import disk_bytes
-    from tables import rocks as store_module
-    from tables import seen_ids as seen_module
+    from tables import rocks_options as store_module
     from tables import seen_ids_table as seen_table
     from tables.seen_ids import SeenIds
     from tables.seen_ids_index import SeenIdsStore
-    from tables.window import Entry
+    from tables.window import Entry, Verdict
 
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))
@@ -244,7 +243,6 @@ def run(
             key_serializer="raw",
             value_serializer="raw",
         )
-        seen_module.current_partition = lambda: current[0]  # type: ignore[assignment]
         _hwm, rss_start = memory()
 
         # -- load: stage each id in its partition, commit a partition every `batch` ids --------
@@ -307,7 +305,7 @@ def run(
 
         # -- lookups ------------------------------------------------------------------------
         part = lambda key: partition_for(key, partitions)  # noqa: E731
-        methods = ("first_sighting", "table lookup", "raw rocksdict get")
+        methods = ("decide", "table lookup", "raw rocksdict get")
         rng = random.Random(7)
         fresh = iter(range(ids, 2**63))
 
@@ -354,7 +352,7 @@ def run(
                         store.discard_partition(p)  # forget the values read (as a commit does)
                     else:
                         for j, key in enumerate(keys, 1):
-                            if not seen.first_sighting(key, decide_ms):
+                            if seen.decide(key, decide_ms, p) is not Verdict.FIRST:
                                 found += 1
                             if j % DISCARD_EVERY == 0:
                                 store.discard_partition(p)
@@ -412,7 +410,7 @@ def run(
             rows.append((f"RocksDB after lookups: {name}", mib(value)))
         rows += [
             (
-                "RocksDB options (tables/rocks.py)",
+                "RocksDB options (tables/rocks_options.py)",
                 f"{tuning.compression}, {tuning.block_bytes // 1024} KiB data blocks, "
                 f"block cache {mib(tuning.block_cache_bytes)} shared, memtables "
                 f"{mib(tuning.memtable_budget_bytes)} for all partitions (write-buffer manager), "

@@ -28,9 +28,10 @@ Endpoints (all JSON):
   ``DEDUPE_INGEST_READY_TIMEOUT``, every partition with a leader); 503 ``{"status":
   "unavailable", "reason": ...}`` otherwise.
 
-A request is read, decompressed, parsed and checked whole (``ingest/events.py``) before its
-first event is sent, so a rejected request sends nothing. How retries stay free of duplicates
-is explained in ``ingest/events.py`` (message ids) and ``ingest/sink.py`` (the producer).
+A request is read, decompressed, parsed and checked whole (``ingest/request.py``,
+``ingest/events.py``) before its first event is sent, so a rejected request sends nothing. How
+retries stay free of duplicates is explained in ``ingest/events.py`` (message ids) and
+``ingest/sink.py`` (the producer).
 """
 
 from __future__ import annotations
@@ -45,22 +46,17 @@ from aiokafka.errors import KafkaError
 
 from ingest import metrics
 from ingest.cors import RefusedOrigins, answer_headers, preflight_headers, refusal
-from ingest.events import (
-    EVENT_TYPES,
-    SHORT_PATHS,
-    Limits,
-    Rejected,
+from ingest.events import EVENT_TYPES, SHORT_PATHS, kind_of_path, prepare, received_at_text
+from ingest.rejected import Limits, Rejected
+from ingest.request import (
     authorize,
     basic_auth_user,
     body_write_key,
     check_content_type,
     gunzip,
     is_gzip,
-    kind_of_path,
     parse_json,
-    prepare,
     raw_body_limit,
-    received_at_text,
     too_large,
 )
 from ingest.settings import IngestSettings
@@ -89,7 +85,7 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> web.Application:
     """The ingest application. Without ``sink`` it starts (and at cleanup stops) its own
     :class:`KafkaSink`; tests may pass another sink, which they start and stop themselves."""
-    # Bodies are decompressed here (ingest/events.gunzip), bounded by the batch limit.
+    # Bodies are decompressed here (ingest/request.gunzip), bounded by the batch limit.
     app = web.Application(
         middlewares=[metrics.count_requests, json_errors],
         handler_args={"auto_decompress": False},

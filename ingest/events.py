@@ -1,4 +1,5 @@
-"""The pure rules of the ingest service: check a request, read its events, give each an id.
+"""The pure rules of the ingest service for a request's events: read them, check them, give each
+an id (the request around them, its body and write key, is ``ingest/request.py``'s).
 
 No I/O lives here; ``ingest/app.py`` reads the request and sends the records, and asks these
 functions what to do. Every rule raises :class:`Rejected` with the HTTP status, a stable
@@ -43,17 +44,15 @@ or a ``timestamp``, as every Segment SDK does.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import hmac
 import json
 import uuid
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from ingest.rejected import Limits, Rejected, json_type
 
 #: The Segment call types; the single-event endpoints are /v1/<type>.
 EVENT_TYPES = ("track", "identify", "page", "screen", "group", "alias")
@@ -61,34 +60,10 @@ EVENT_TYPES = ("track", "identify", "page", "screen", "group", "alias")
 #: analytics.js's paths: /v1/<short> for /v1/<kind> ("batch" or a call type).
 SHORT_PATHS = {kind[0]: kind for kind in ("batch", *EVENT_TYPES)}
 
-#: Content types whose body is read as JSON: browsers send JSON as text/plain (a beacon with
-#: a string body, analytics.js's fetch), which needs no CORS preflight.
-JSON_MEDIA_TYPES = ("application/json", "text/plain")
-
 #: Fields that differ between attempts of the same request, or are credentials: not hashed.
 UNHASHED_FIELDS = frozenset({"receivedAt", "sentAt", "writeKey", "messageId"})
 
 _ID_NAMESPACE = b"dedupe-ingest/messageId/v1\x00"
-
-
-class Rejected(Exception):
-    """A request that is answered with ``status`` and ``{"code": code, "error": message}``."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """The limits a request is checked against (from the settings)."""
-
-    max_event_bytes: int
-    max_message_id_bytes: int
-    max_batch_bytes: int
-    max_batch_events: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,134 +75,6 @@ class Prepared:
     key: bytes
     value: bytes
     source: bytes | None = None
-
-
-# --- the request ------------------------------------------------------------------------------
-
-
-def check_content_type(mimetype: str, charset: str | None) -> None:
-    """Only JSON in UTF-8 is accepted, as application/json or as text/plain (415 otherwise)."""
-    if mimetype.lower() not in JSON_MEDIA_TYPES:
-        shown = mimetype or "none"
-        raise Rejected(
-            415,
-            "unsupported_media_type",
-            "Content-Type must be application/json (or text/plain carrying JSON, as browser "
-            f"beacons send it) (got {shown})",
-        )
-    if charset is not None and charset.lower().replace("-", "") != "utf8":
-        raise Rejected(415, "unsupported_media_type", f"charset must be utf-8 (got {charset})")
-
-
-def is_gzip(content_encoding: str | None) -> bool:
-    """True for a gzip body, False for a plain one; any other coding is 415."""
-    coding = (content_encoding or "identity").strip().lower()
-    if coding in ("", "identity"):
-        return False
-    if coding in ("gzip", "x-gzip"):
-        return True
-    raise Rejected(
-        415,
-        "unsupported_encoding",
-        f"Content-Encoding {content_encoding!r} is not supported (use gzip or none)",
-    )
-
-
-def raw_body_limit(limits: Limits, gzip: bool) -> int:
-    """Largest body accepted off the wire. A gzip body this long cannot decompress to within
-    the batch limit (gzip adds at most a few bytes per 16 KB of incompressible input)."""
-    if not gzip:
-        return limits.max_batch_bytes
-    return limits.max_batch_bytes + limits.max_batch_bytes // 64 + 1024
-
-
-def too_large(limits: Limits) -> Rejected:
-    return Rejected(
-        413,
-        "request_too_large",
-        f"request body is over {limits.max_batch_bytes} bytes (after decompression); the "
-        f"limit is {limits.max_batch_bytes} bytes per request (Segment's 500 KB)",
-    )
-
-
-def gunzip(data: bytes, limits: Limits) -> bytes:
-    """Decompress a gzip body, never holding more than the batch limit (+1 byte)."""
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(data, limits.max_batch_bytes + 1)
-    except zlib.error as exc:
-        raise Rejected(400, "invalid_gzip", f"body is not valid gzip: {exc}") from None
-    if len(out) > limits.max_batch_bytes or inflater.unconsumed_tail:
-        raise too_large(limits)
-    if not inflater.eof:
-        raise Rejected(400, "invalid_gzip", "gzip body is truncated")
-    if inflater.unused_data:
-        raise Rejected(400, "invalid_gzip", "data after the end of the gzip stream")
-    return out
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def parse_json(body: bytes) -> dict[str, Any]:
-    """The request body as a JSON object (400 when it is not one)."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Rejected(400, "invalid_json", f"body is not UTF-8 (byte {exc.start})") from None
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, int digit limits
-        raise Rejected(400, "invalid_json", f"body is not valid JSON: {exc}"[:300]) from None
-    except RecursionError:
-        raise Rejected(400, "invalid_json", "body JSON is nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise Rejected(400, "invalid_body", f"body must be a JSON object, not {_json_type(doc)}")
-    return doc
-
-
-# --- the write key ------------------------------------------------------------------------------
-
-
-def basic_auth_user(authorization: str | None) -> str | None:
-    """The user name of an HTTP Basic ``Authorization`` header (the write key), else None."""
-    if not authorization:
-        return None
-    scheme, _, credentials = authorization.strip().partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        raise Rejected(401, "unauthorized", "malformed Basic Authorization header") from None
-    user, _, _password = decoded.partition(":")
-    return user
-
-
-def body_write_key(doc: Mapping[str, Any]) -> str | None:
-    """The body's ``writeKey`` (Segment accepts it instead of Basic auth)."""
-    key = doc.get("writeKey")
-    return key if isinstance(key, str) else None
-
-
-def authorize(write_key: str | None, accepted: frozenset[str]) -> None:
-    """401 unless the key is one of ``accepted``; an empty set means the service is open."""
-    if not accepted:
-        return
-    if not write_key:
-        raise Rejected(
-            401,
-            "unauthorized",
-            "no write key: send it as the HTTP Basic user name (password empty) or as "
-            "'writeKey' in the body",
-        )
-    given = write_key.encode("utf-8", "surrogatepass")
-    if not any(hmac.compare_digest(given, key.encode()) for key in accepted):  # constant time
-        raise Rejected(401, "unauthorized", "unknown write key")
-
-
-# --- the events ---------------------------------------------------------------------------------
 
 
 def events_of(kind: str, doc: Mapping[str, Any], limits: Limits) -> list[dict[str, Any]]:
@@ -243,7 +90,7 @@ def events_of(kind: str, doc: Mapping[str, Any], limits: Limits) -> list[dict[st
         raise Rejected(400, "invalid_batch", "body has no 'batch' array")
     batch = doc["batch"]
     if not isinstance(batch, list):
-        raise Rejected(400, "invalid_batch", f"'batch' must be an array, not {_json_type(batch)}")
+        raise Rejected(400, "invalid_batch", f"'batch' must be an array, not {json_type(batch)}")
     if not batch:
         raise Rejected(400, "invalid_batch", "'batch' is empty")
     if len(batch) > limits.max_batch_events:
@@ -260,7 +107,7 @@ def events_of(kind: str, doc: Mapping[str, Any], limits: Limits) -> list[dict[st
             raise Rejected(
                 400,
                 "invalid_event",
-                f"batch[{index}] must be a JSON object, not {_json_type(item)}",
+                f"batch[{index}] must be a JSON object, not {json_type(item)}",
             )
         event = {k: v for k, v in item.items() if k != "writeKey"}
         for name, value in shared.items():
@@ -393,17 +240,3 @@ def prepare(
         source_bytes = None if source is None else source.encode("utf-8")
         out.append(Prepared(message_id, message_id.encode("utf-8"), value, source_bytes))
     return out
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"

@@ -17,13 +17,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from envsettings import setting
-from envsettings.kafka_security import SECURITY_FIELDS, KafkaSecuritySettings
+from envsettings.kafka_security import KafkaSecuritySettings
 from spark.transforms import EVENT_COLUMNS
-
-T = TypeVar("T")
 
 #: The repository root; the default jar cache lives below it (``make spark-jars`` fills it).
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,35 +278,3 @@ def _absolute(path: str) -> str:
 
 def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
-
-
-def _shown_default(name: str, value: object) -> str:
-    if name == "checkpoint_dir":
-        return "`<lake>/_checkpoints`"
-    if name == "jars_dir":
-        return "`.cache/spark-jars` (in the repository)"
-    if name == "optimize_zorder_by" and not value:
-        return "(none)"
-    if isinstance(value, float):
-        if value >= 86400 and value % 86400 == 0:
-            return f"`{value / 86400:g}d`"
-        if value < 1:
-            return f"`{value * 1000:g}ms`"
-        return f"`{value / 60:g}m`" if value >= 60 and value % 60 == 0 else f"`{value:g}s`"
-    return f"`{value}`"
-
-
-def markdown_table() -> str:
-    """The table of the Spark settings in docs/spark.md: variable, default, meaning."""
-    defaults = SparkSettings()
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, _, doc in SparkSettings.documented():
-        if name in SECURITY_FIELDS:  # in the shared table of docs/settings.md
-            continue
-        shown = _shown_default(name, getattr(defaults, name))
-        rows.append(f"| `{doc.env}` | {shown} | {doc.help} |")
-    return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    print(markdown_table())

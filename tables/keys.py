@@ -31,10 +31,11 @@ from binascii import unhexlify
 
 import numpy as np
 
-#: First byte of a UUID in its 16-byte form.
-UUID_TAG = b"\xfd"
-#: First byte of a source-scoped key (``app.strategy``'s ``_SCOPED``).
-SCOPED = 0xFE
+from tables.key_prefixes import SCOPED_TAG, UUID_TAG
+
+#: First byte of a source-scoped key, as an int (``tables/key_prefixes.py``).
+SCOPED = SCOPED_TAG[0]
+_UUID_BYTE = UUID_TAG[0]
 #: ``KEY_FORMAT_KEY``'s value in a database that holds keys in this module's form.
 FORMAT = 1
 
@@ -108,10 +109,10 @@ def to_disk_all(keys: list[bytes]) -> list[bytes]:
 def from_disk(raw: bytes) -> bytes:
     """The key as written (the inverse of :func:`to_disk`)."""
     n = len(raw)
-    if n == 17 and raw[0] == 0xFD:
+    if n == 17 and raw[0] == _UUID_BYTE:
         return _uuid_text(raw[1:])
     if n > 19 and raw[0] == SCOPED:
         start = 2 + raw[1]
-        if n - start == 17 and raw[start] == 0xFD:
+        if n - start == 17 and raw[start] == _UUID_BYTE:
             return raw[:start] + _uuid_text(raw[start + 1 :])
     return raw

@@ -35,7 +35,7 @@ from typing import Protocol
 import faust
 
 from tables.protocol import changelog_topic
-from tables.rocks import RocksTuning
+from tables.rocks_options import RocksTuning
 from tables.store import TransactionalStore
 from tables.transactional import TransactionalTable
 
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 TABLE_NAME = "producer_seqs"
 
 
-class Settings(Protocol):
+class ProducerSeqsSettings(Protocol):
     """The settings ``producer_seqs`` reads (``app.settings.Settings`` documents them)."""
 
     @property
@@ -57,7 +57,7 @@ class Settings(Protocol):
     def max_producers_per_partition(self) -> int: ...
 
 
-def changelog_topic_name(settings: Settings) -> str:
+def changelog_topic_name(settings: ProducerSeqsSettings) -> str:
     return changelog_topic(settings.app_id, TABLE_NAME)
 
 
@@ -87,7 +87,7 @@ def idle(active_ms: int, stream_ms: int, idle_ms: int) -> bool:
 class ProducerSeqs:
     """The decision and age-out over ``producer_seqs``, for the record being processed."""
 
-    def __init__(self, table: TransactionalTable, settings: Settings) -> None:
+    def __init__(self, table: TransactionalTable, settings: ProducerSeqsSettings) -> None:
         self.table = table
         self.idle_ms = round(settings.producer_idle * 1000)
         self.cap = settings.max_producers_per_partition
@@ -179,7 +179,7 @@ class ProducerSeqs:
 
 
 def declare_producer_seqs(
-    app: faust.App, settings: Settings, tuning: RocksTuning
+    app: faust.App, settings: ProducerSeqsSettings, tuning: RocksTuning
 ) -> TransactionalTable:
     """Declare the table on ``app`` (one per app)."""
     table = TransactionalTable(

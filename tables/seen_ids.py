@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 
 from tables.seen_ids_index import SeenIdsStore
-from tables.seen_ids_table import Settings
-from tables.transactional import TransactionalTable, current_partition
+from tables.seen_ids_table import SeenIdsSettings
+from tables.transactional import TransactionalTable
 from tables.window import (
     Entry,
     Verdict,
@@ -56,7 +56,7 @@ class _Live:
 class SeenIds:
     """The dedup decision and age-out over ``seen_ids``, for the record being processed."""
 
-    def __init__(self, table: TransactionalTable, settings: Settings) -> None:
+    def __init__(self, table: TransactionalTable, settings: SeenIdsSettings) -> None:
         self.table = table
         self.window_ms = round(settings.window * 1000)
         self.bucket_ms = round(settings.bucket * 1000)
@@ -88,25 +88,18 @@ class SeenIds:
 
     # -- per record ----------------------------------------------------------------------------
 
-    def first_sighting(self, id_bytes: bytes, record_ms: int, partition: int | None = None) -> bool:
-        """True (and the id is remembered) when the record is not a repeat within the window."""
-        return self.decide(id_bytes, record_ms, partition) is _FIRST
-
     def decide(
         self,
         id_bytes: bytes,
         record_ms: int,
-        partition: int | None = None,
+        partition: int,
         content: bytes = b"",
         last_seen: bool = False,
     ) -> Verdict:
         """Judge a copy of ``id_bytes`` (:func:`tables.window.judge`) and remember it: a first
         sighting is stored (with ``content``, its hash, when given), a repeat counted (and,
         with ``last_seen``, its clock re-armed: :meth:`_rearm`), a reuse left as it is.
-        ``partition`` is :func:`current_partition`, when the caller has it already (it runs
-        for every record)."""
-        if partition is None:
-            partition = current_partition()
+        ``partition``: the record's (passed in, never read from the table's context)."""
         table = self.table
         raw = table.lookup(id_bytes, partition)
         held = None if raw is None else Entry.decode(raw)
@@ -169,11 +162,9 @@ class SeenIds:
         if live.oldest_bucket is None or mark < (live.oldest_bucket, live.oldest_ms or 0):
             live.oldest_bucket, live.oldest_ms = mark
 
-    def age_out(self, record_ms: int, partition: int | None = None) -> int:
-        """Delete up to ``DEDUPE_EVICTION_BATCH`` ids that are out of the window or over the cap,
-        oldest first; returns how many went. ``partition``: see :meth:`first_sighting`."""
-        if partition is None:
-            partition = current_partition()
+    def age_out(self, record_ms: int, partition: int) -> int:
+        """Delete up to ``DEDUPE_EVICTION_BATCH`` ids of ``partition`` that are out of the window
+        or over the cap, oldest first; returns how many went."""
         live = self._live.get(partition) or self._state(partition)
         if not self._needs_age_out(partition, live):
             self._check_window(partition, live, record_ms)
@@ -235,7 +226,7 @@ class SeenIds:
 
     def prefetch(self, partition: int, ids: list[bytes]) -> None:
         """Batch the lookups of ``ids`` (the keys of a batch about to be processed) into one
-        multi-get; :meth:`first_sighting` then finds them read."""
+        multi-get; :meth:`decide` then finds them read."""
         self.store.prefetch(partition, ids)
 
     def committed_entry(self, partition: int, id_bytes: bytes) -> Entry | None:

@@ -18,7 +18,7 @@ from rocksdict import WriteBatch
 from tables import keys as key_forms
 from tables.rocks import PartitionDB
 from tables.store import TransactionalStore
-from tables.window import index_key_of, index_keys_of
+from tables.window import FIRST_SEEN, SEQ, SIGHTING, index_key_of, index_keys_of
 
 #: Column family of the local age-out index: index key -> the id's key (in its disk form).
 INDEX_CF = "dedupe-age-index"
@@ -155,7 +155,7 @@ class SeenIdsStore(TransactionalStore):
             values, disk_keys, olds = [], [], []
         for new, disk_key, old in zip(values, disk_keys, olds, strict=True):
             if old is not None:
-                if new is not None and old[:16] == new[:16]:
+                if new is not None and old[SIGHTING] == new[SIGHTING]:
                     # A repeat counted: same first sighting and sequence, so the same index
                     # entry and the same summary.
                     put(disk_key, new)
@@ -166,13 +166,13 @@ class SeenIdsStore(TransactionalStore):
                 delete(disk_key)
                 continue
             put(disk_key, new)
-            first_seen = new[:8]
+            first_seen = new[FIRST_SEEN]
             if not bucket <= first_seen < bucket_end:
                 ms = int.from_bytes(first_seen, "big")
                 start = ms - ms % bucket_ms
                 bucket = start.to_bytes(8, "big")
                 bucket_end = (start + bucket_ms).to_bytes(8, "big")
-            seq = new[8:16]
+            seq = new[SEQ]
             ik = bucket + seq
             put(ik, disk_key, handle)
             held += 1
@@ -188,8 +188,8 @@ class SeenIdsStore(TransactionalStore):
             # when the writes come one by one.
             for key, value in writes:
                 if value is not None and value is not last[key]:
-                    top_seq = max(top_seq, value[8:16])
-                    newest = max(newest, value[:8])
+                    top_seq = max(top_seq, value[SEQ])
+                    newest = max(newest, value[FIRST_SEEN])
         hint = summary.hint
         put_any = lowest_put is not _ABOVE_EVERY_INDEX_KEY
         if put_any and lowest_put < hint:

@@ -34,14 +34,14 @@ from typing import Protocol
 import faust
 
 from tables.protocol import changelog_topic
-from tables.rocks import RocksTuning
+from tables.rocks_options import RocksTuning
 from tables.seen_ids_index import SeenIdsStore
 from tables.transactional import TransactionalTable
 
 TABLE_NAME = "seen_ids"
 
 
-class Settings(Protocol):
+class SeenIdsSettings(Protocol):
     """The settings ``seen_ids`` reads, handed in by the app (``app.settings.Settings`` has
     them all, documented there)."""
 
@@ -73,12 +73,12 @@ class Settings(Protocol):
     def rocksdb_block_bytes(self) -> int: ...
 
 
-def changelog_topic_name(settings: Settings) -> str:
+def changelog_topic_name(settings: SeenIdsSettings) -> str:
     """Faust's name for the table's changelog topic."""
     return changelog_topic(settings.app_id, TABLE_NAME)
 
 
-def rocks_tuning(settings: Settings) -> RocksTuning:
+def rocks_tuning(settings: SeenIdsSettings) -> RocksTuning:
     """The store's RocksDB knobs from the ``DEDUPE_ROCKSDB_*`` settings."""
     return RocksTuning(
         write_buffer_bytes=settings.rocksdb_write_buffer_bytes,
@@ -89,7 +89,7 @@ def rocks_tuning(settings: Settings) -> RocksTuning:
     )
 
 
-def declare_seen_ids(app: faust.App, settings: Settings) -> TransactionalTable:
+def declare_seen_ids(app: faust.App, settings: SeenIdsSettings) -> TransactionalTable:
     """Declare the table on ``app`` (one per app)."""
     bucket_ms = round(settings.bucket * 1000)
     tuning = rocks_tuning(settings)

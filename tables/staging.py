@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 
 from rocksdict import Rdict
 
-from tables.rocks import SOURCE_OFFSETS_KEY, multi_get
+from tables.rocks import multi_get
+from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tables.written_keys import WrittenKeys
 
 

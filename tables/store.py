@@ -15,36 +15,35 @@ one multi-get, :meth:`TransactionalStore.prefetch`) are kept until the partition
 discard, so the commit's derived-data upkeep does not read them again.
 
 The RocksDB side (one database per partition, options that keep memory bounded) is in
-``tables/rocks.py`` and ``tables/partitions.py``; the staged writes and read cache in
-``tables/staging.py``.
+``tables/rocks.py``, ``tables/rocks_options.py`` and ``tables/partitions.py``; the staged writes
+and read cache in ``tables/staging.py``; Faust's mapping interface in ``tables/store_mapping.py``;
+the writes of restored changelog records in ``tables/store_restore.py``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from faust.stores.base import SerializedStore
-from faust.types import TP, EventT
+from faust.types import TP
 from rocksdict import Rdict, WriteBatch
 
 from tables.partitions import PartitionSet
-from tables.rocks import (
-    SOURCE_OFFSETS_AT_KEY,
-    SOURCE_OFFSETS_KEY,
-    PartitionDB,
-    RocksTuning,
-    store_options,
-)
+from tables.rocks import PartitionDB
+from tables.rocks_options import RocksTuning, store_options
+from tables.source_offsets import SOURCE_OFFSETS_KEY, put_source_offsets
 from tables.staging import Staging
+from tables.store_mapping import StoreMapping
+from tables.store_restore import RestoreWrites
 from tables.written_keys import WrittenKeys
 
 log = logging.getLogger(__name__)
 
 
-class TransactionalStore(SerializedStore):  # type: ignore[misc]
+class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type: ignore[misc]
     """Per-partition RocksDB databases with writes staged per transaction (raw bytes only).
 
     Subclasses may keep local, derived column families (``extra_cfs``) in step with the table's
@@ -219,13 +218,8 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
         ids = [(k, v) for k, v in writes if k != SOURCE_OFFSETS_KEY]
         if len(ids) < len(writes):
             for key, value in writes:
-                if key == SOURCE_OFFSETS_KEY and value is not None:
-                    batch.put(key, value, pdb.meta_handle)  # bookkeeping, not an id
-                    if source_offsets_at is None:
-                        batch.delete(SOURCE_OFFSETS_AT_KEY, pdb.meta_handle)
-                    else:
-                        at = source_offsets_at.to_bytes(8, "big")
-                        batch.put(SOURCE_OFFSETS_AT_KEY, at, pdb.meta_handle)
+                if key == SOURCE_OFFSETS_KEY and value is not None:  # bookkeeping, not an id
+                    put_source_offsets(batch, pdb.meta_handle, value, source_offsets_at)
         self.extend_batch(partition, pdb, batch, ids)
         self._staging.forget_reads(partition)  # committed values change with this write
         pdb.write(batch, offset, wal=wal)
@@ -296,149 +290,3 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
 
     def staged_count(self, partition: int) -> int:
         return self._staging.count(partition)
-
-    # -- recovery (committed changelog records only: the consumer reads read_committed) ---------
-
-    def persisted_offset(self, tp: TP) -> int | None:
-        return self.partition_db(tp.partition).offset()
-
-    def set_persisted_offset(self, tp: TP, offset: int) -> None:
-        self.partition_db(tp.partition).write(WriteBatch(raw_mode=True), offset)
-
-    # -- bulk restore (tables/restore.py) ------------------------------------------------------
-
-    def restored_offset(self, partition: int) -> int | None:
-        return self.partition_db(partition).offset()
-
-    def begin_bulk(self, partition: int, records: int) -> bool:
-        """True (and the database is marked as being restored) when it holds nothing yet: the
-        restore's ``records`` (changelog offsets) then skip the write-ahead log, read back only
-        the keys they may have written themselves (``tables/written_keys.py``), and go into the
-        database opened again with the bulk options (``tables.rocks.StoreOptions.bulk_ids``)
-        until RocksDB has compacted what it wrote, after :meth:`end_bulk` (:meth:`compacting`
-        says when)."""
-        if self.partition_db(partition).restoring():
-            # A restore stopped by a rebalance, going on in the same open database (one opened
-            # marked is emptied first, ``tables/partitions.py``), with the keys it recorded as
-            # written so far; without them (none recorded) every key is read back.
-            return True
-        if self.partition_db(partition).offset() is not None:
-            return False
-        self._partitions.reopen(partition, bulk=True).mark_restoring(True)
-        self._written[partition] = WrittenKeys(records)
-        return True
-
-    def write_restored(
-        self,
-        partition: int,
-        records: list[tuple[bytes, bytes | None]],
-        offset: int,
-        *,
-        wal: bool,
-    ) -> None:
-        self.write_partition(partition, records, offset, wal=wal)
-
-    def end_bulk(self, partition: int) -> None:
-        """Flush, clear the mark, and let RocksDB compact what the restore wrote (it compacted
-        nothing meanwhile); :meth:`compacting` says when that is done."""
-        self._written.pop(partition, None)
-        pdb = self.partition_db(partition)
-        if pdb.restoring():
-            pdb.flush()
-            pdb.mark_restoring(False)
-        if pdb.bulk:
-            pdb.start_compactions()
-
-    def compacting(self, partition: int) -> bool:
-        """True while RocksDB still compacts what a bulk restore wrote (in its own threads,
-        with the bulk options: ``BULK_SUBCOMPACTIONS`` of them at once). Once it is done the
-        database is opened again with the usual options, and this is False."""
-        pdb = self.partition_db(partition)
-        if pdb.compacting():
-            return True
-        if pdb.bulk:
-            del pdb  # its column families keep the database's lock while they live
-            self._partitions.reopen(partition, bulk=False)
-        return False
-
-    def apply_changelog_batch(
-        self,
-        batch: Iterable[EventT],
-        to_key: Callable[[Any], Any],
-        to_value: Callable[[Any], Any],
-    ) -> None:
-        writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        offsets: dict[int, int] = {}
-        for event in batch:
-            msg = event.message
-            writes.setdefault(msg.partition, []).append((msg.key, msg.value))
-            offsets[msg.partition] = msg.offset
-        for partition, items in writes.items():
-            self.write_partition(partition, items, offsets[partition])
-
-    # -- the mapping interface (partition of the record being processed) ------------------------
-
-    def _get(self, key: bytes) -> bytes | None:
-        return self.get_in(self._partition_of(), key)
-
-    def get_in(self, partition: int, key: bytes) -> bytes | None:
-        """``key``'s value in ``partition``: this transaction's staged write, else the
-        committed value (read once per transaction, or prefetched)."""
-        staged = self._staged.get(partition)
-        if staged is not None and key in staged:
-            return staged[key]
-        read = self._read.get(partition)
-        if read is None:
-            read = self._read[partition] = {}
-        elif key in read:
-            return read[key]
-        value: bytes | None = self.db(partition).get(self.disk_key(key))
-        read[key] = value
-        return value
-
-    def committed_get(self, partition: int, key: bytes) -> bytes | None:
-        """``key``'s committed value in ``partition``, read from the database now."""
-        value: bytes | None = self.db(partition).get(self.disk_key(key))
-        return value
-
-    def _set(self, key: bytes, value: bytes | None) -> None:
-        self.stage(self._partition_of(), key, value)
-
-    def _del(self, key: bytes) -> None:
-        self.stage(self._partition_of(), key, None)
-
-    def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Stage a write (None: delete) in ``partition``'s open transaction (per record: the
-        staging's dict, without a call)."""
-        staged = self._staged.get(partition)
-        if staged is None:
-            staged = self._staged[partition] = {}
-        staged[key] = value
-
-    def _contains(self, key: bytes) -> bool:
-        return self._get(key) is not None
-
-    def _committed_items(self) -> Iterator[tuple[bytes, bytes]]:
-        written_key = self.written_key
-        for pdb in self._partitions.opened():
-            for key, value in pdb.db.items():
-                yield written_key(cast(bytes, key)), cast(bytes, value)
-
-    def _iterkeys(self) -> Iterator[bytes]:
-        return (k for k, _ in self._committed_items())
-
-    def _itervalues(self) -> Iterator[bytes]:
-        return (v for _, v in self._committed_items())
-
-    def _iteritems(self) -> Iterator[tuple[bytes, bytes]]:
-        return self._committed_items()
-
-    def _size(self) -> int:
-        return sum(self.approximate_keys(p) for p in self._partitions.held())
-
-    def approximate_keys(self, partition: int) -> int:
-        """RocksDB's estimate of the keys held by ``partition`` (committed state)."""
-        return max(int(self.db(partition).property_int_value("rocksdb.estimate-num-keys") or 0), 0)
-
-    def _clear(self) -> None:
-        raise NotImplementedError("a transactional table cannot be cleared; wipe the data dir")

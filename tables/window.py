@@ -27,6 +27,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: The layout of an encoded entry (big-endian): first-seen ms, sequence, repeats, then the
+#: content hash when kept. Code that reads raw entries without decoding them (the age-out
+#: index's upkeep, ``tables/seen_ids_index.py``) slices with these, so the layout has one home.
+FIRST_SEEN = slice(0, 8)
+SEQ = slice(8, 16)
+#: First-seen ms and sequence together: what the age-out index entry of an id derives from.
+SIGHTING = slice(0, 16)
+REPEATS = slice(16, 20)
+CONTENT = slice(20, None)
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -44,10 +54,10 @@ class Entry:
     @classmethod
     def decode(cls, value: bytes) -> Entry:
         return cls(
-            int.from_bytes(value[:8], "big"),
-            int.from_bytes(value[8:16], "big"),
-            int.from_bytes(value[16:20], "big"),  # b"" (16-byte entries) -> 0
-            value[20:],
+            int.from_bytes(value[FIRST_SEEN], "big"),
+            int.from_bytes(value[SEQ], "big"),
+            int.from_bytes(value[REPEATS], "big"),  # b"" (16-byte entries) -> 0
+            value[CONTENT],
         )
 
     def repeated(self) -> Entry:
@@ -110,8 +120,8 @@ def index_key(first_seen_ms: int, bucket_ms: int, seq: int) -> bytes:
 def index_key_of(encoded_entry: bytes, bucket_ms: int) -> bytes:
     """``index_key`` of an encoded :class:`Entry`, cut from its bytes (the sequence number's
     8 bytes are the index key's last 8)."""
-    first_seen_ms = int.from_bytes(encoded_entry[:8], "big")
-    return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + encoded_entry[8:16]
+    first_seen_ms = int.from_bytes(encoded_entry[FIRST_SEEN], "big")
+    return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + encoded_entry[SEQ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +149,12 @@ def index_keys_of(entries: list[bytes], bucket_ms: int) -> IndexKeys | None:
         return None
     rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, width)
     # Big-endian 8-byte fields: as unsigned numbers they order as their bytes do.
-    first_seen = rows[:, :8].copy().view(">u8").ravel()
-    seq = rows[:, 8:16].copy().view(">u8").ravel()
+    first_seen = rows[:, FIRST_SEEN].copy().view(">u8").ravel()
+    seq = rows[:, SEQ].copy().view(">u8").ravel()
     buckets = (first_seen - first_seen % np.uint64(bucket_ms)).astype(">u8")
     keys = np.empty((n, 16), dtype=np.uint8)
     keys[:, :8] = buckets.view(np.uint8).reshape(n, 8)
-    keys[:, 8:] = rows[:, 8:16]
+    keys[:, 8:] = rows[:, SEQ]
     lowest_bucket = buckets.min()
     lowest_seq = seq[buckets == lowest_bucket].min()
     return IndexKeys(

@@ -63,12 +63,12 @@ class TaskTransaction:
     """What the dedup loop may do while processing a task's records: send, inside the task's
     transaction (the scope of a batch is :class:`TaskBatch`)."""
 
-    __slots__ = ("_builders", "_collector", "_task")
+    __slots__ = ("_builder_of", "_collector", "_task")
 
     def __init__(self, task: Task) -> None:
         self._task = task
         self._collector = task.collector
-        self._builders = task.collector.builders
+        self._builder_of = task.collector.builder_of
 
     @property
     def partition(self) -> int:
@@ -92,7 +92,7 @@ class TaskTransaction:
         if partition is None:
             raise ValueError("a task transaction sends to explicit partitions only")
         listed = list(headers) if headers else None  # aiokafka's builder takes a list only
-        builder = self._builders.get((topic, partition))
+        builder = self._builder_of((topic, partition))
         if (
             builder is not None
             and builder.append(timestamp=timestamp_ms, key=key, value=value, headers=listed)

@@ -34,13 +34,23 @@ def retrieve_exception_later(fut: asyncio.Future[Any]) -> None:
 class RecordCollector:
     """The open transaction's records of one task (see the module docstring)."""
 
-    __slots__ = ("builders", "changelog_batch", "changelog_pending", "changelog_tps", "pending")
+    __slots__ = (
+        "_builders",
+        "builder_of",
+        "changelog_batch",
+        "changelog_pending",
+        "changelog_tps",
+        "pending",
+    )
 
     def __init__(self) -> None:
         #: Batches being built, per target partition. Keyed by ``TopicPartition``, which equals
         #: (and hashes as) a plain ``(topic, partition)`` tuple: the hot path looks up by tuple.
-        #: The dict is never replaced (``TaskTransaction`` keeps a reference to it).
-        self.builders: dict[TopicPartition, Any] = {}
+        self._builders: dict[TopicPartition, Any] = {}
+        #: The open batch of a ``(topic, partition)``, or None: the per-record lookup of the
+        #: send path (``batch.py``), a bound method of the collector's own dict, which it
+        #: never replaces, so the lookup costs no more than the dict's own.
+        self.builder_of: Callable[[tuple[str, int]], Any] = self._builders.get
         #: Batches the producer has (output, dead-letter, repartition).
         self.pending: list[Sent] = []
         #: Batches and single sends of changelog records, per changelog topic.
@@ -50,6 +60,21 @@ class RecordCollector:
         #: Makes the empty batches of changelog partitions (their own compression); None: the
         #: producer's own, as for every other target.
         self.changelog_batch: Callable[[], Any] | None = None
+
+    def open_batches(self) -> dict[TopicPartition, Any]:
+        """The batches being built, per target partition (a copy)."""
+        return dict(self._builders)
+
+    def add_changelog_target(self, tp: TopicPartition, make_batch: Callable[[], Any]) -> None:
+        """``tp`` is a changelog partition: its batches are made by ``make_batch`` (their own
+        compression) and their sends counted per changelog topic."""
+        self.changelog_batch = make_batch
+        self.changelog_tps.add(tp)
+
+    def sent_changelog_record(self, topic: str, fut: asyncio.Future[RecordMetadata]) -> None:
+        """A changelog record of ``topic`` sent on its own (not in a batch), to be awaited and
+        counted with the other changelog sends."""
+        self.changelog_pending.setdefault(topic, []).append((fut, 0))
 
     def _new_batch(self, producer: AIOKafkaProducer, tp: TopicPartition) -> Any:
         if self.changelog_batch is not None and tp in self.changelog_tps:
@@ -67,9 +92,9 @@ class RecordCollector:
     ) -> bool:
         """Add a record to the open batch for ``tp``; False (nothing added) when that batch is
         full and must be sent first (:meth:`append`)."""
-        builder = self.builders.get(tp)
+        builder = self._builders.get(tp)
         if builder is None:
-            builder = self.builders[tp] = self._new_batch(producer, tp)
+            builder = self._builders[tp] = self._new_batch(producer, tp)
         return (
             builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
             is not None
@@ -88,13 +113,13 @@ class RecordCollector:
         if self.append_now(producer, tp, key, value, timestamp_ms, headers):
             return
         await self.send_batch(producer, tp)  # full
-        builder = self.builders[tp] = self._new_batch(producer, tp)
+        builder = self._builders[tp] = self._new_batch(producer, tp)
         # An empty batch takes any record (the broker judges its size).
         builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
 
     async def send_batch(self, producer: AIOKafkaProducer, tp: TopicPartition) -> None:
         """Hand the open batch for ``tp`` to the producer (it joins the open transaction)."""
-        builder = self.builders.pop(tp)
+        builder = self._builders.pop(tp)
         builder.close()  # complete: ``producer.send`` must not add to it
         fut = await producer.send_batch(builder, tp.topic, partition=tp.partition)
         last = builder.record_count() - 1
@@ -105,7 +130,7 @@ class RecordCollector:
 
     async def send_all(self, producer: AIOKafkaProducer) -> None:
         """Hand every open batch to the producer (before the commit)."""
-        for tp in list(self.builders):
+        for tp in list(self._builders):
             await self.send_batch(producer, tp)
 
     async def delivered(self) -> None:
@@ -137,6 +162,6 @@ class RecordCollector:
         (aborted, fenced); nobody awaits them."""
         for fut, _ in self._sent():
             retrieve_exception_later(fut)
-        self.builders.clear()
+        self._builders.clear()
         self.pending.clear()
         self.changelog_pending.clear()

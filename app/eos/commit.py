@@ -39,7 +39,7 @@ from app.eos.task import Task
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
-from tables.rocks import SOURCE_OFFSETS_KEY, encode_source_offsets
+from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,31 @@ class Committer:
         self.timeout = timeout
         self.points = points
         #: The store and changelog topic that keep each transaction's source offsets.
-        self.source_offsets: tuple[SourceOffsetStore, str] | None = None
+        self._source_offsets: tuple[SourceOffsetStore, str] | None = None
         #: Stores whose staged writes go to a changelog topic, with the topic.
-        self.changelogs: list[tuple[ChangelogSource, str]] = []
+        self._changelogs: list[tuple[ChangelogSource, str]] = []
+
+    def add_changelog(self, store: ChangelogSource, topic: str) -> None:
+        """Every commit pulls ``store``'s staged writes into the transaction, as records of
+        ``topic`` (the task's partition of it)."""
+        self._changelogs.append((store, topic))
+
+    def changelog_topics(self) -> list[str]:
+        """The changelog topics the transactions write, in registration order."""
+        return [topic for _, topic in self._changelogs]
+
+    def keep_source_offsets(self, store: SourceOffsetStore, topic: str) -> None:
+        """Every transaction also writes its source offsets to ``topic`` (key
+        :data:`~tables.source_offsets.SOURCE_OFFSETS_KEY`) and stages them in ``store``. One
+        store per worker does this."""
+        if self._source_offsets is not None:
+            raise RuntimeError("source offsets are already kept by another table")
+        self._source_offsets = (store, topic)
+
+    @property
+    def source_offsets_kept(self) -> tuple[SourceOffsetStore, str] | None:
+        """The store and changelog topic of :meth:`keep_source_offsets` (None: none)."""
+        return self._source_offsets
 
     async def commit(self, task: Task) -> CommitResult:
         # Step 1. Nothing to do unless a transaction is open; an empty one is aborted.
@@ -184,10 +206,9 @@ class Committer:
         producer = task.producer
         assert producer is not None
         collector = task.collector
-        collector.changelog_batch = self.producers.changelog_batch
-        for store, topic in self.changelogs:
+        for store, topic in self._changelogs:
             tp = TopicPartition(topic, task.partition)
-            collector.changelog_tps.add(tp)
+            collector.add_changelog_target(tp, self.producers.changelog_batch)
             for key, value in store.changelog_records(task.partition):
                 if not collector.append_now(producer, tp, key, value):
                     await collector.append(producer, tp, key, value)
@@ -197,7 +218,7 @@ class Committer:
     ) -> None:
         """Send a changelog record with this transaction's source offsets in the transaction
         (awaited with the other changelog sends) and stage it in the store."""
-        kept = self.source_offsets
+        kept = self._source_offsets
         if kept is None:
             return
         store, topic = kept
@@ -209,7 +230,7 @@ class Committer:
         fut = await task.producer.send(
             topic, key=SOURCE_OFFSETS_KEY, value=value, partition=task.partition
         )
-        task.collector.changelog_pending.setdefault(topic, []).append((fut, 0))
+        task.collector.sent_changelog_record(topic, fut)
         store.stage_source_offsets(task.partition, value)
 
     async def _did_commit(

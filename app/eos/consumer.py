@@ -22,6 +22,7 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustKafkaConsumer
 from faust.types import TP
 
+from app.eos import aiokafka_privates
 from app.eos.batch import BatchHandler
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def request_rejoin(app: Any) -> None:
     try:
         thread = app.consumer._thread
         consumer = thread._ensure_consumer()
-        thread.thread_loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+        thread.thread_loop.call_soon_threadsafe(aiokafka_privates.rejoin_request(consumer))
     except Exception as exc:  # pragma: no cover - depends on Faust internals
         log.critical("cannot request a rejoin (%r): stopping the worker", exc)
         app._crash(exc)
@@ -81,7 +82,7 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         """
         consumer: AIOKafkaConsumer = super()._create_worker_consumer(transport)
         settings: Settings = self.app.dedupe_settings
-        consumer._fetch_max_wait_ms = round(settings.fetch_max_wait * 1000)
+        aiokafka_privates.set_fetch_max_wait(consumer, settings.fetch_max_wait)
         return consumer
 
     async def _fetch_records(

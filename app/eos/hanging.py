@@ -32,7 +32,7 @@ this transaction, which ends the forgotten one as aborted, on the same partition
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from aiokafka.structs import TopicPartition
 
@@ -40,6 +40,16 @@ from app.eos.producer import commit_markers
 from app.eos.task import Task, TaskState
 
 log = logging.getLogger(__name__)
+
+
+def written_by(
+    partition: int, changelogs: Iterable[str], sinks: Iterable[str], partitions: int
+) -> list[TopicPartition]:
+    """Every partition task ``partition``'s transactions may write: its partition of each
+    changelog topic, and every partition (of ``partitions``) of the topics it forwards to."""
+    return [TopicPartition(t, partition) for t in changelogs] + [
+        TopicPartition(t, q) for t in sinks for q in range(partitions)
+    ]
 
 
 async def commit_through(

@@ -7,6 +7,7 @@ The manager owns one :class:`TaskLife` and calls it; nothing here knows Faust.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -49,7 +50,7 @@ class TaskLife:
         self.stores.append((store, changelog_topic))
         if changelog_topic is not None:
             source: ChangelogSource = store  # type: ignore[assignment]
-            self._committer.changelogs.append((source, changelog_topic))
+            self._committer.add_changelog(source, changelog_topic)
 
     async def start(self, partition: int) -> None:
         producer = await self._producers.start(partition)
@@ -83,6 +84,23 @@ class TaskLife:
                 source.rebuild_partition(partition)
             else:
                 store.discard_partition(partition)
+
+    async def commit(self, task: Task) -> None:
+        """Commit ``task``'s open transaction, if it still runs, and act on the outcome."""
+        async with task.lock:
+            if task.state is not TaskState.RUNNING:
+                return
+            started = time.monotonic()
+            try:
+                result = await self._committer.commit(task)
+            except asyncio.CancelledError:
+                # Stopped with the commit unfinished: its outcome is unknown here. Apply nothing
+                # and commit nothing more on this task; the store keeps its older changelog
+                # offset, so recovery replays the transaction if it did commit.
+                task.state = TaskState.FAILED
+                self.discard_staged(task)
+                raise
+            self.act(task, result, started)
 
     def act(self, task: Task, result: CommitResult, started: float) -> None:
         """What a commit's outcome means for the task and the stores."""

@@ -9,11 +9,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from aiokafka.structs import RecordMetadata, TopicPartition
-from faust.transport.consumer import TransactionManager
+from aiokafka.structs import TopicPartition
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from faust.types import TP
 from mode import Service
@@ -23,7 +22,7 @@ from app.eos.broker import BrokerReader
 from app.eos.commit import Committer
 from app.eos.consumer import Consumer, records_held_back, request_rejoin
 from app.eos.guards import StallWatchdog, gap_checked
-from app.eos.hanging import commit_through
+from app.eos.hanging import commit_through, written_by
 from app.eos.lifecycle import TaskLife
 from app.eos.positions import (
     assign_start_positions,
@@ -32,7 +31,9 @@ from app.eos.positions import (
 )
 from app.eos.producer import TransactionalProducers
 from app.eos.replicas import WATCH_INTERVAL, ReplicaWatch
+from app.eos.sends_only import TaskSendsOnly
 from app.eos.task import Task, TaskState
+from app.eos.task_restart import restart_tasks
 from app.fault_points import NO_FAULTS, FaultPoints
 from tables.protocol import SourceOffsetStore, StagedState
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
+class TaskTransactionManager(TaskSendsOnly):
     """Faust's transaction manager, replaced: one transaction per partition task.
 
     Faust creates it through :class:`Transport` and calls it on rebalances; the batch handler
@@ -58,7 +59,6 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self._wakeup = asyncio.Event()
         self.rejoins_requested = 0
-        self._offsets_kept: tuple[SourceOffsetStore, str] | None = None
         self.app.on_rebalance_complete.connect(self._rebalance_complete)
         #: First offset processed per source partition since the last rebalance (for the log).
         self.first_offsets: dict[TopicPartition, int] = {}
@@ -119,13 +119,9 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         self.life.register_store(store, changelog_topic)
 
     def keep_source_offsets(self, store: SourceOffsetStore, changelog_topic: str) -> None:
-        """Every transaction also writes its source offsets to ``changelog_topic`` (key
-        :data:`~tables.rocks.SOURCE_OFFSETS_KEY`), and ``store`` keeps them: see
-        :meth:`_rebalance_complete`. One table per worker does this."""
-        if self._offsets_kept is not None:
-            raise RuntimeError("source offsets are already kept by another table")
-        self._offsets_kept = (store, changelog_topic)
-        self.committer.source_offsets = self._offsets_kept
+        """Every transaction also writes its source offsets to ``changelog_topic``, and ``store``
+        keeps them (:meth:`Committer.keep_source_offsets`): see :meth:`_rebalance_complete`."""
+        self.committer.keep_source_offsets(store, changelog_topic)
 
     # -- the agent's side ----------------------------------------------------------------------
 
@@ -160,7 +156,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
     async def _rebalance_complete(self, sender: Any, **kwargs: Any) -> None:
         """After the recovery, before records flow: start each task at the source offsets
         its store holds when those are past the group's (``positions.py``)."""
-        kept = self._offsets_kept
+        kept = self.committer.source_offsets_kept
         if kept is not None and await raise_to_stored_offsets(self.tasks.values(), kept[0]):
             self.commit_soon()
 
@@ -183,37 +179,13 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
             if tp.topic in self.source_topics and not self.app.assignor.is_standby(tp)
         }
         self.points.rebalance()
-        for p in sorted(set(self.tasks) - wanted):
-            await self.life.drop(self.tasks[p])
         generation: int = self.app.consumer_generation_id
-        if self._generation is not None and generation > self._generation + 1 and self.tasks:
-            # A generation passed without this worker (its session expired): another member may
-            # have owned the partitions kept here meanwhile and fenced their producers, which
-            # would fail at the next commit and cost one more rebalance. Start them again.
-            log.warning(
-                "consumer generation %d follows %d: partitions %s may have had another owner "
-                "meanwhile; starting their transactional producers again",
-                generation,
-                self._generation,
-                sorted(self.tasks),
-            )
-            for p in sorted(self.tasks):
-                await self.life.drop(self.tasks[p])
-        self._generation = generation
+        last, self._generation = self._generation, generation
         self.first_offsets.clear()
-        to_start = [p for p in sorted(wanted) if p not in self.tasks]
-        if to_start:
-            log.info("starting transactional producers for partitions %s", to_start)
-            started = time.monotonic()
-            await asyncio.gather(*(self.life.start(p) for p in to_start))
-            log.info(
-                "transactional producers ready for %d partitions in %.2fs",
-                len(to_start),
-                time.monotonic() - started,
-            )
+        await restart_tasks(self.life, wanted, generation, last)
         await self.points.assigned()
         if wanted:
-            kept = self._offsets_kept
+            kept = self.committer.source_offsets_kept
             await assign_start_positions(
                 self.broker,
                 self.tasks,
@@ -229,41 +201,15 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
                 )
 
     async def _end_hanging(self, hanging: list[TopicPartition]) -> None:
+        s = self.settings
+        changelogs = sorted(set(self.committer.changelog_topics()))
+        sinks = (s.output_topic, s.dlq_topic, s.repartition_topic)
         await commit_through(
             self.tasks,
             hanging,
-            self._written_by,
+            lambda partition: written_by(partition, changelogs, sinks, s.partitions),
             lambda task, exc: self.life.transaction_error(task, exc, "ending a hanging one"),
         )
-
-    def _written_by(self, partition: int) -> list[TopicPartition]:
-        """Every partition task ``partition``'s transactions may write: its changelog
-        partitions and every partition of the topics it forwards to."""
-        s = self.settings
-        changelogs = {topic for _, topic in self.committer.changelogs}
-        sinks = (s.output_topic, s.dlq_topic, s.repartition_topic)
-        return [TopicPartition(t, partition) for t in sorted(changelogs)] + [
-            TopicPartition(t, q) for t in sinks for q in range(s.partitions)
-        ]
-
-    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
-        """Faust's periodic commit: a no-op, our own loop commits.
-
-        Returning False keeps Faust from marking table offsets as persisted on its own.
-        """
-        return False
-
-    async def send(self, *args: Any, **kwargs: Any) -> Awaitable[RecordMetadata]:
-        raise RuntimeError(
-            "sends outside a task transaction are not allowed in this worker; "
-            "use TaskBatch.send inside tm.processing_batch(messages)"
-        )
-
-    async def send_and_wait(self, *args: Any, **kwargs: Any) -> RecordMetadata:
-        raise RuntimeError("sends outside a task transaction are not allowed in this worker")
-
-    async def flush(self) -> None:
-        """Nothing to flush outside of tasks: task sends are awaited at commit."""
 
     # -- rejoins ------------------------------------------------------------------------------
 
@@ -306,7 +252,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
 
     def _topics_written(self) -> list[str]:
         s = self.settings
-        changelogs = [topic for _store, topic in self.committer.changelogs]
+        changelogs = self.committer.changelog_topics()
         return [*self.source_topics, s.output_topic, s.dlq_topic, *changelogs]
 
     async def _seek_back(self, tp: TopicPartition, position: int) -> None:
@@ -333,23 +279,7 @@ class TaskTransactionManager(TransactionManager):  # type: ignore[misc]
         await self.replicas.close()
 
     async def _commit_tasks(self, tasks: Iterable[Task]) -> None:
-        await asyncio.gather(*(self._commit_task(t) for t in tasks))
-
-    async def _commit_task(self, task: Task) -> None:
-        async with task.lock:
-            if task.state is not TaskState.RUNNING:
-                return
-            started = time.monotonic()
-            try:
-                result = await self.committer.commit(task)
-            except asyncio.CancelledError:
-                # Stopped with the commit unfinished: its outcome is unknown here. Apply nothing
-                # and commit nothing more on this task; the store keeps its older changelog
-                # offset, so recovery replays the transaction if it did commit.
-                task.state = TaskState.FAILED
-                self.life.discard_staged(task)
-                raise
-            self.life.act(task, result, started)
+        await asyncio.gather(*(self.life.commit(t) for t in tasks))
 
 
 class Transport(AIOKafkaTransport):  # type: ignore[misc]

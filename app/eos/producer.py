@@ -1,6 +1,6 @@
 """A task's transactional producer: create, start (which fences older owners), close; how its
-failures are classified. The only home of aiokafka's private names (checked by
-tests/unit/test_private_names.py), with ``txn_v2.py`` for the transactions v2 flow.
+failures are classified. aiokafka's private names it needs are reached through
+``aiokafka_privates.py``.
 
 One producer per task, ``transactional.id = "<app id>-<input topic>-<p>"``: stable across
 deploys and restarts, so a restarted or new owner of ``p`` fences the old one. Neither aiokafka's
@@ -31,8 +31,9 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
+from app.eos import aiokafka_privates
 from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
-from app.eos.txn_v2 import is_v2, use_v2
+from app.eos.txn_v2 import is_v2, txn_v2_manager, use_v2
 
 if TYPE_CHECKING:
     from app.eos.txn_protocol import TransactionProtocol
@@ -56,13 +57,14 @@ async def send_lingering(producer: AIOKafkaProducer) -> None:
     """Send every batch the producer holds now, without waiting for its linger, and wait until
     the broker acknowledged them (aiokafka does this itself inside ``commit_transaction``;
     the commit needs the acknowledged offsets before it asks to commit)."""
-    await producer._message_accumulator.flush_for_commit()
+    await aiokafka_privates.flush_for_commit(producer)
 
 
 def producer_id_and_epoch(producer: AIOKafkaProducer) -> tuple[int, int]:
     """The producer id and epoch the next records of ``producer`` carry (with transactions v2
     the epoch rises at every commit or abort)."""
-    txn = producer._txn_manager
+    txn = aiokafka_privates.txn_manager(producer)
+    assert txn is not None, "a transactional producer"
     return txn.producer_id, txn.producer_epoch
 
 
@@ -83,7 +85,7 @@ def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     """
     if isinstance(exc, FENCING_ERRORS):
         return True
-    txn = getattr(producer, "_txn_manager", None)
+    txn = aiokafka_privates.txn_manager(producer)
     if txn is None or not txn.is_fatal_error():
         return False
     waiter = txn.wait_for_transaction_end()
@@ -111,7 +113,7 @@ async def force_close(producer: AIOKafkaProducer, wait: float) -> None:
     abort is in flight (fault row F8). The held batches are failed only after that wait:
     failing a batch still in flight breaks aiokafka's own bookkeeping of it."""
     try:
-        sender = producer._sender.sender_task
+        sender = aiokafka_privates.sender_task(producer)
         if sender is not None and not sender.done():
             sender.cancel()
             done, _pending = await asyncio.wait({sender}, timeout=wait)
@@ -123,12 +125,11 @@ async def force_close(producer: AIOKafkaProducer, wait: float) -> None:
                     wait,
                 )
         # stop() waits for the batches still held to be sent: fail them (quietly) so it ends.
-        acc = producer._message_accumulator
-        for batch in (*(b for bs in acc._batches.values() for b in bs), *acc._pending_batches):
-            for fut in (batch.future, batch._drain_waiter, *(f for f, _ in batch._msg_futures)):
-                retrieve_exception_later(fut)
-        acc.fail_all(KafkaConnectionError("the transactional producer was dropped"))
-        await producer.client.close()
+        for fut in aiokafka_privates.held_batch_futures(producer):
+            retrieve_exception_later(fut)
+        dropped = KafkaConnectionError("the transactional producer was dropped")
+        aiokafka_privates.fail_held_batches(producer, dropped)
+        await aiokafka_privates.close_connections(producer)
     except Exception as exc:  # closing what is already broken: nothing more to do
         log.warning("dropping a transactional producer: %r", exc)
 
@@ -139,11 +140,13 @@ async def commit_markers(producer: AIOKafkaProducer, tps: list[TopicPartition]) 
     newer epoch ends whatever transaction an older epoch of the same producer left open there
     (app/eos/hanging.py)."""
     await producer.begin_transaction()
-    txn = producer._txn_manager
     # With transactions v2 only a record adds its partition; AddPartitionsToTxn still does.
-    add = txn.add_partition_by_request if is_v2(producer) else txn.maybe_add_partition_to_txn
+    v2 = is_v2(producer)
     for tp in tps:
-        add(tp)
+        if v2:
+            txn_v2_manager(producer).add_partition_by_request(tp)
+        else:
+            aiokafka_privates.add_partition_by_request(producer, tp)
     await producer.commit_transaction()  # the sender adds the partitions first
 
 
@@ -164,7 +167,7 @@ async def probe_transactional_writes(
         await producer.start()  # InitProducerId: Write on the transactional id
         await producer.begin_transaction()
         for tp in tps:
-            producer._txn_manager.maybe_add_partition_to_txn(tp)
+            aiokafka_privates.add_partition_by_request(producer, tp)
         try:
             await producer.abort_transaction()  # the sender adds the partitions first
         except TopicAuthorizationFailedError as exc:
@@ -180,9 +183,13 @@ class TransactionalProducers:
     def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:
         self.settings = settings
         self._should_stop = should_stop
-        #: The transaction protocol the producers run (app/eos/txn_protocol.py), set at
-        #: start-up before the first task starts.
+        #: The transaction protocol the producers run (app/eos/txn_protocol.py), chosen at
+        #: start-up before the first task starts (:meth:`use_protocol`).
         self.protocol: TransactionProtocol | None = None
+
+    def use_protocol(self, protocol: TransactionProtocol) -> None:
+        """Run ``protocol`` (detected once, before any task's producer starts)."""
+        self.protocol = protocol
 
     def transactional_id(self, partition: int) -> str:
         """Stable per (app, input topic, partition): survives deploys and topology changes."""

@@ -266,4 +266,11 @@ def is_v2(producer: AIOKafkaProducer) -> bool:
     return isinstance(producer._txn_manager, TransactionManagerV2)
 
 
-__all__ = ["TransactionAbortable", "is_v2", "use_v2"]
+def txn_v2_manager(producer: AIOKafkaProducer) -> TransactionManagerV2:
+    """The v2 transaction state of ``producer`` (one :func:`use_v2` was given)."""
+    txn = producer._txn_manager
+    assert isinstance(txn, TransactionManagerV2)
+    return txn
+
+
+__all__ = ["TransactionAbortable", "is_v2", "txn_v2_manager", "use_v2"]

@@ -30,7 +30,7 @@ from aiokafka.structs import TopicPartition as TP
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import end_offsets, read_topic
 from scripts.verify import check
-from tables.rocks import SOURCE_OFFSETS_KEY
+from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import drain_and_verify, record, started
 from tests.support import Broker, Names, Worker, wait_drained

@@ -1,5 +1,5 @@
-"""Table-driven tests of ``ingest/events.py``: request checks, Segment rules, message ids. No
-broker, no HTTP."""
+"""Table-driven tests of ``ingest/request.py`` and ``ingest/events.py``: request checks, Segment
+rules, message ids. No broker, no HTTP."""
 
 from __future__ import annotations
 
@@ -12,19 +12,15 @@ from typing import Any
 import pytest
 
 from app import rules
-from ingest.events import (
-    Limits,
-    Rejected,
+from ingest.events import derive_message_id, events_of, prepare, received_at_text
+from ingest.rejected import Limits, Rejected
+from ingest.request import (
     authorize,
     basic_auth_user,
     check_content_type,
-    derive_message_id,
-    events_of,
     gunzip,
     is_gzip,
     parse_json,
-    prepare,
-    received_at_text,
 )
 from tests.ingest.support import basic
 

@@ -22,7 +22,7 @@ from aiokafka.structs import TopicPartition
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import end_offsets, read_topic
 from tables.batch_reader import BatchReader
-from tables.rocks import SOURCE_OFFSETS_KEY
+from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.support import Broker, Names, Worker, create_topic, wait_drained
 
 pytestmark = pytest.mark.integration

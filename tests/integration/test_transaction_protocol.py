@@ -132,7 +132,7 @@ async def transactions(
     await create_topic(broker.bootstrap, names.input_topic, 1)
     await create_topic(broker.bootstrap, names.output_topic, 2)
     producers = TransactionalProducers(settings, lambda: False)
-    producers.protocol = await detect(settings)
+    producers.use_protocol(await detect(settings))
     assert producers.protocol.running == protocol
     producer = await producers.start(0)
     states = [producer_id_and_epoch(producer)]
@@ -191,7 +191,7 @@ async def marker_only_transaction(broker: Broker, names: Names) -> tuple[Any, ..
     settings = settings_for(broker, "v2")
     await create_topic(broker.bootstrap, names.output_topic, 2)
     producers = TransactionalProducers(settings, lambda: False)
-    producers.protocol = await detect(settings)
+    producers.use_protocol(await detect(settings))
     producer = await producers.start(0)
     try:
         before = producer_id_and_epoch(producer)
@@ -200,7 +200,14 @@ async def marker_only_transaction(broker: Broker, names: Names) -> tuple[Any, ..
         after = producer_id_and_epoch(producer)
     finally:
         await producers.close(producer)
+    # The coordinator writes the markers after it answered EndTxn (Kafka's
+    # TransactionMarkerChannelManager sends WriteTxnMarkers once the PrepareCommit is logged),
+    # so the end offsets move a moment after the commit returns: read them until both moved.
+    deadline = time.monotonic() + 15
     ends = await end_offsets(broker.bootstrap, names.output_topic)
+    while not all(ends.values()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        ends = await end_offsets(broker.bootstrap, names.output_topic)
     return before, after, ends
 
 

@@ -24,7 +24,8 @@ from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets, read_topic
 from scripts.verify import check
 from tables.keys import from_disk
-from tables.rocks import META_CF, SOURCE_OFFSETS_KEY, decode_source_offsets
+from tables.rocks import META_CF
+from tables.source_offsets import SOURCE_OFFSETS_KEY, decode_source_offsets
 from tests.support import Broker, Names, Worker, wait_drained
 
 pytestmark = pytest.mark.integration

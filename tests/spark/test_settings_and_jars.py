@@ -18,7 +18,8 @@ from spark.jars import (
     pyspark_jar_names,
 )
 from spark.jars import shipped_by_pyspark as shipped
-from spark.settings import APPEND, MERGE, SparkSettings, SparkSettingsError, markdown_table
+from spark.settings import APPEND, MERGE, SparkSettings, SparkSettingsError
+from spark.settings_table import markdown_table
 
 pytestmark = pytest.mark.spark
 
@@ -116,7 +117,7 @@ def test_merge_needs_delta() -> None:
 
 
 def test_the_spark_doc_lists_every_spark_setting_as_the_settings_object_documents_it() -> None:
-    assert markdown_table() in SPARK_DOC.read_text(), "run: python -m spark.settings"
+    assert markdown_table() in SPARK_DOC.read_text(), "run: python -m spark.settings_table"
 
 
 def test_a_jar_counts_as_shipped_only_for_the_same_artifact() -> None:

@@ -58,7 +58,7 @@ class FakeSeenIds:
         self,
         key: bytes,
         record_ms: int,
-        partition: int | None = None,
+        partition: int,
         content: bytes = b"",
         last_seen: bool = False,
     ) -> window.Verdict:
@@ -76,7 +76,7 @@ class FakeSeenIds:
             self.first[key] = record_ms
         return verdict
 
-    def age_out(self, record_ms: int, partition: int | None = None) -> int:
+    def age_out(self, record_ms: int, partition: int) -> int:
         self.aged_at.append(record_ms)
         return 0
 

@@ -147,11 +147,11 @@ async def test_sends_join_the_open_batch_of_their_partition() -> None:
     await txn.send("out", key=b"b", value=b"2", headers=(), partition=3, **common)
     await txn.send("out", key=b"c", value=b"3", headers=None, partition=3, **common)
     await txn.send("out", key=b"d", value=b"4", headers=[("h", b"w")], partition=5, **common)
-    assert {tp: b.record_count() for tp, b in task.collector.builders.items()} == {
+    assert {tp: b.record_count() for tp, b in task.collector.open_batches().items()} == {
         TopicPartition("out", 3): 3,
         TopicPartition("out", 5): 1,
     }
-    assert all(isinstance(tp, TopicPartition) for tp in task.collector.builders)
+    assert all(isinstance(tp, TopicPartition) for tp in task.collector.open_batches())
     with pytest.raises(ValueError, match="explicit partitions"):
         await txn.send("out", key=b"e", value=b"5", headers=None, partition=None, **common)
 

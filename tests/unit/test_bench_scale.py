@@ -76,8 +76,8 @@ def test_a_tiny_run_measures_every_figure(tmp_path, monkeypatch) -> None:  # typ
     rows = dict(scale.run(ids=3_000, partitions=2, lookups=200, batch=500, keep=False))
     assert rows["ids held"].startswith("3,000 (2 partitions")
     for kind in ("new", "held"):
-        for method in ("first_sighting", "table lookup", "raw rocksdict get"):
+        for method in ("decide", "table lookup", "raw rocksdict get"):
             assert f"lookup {kind} ids, {method} (ids/s)" in rows
-    assert "x raw gets" in rows["lookup new ids, first_sighting (ids/s)"]
+    assert "x raw gets" in rows["lookup new ids, decide (ids/s)"]
     assert float(rows["disk bytes per id (after compaction, SST)"]) > 36
     assert list((tmp_path / "bench-scale").iterdir()) == []  # the data dir is removed

@@ -17,7 +17,7 @@ from aiokafka.structs import TopicPartition
 from app.eos import Committer, Outcome, Task
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import REGISTRY
-from tables.rocks import SOURCE_OFFSETS_KEY
+from tables.source_offsets import SOURCE_OFFSETS_KEY
 
 SOURCE = TopicPartition("events", 3)
 OUT = TopicPartition("events-clean", 3)
@@ -189,8 +189,8 @@ def setup(
         task.offsets[SOURCE] = task.positions[SOURCE] = 10 + i + 1
         task.records += 1
     committer = Committer(producers, broker, "app", TIMEOUT, points)  # type: ignore[arg-type]
-    committer.source_offsets = (store, CHANGELOG.topic)
-    committer.changelogs.append((store, CHANGELOG.topic))
+    committer.keep_source_offsets(store, CHANGELOG.topic)
+    committer.add_changelog(store, CHANGELOG.topic)
     return committer, task, producer, producers, broker, store
 
 

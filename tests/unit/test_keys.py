@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.strategy import fingerprint_key, scoped_key
-from tables.keys import UUID_TAG, from_disk, to_disk, to_disk_all
+from tables.key_prefixes import UUID_TAG
+from tables.keys import from_disk, to_disk, to_disk_all
 
 UUIDS = st.uuids().map(lambda u: str(u).encode())
 TEXT_IDS = st.text(min_size=1, max_size=80).map(lambda s: s.encode("utf-8", "surrogatepass"))

@@ -10,7 +10,7 @@ import pytest
 from rocksdict import WriteBatch
 
 from tables.partitions import PartitionSet
-from tables.rocks import RocksTuning, options_for
+from tables.rocks_options import RocksTuning, options_for
 
 
 def partition_set(directory: Path) -> PartitionSet:

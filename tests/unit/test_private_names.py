@@ -1,34 +1,18 @@
 """Every private (or undocumented) name of Faust, mode and aiokafka that the worker relies on,
 checked against the installed versions: a version bump that renames one fails here in seconds,
 not in the fault tier. When one fails, the comment beside it says which of our modules uses
-it; fix that module (``app/eos/producer.py``, ``app/eos/consumer.py``, ``tables/recovery.py``
-hold nearly all of them; ``app/eos/txn_v2.py`` the sender and transaction state of the
-transactions v2 flow; ``tables/batch_reader.py`` the Fetch requests and record batches),
-then this list."""
+it; fix that module, then the list. aiokafka's are listed, and reached, in
+``app/eos/aiokafka_privates.py`` (with ``app/eos/txn_v2.py``, whose subclasses override private
+steps); no other module of ``app/`` names one (checked below). Faust's are listed here:
+``app/eos/consumer.py`` and ``tables/recovery.py`` hold nearly all of them."""
 
 from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.client import AIOKafkaClient
-from aiokafka.cluster import ClusterMetadata
-from aiokafka.consumer.group_coordinator import GroupCoordinator
-from aiokafka.producer.message_accumulator import MessageAccumulator, MessageBatch
-from aiokafka.producer.sender import (
-    EndTxnHandler,
-    InitPIDHandler,
-    Sender,
-    SendProduceReqHandler,
-    TxnOffsetCommitHandler,
-)
-from aiokafka.producer.transaction_manager import TransactionManager as AIOTxnManager
-from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.protocol.offset import OffsetRequest
-from aiokafka.record.default_records import DefaultRecordBatch
-from aiokafka.record.memory_records import MemoryRecords
 from faust import App
 from faust.stores.base import SerializedStore
 from faust.tables import TableManager
@@ -37,6 +21,8 @@ from faust.transport.consumer import TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from mode.threads import ServiceThread
+
+from app.eos.aiokafka_privates import PRIVATE_NAMES
 
 
 def defines(cls: type, name: str) -> bool:
@@ -54,88 +40,10 @@ def defines(cls: type, name: str) -> bool:
     return False
 
 
+#: aiokafka's names come from their one home (app/eos/aiokafka_privates.py); Faust's and mode's
+#: are listed here.
 USED: list[tuple[type, str, str]] = [
-    # aiokafka's producer (app/eos/producer.py: send_lingering, is_fenced, force_close)
-    (AIOKafkaProducer, "_message_accumulator", "producer.py"),
-    (AIOKafkaProducer, "_txn_manager", "producer.py"),
-    (AIOKafkaProducer, "_sender", "producer.py"),
-    (AIOKafkaProducer, "client", "producer.py"),
-    (AIOKafkaProducer, "create_batch", "collector.py"),
-    (AIOKafkaProducer, "send_batch", "collector.py"),
-    (MessageAccumulator, "flush_for_commit", "producer.py"),
-    (MessageAccumulator, "_batches", "producer.py"),
-    (MessageAccumulator, "_pending_batches", "producer.py"),
-    (MessageAccumulator, "fail_all", "producer.py"),
-    (MessageBatch, "future", "producer.py"),
-    (MessageBatch, "_drain_waiter", "producer.py"),
-    (MessageBatch, "_msg_futures", "producer.py"),
-    (AIOTxnManager, "is_fatal_error", "producer.py"),
-    (AIOTxnManager, "wait_for_transaction_end", "producer.py"),
-    (
-        AIOTxnManager,
-        "maybe_add_partition_to_txn",
-        "producer.py: probe_transactional_writes, commit_markers",
-    ),
-    (Sender, "close", "producer.py"),
-    # aiokafka's sender and transaction state, subclassed for transactions v2 (txn_v2.py)
-    (AIOKafkaProducer, "_sender", "txn_v2.py: use_v2"),
-    (Sender, "_txn_manager", "txn_v2.py"),
-    (Sender, "_acks", "txn_v2.py: ProduceV12Handler"),
-    (Sender, "_request_timeout_ms", "txn_v2.py: ProduceV12Handler"),
-    (Sender, "_message_accumulator", "txn_v2.py: SenderV2._do_txn_commit"),
-    (Sender, "_find_coordinator", "txn_v2.py: SenderV2"),
-    (Sender, "_in_flight", "txn_v2.py: SenderV2._send_produce_req"),
-    (Sender, "_muted_partitions", "txn_v2.py: SenderV2._send_produce_req"),
-    (Sender, "_do_init_pid", "txn_v2.py: SenderV2 overrides it"),
-    (Sender, "_send_produce_req", "txn_v2.py: SenderV2 overrides it"),
-    (Sender, "_do_txn_offset_commit", "txn_v2.py: SenderV2 overrides it"),
-    (Sender, "_do_txn_commit", "txn_v2.py: SenderV2 overrides it"),
-    (InitPIDHandler, "create_request", "txn_v2.py: InitPidV5Handler"),
-    (InitPIDHandler, "_sender", "txn_v2.py"),
-    (SendProduceReqHandler, "create_request", "txn_v2.py: ProduceV12Handler"),
-    (SendProduceReqHandler, "handle_response", "txn_v2.py: ProduceV12Handler"),
-    (SendProduceReqHandler, "_batches", "txn_v2.py: ProduceV12Handler"),
-    (TxnOffsetCommitHandler, "create_request", "txn_v2.py: TxnOffsetCommitV5Handler"),
-    (TxnOffsetCommitHandler, "handle_response", "txn_v2.py: TxnOffsetCommitV5Handler"),
-    (TxnOffsetCommitHandler, "_offsets", "txn_v2.py: TxnOffsetCommitV5Handler"),
-    (TxnOffsetCommitHandler, "_group_id", "txn_v2.py: TxnOffsetCommitV5Handler"),
-    (EndTxnHandler, "create_request", "txn_v2.py: EndTxnV5Handler"),
-    (EndTxnHandler, "handle_response", "txn_v2.py: EndTxnV5Handler"),
-    (EndTxnHandler, "_commit_result", "txn_v2.py: EndTxnV5Handler"),
-    (AIOTxnManager, "_txn_partitions", "txn_v2.py: TransactionManagerV2"),
-    (AIOTxnManager, "_pending_txn_partitions", "txn_v2.py: add_partition_by_request"),
-    (AIOTxnManager, "_txn_consumer_group", "txn_v2.py: add_offsets_to_txn"),
-    (AIOTxnManager, "_pid_and_epoch", "txn_v2.py: adopt"),
-    (AIOTxnManager, "_sequence_numbers", "txn_v2.py: adopt"),
-    (AIOTxnManager, "notify_task_waiter", "txn_v2.py: add_partition_by_request"),
-    (AIOTxnManager, "error_transaction", "txn_v2.py: TRANSACTION_ABORTABLE"),
-    (AIOTxnManager, "complete_transaction", "txn_v2.py: EndTxnV5Handler"),
-    (AIOTxnManager, "is_empty_transaction", "txn_v2.py: SenderV2._do_txn_commit"),
-    (AIOTxnManager, "add_offsets_to_txn", "txn_v2.py: TransactionManagerV2"),
-    (AIOTxnManager, "producer_id", "producer.py: producer_id_and_epoch"),
-    (AIOTxnManager, "producer_epoch", "producer.py: producer_id_and_epoch"),
-    # aiokafka's consumer (app/eos/consumer.py, app/eos/manager.py: _request_rejoin)
-    (AIOKafkaConsumer, "_fetch_max_wait_ms", "consumer.py"),
-    (AIOKafkaConsumer, "_coordinator", "manager.py"),
-    (GroupCoordinator, "request_rejoin", "manager.py"),
-    # aiokafka's client, requests and record parser (tables/batch_reader.py)
-    (AIOKafkaClient, "bootstrap", "batch_reader.py"),
-    (AIOKafkaClient, "send", "batch_reader.py"),
-    (AIOKafkaClient, "add_topic", "batch_reader.py"),
-    (AIOKafkaClient, "force_metadata_update", "batch_reader.py"),
-    (AIOKafkaClient, "cluster", "batch_reader.py"),
-    (AIOKafkaClient, "close", "batch_reader.py"),
-    (ClusterMetadata, "leader_for_partition", "batch_reader.py"),
-    (FetchRequest, "build", "batch_reader.py"),
-    (OffsetRequest, "build", "batch_reader.py"),
-    (MemoryRecords, "has_next", "batch_reader.py"),
-    (MemoryRecords, "next_batch", "batch_reader.py"),
-    (DefaultRecordBatch, "validate_crc", "batch_reader.py"),
-    (DefaultRecordBatch, "next_offset", "batch_reader.py"),
-    (DefaultRecordBatch, "base_offset", "batch_reader.py"),
-    (DefaultRecordBatch, "producer_id", "batch_reader.py"),
-    (DefaultRecordBatch, "is_control_batch", "batch_reader.py"),
-    (DefaultRecordBatch, "is_transactional", "batch_reader.py"),
+    *PRIVATE_NAMES,
     # Faust's consumer and its thread (app/eos/consumer.py)
     (AIOKafkaConsumerThread, "_create_worker_consumer", "consumer.py"),
     (AIOKafkaConsumerThread, "_highwaters", "consumer.py"),
@@ -186,11 +94,11 @@ USED: list[tuple[type, str, str]] = [
     (Recovery, "tp_to_table", "recovery.py"),
     (Recovery, "active_highwaters", "recovery.py"),
     (Recovery, "completed", "web.py, manager.py"),
-    # Faust's store extension points (tables/store.py)
-    (SerializedStore, "_get", "store.py"),
-    (SerializedStore, "_set", "store.py"),
-    (SerializedStore, "_del", "store.py"),
-    (SerializedStore, "_iteritems", "store.py"),
+    # Faust's store extension points (tables/store_mapping.py)
+    (SerializedStore, "_get", "store_mapping.py"),
+    (SerializedStore, "_set", "store_mapping.py"),
+    (SerializedStore, "_del", "store_mapping.py"),
+    (SerializedStore, "_iteritems", "store_mapping.py"),
 ]
 
 
@@ -206,3 +114,29 @@ def test_a_name_the_worker_relies_on_still_exists(cls: type, name: str, used_in:
 def test_the_check_finds_a_missing_name() -> None:
     assert not defines(Recovery, "_no_such_attribute")
     assert defines(Recovery, "_processing_times")  # assigned in __init__, no class attribute
+
+
+APP = Path(__file__).resolve().parents[2] / "app"
+#: The modules allowed to name aiokafka's private attributes.
+AIOKAFKA_HOMES = {APP / "eos" / "aiokafka_privates.py", APP / "eos" / "txn_v2.py"}
+
+
+def aiokafka_private_uses(text: str) -> list[str]:
+    """Each ``<something>._<name>`` in ``text`` whose ``_<name>`` is one of aiokafka's private
+    names (an object's own ``self._<name>`` is its own attribute, not aiokafka's)."""
+    names = sorted({n for _, n, _ in PRIVATE_NAMES if n.startswith("_")}, key=len, reverse=True)
+    pattern = re.compile(r"(?<!\bself)\.(" + "|".join(map(re.escape, names)) + r")\b")
+    return [m.group(0) for m in pattern.finditer(text)]
+
+
+def test_no_module_of_app_but_the_adapter_names_an_aiokafka_private() -> None:
+    found = {
+        str(path.relative_to(APP.parent)): uses
+        for path in sorted(APP.rglob("*.py"))
+        if path not in AIOKAFKA_HOMES and (uses := aiokafka_private_uses(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_adapter_check_finds_a_private_name() -> None:
+    assert aiokafka_private_uses("producer._txn_manager.x; self._txn_manager") == ["._txn_manager"]

@@ -14,11 +14,10 @@ import faust
 import pytest
 
 from app.settings import Settings
-from tables import seen_ids as seen_module
 from tables import window
-from tables.rocks import SOURCE_OFFSETS_KEY, encode_source_offsets
 from tables.seen_ids import SeenIds
 from tables.seen_ids_index import INDEX_CF, SeenIdsStore
+from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 
 BUCKET_MS = 1_000
 WINDOW_MS = 10_000
@@ -54,7 +53,6 @@ class World:
         self.stores: list[SeenIdsStore] = []
         self.store = self.new_store("seen_ids")
         self.table = StoreTable(self.store)
-        monkeypatch.setattr(seen_module, "current_partition", lambda: self.table.partition)
         self.settings = Settings.from_env(
             {
                 "DEDUPE_WINDOW": f"{WINDOW_MS}ms",
@@ -83,10 +81,17 @@ class World:
         self.stores.append(store)
         return store
 
+    def first(self, id_bytes: bytes, t: int) -> bool:
+        """Decide one record of the current partition: True for a first sighting."""
+        return self.seen.decide(id_bytes, t, self.table.partition) is window.Verdict.FIRST
+
+    def age_out(self, t: int) -> int:
+        return self.seen.age_out(t, self.table.partition)
+
     def record(self, id_: str, t: int) -> bool:
         """Process one record (decide + age out) like the agent does."""
-        first = self.seen.first_sighting(id_.encode(), t)
-        self.seen.age_out(t)
+        first = self.first(id_.encode(), t)
+        self.age_out(t)
         return first
 
     def commit(self) -> None:
@@ -273,10 +278,10 @@ def test_uuid_ids_are_held_in_their_16_byte_form_and_read_back_as_written(world:
     (tables/keys.py); lookups, age-out, tombstones, items() and the index give the text."""
     uuids = [f"00000000-0000-4000-8000-{i:012x}".encode() for i in range(20)]
     for i, u in enumerate(uuids):
-        assert world.seen.first_sighting(u, 100 + i)
-    assert not world.seen.first_sighting(uuids[3], 200)  # a staged id, looked up
+        assert world.first(u, 100 + i)
+    assert not world.first(uuids[3], 200)  # a staged id, looked up
     world.commit()
-    assert not world.seen.first_sighting(uuids[4], 300)  # a committed id, looked up
+    assert not world.first(uuids[4], 300)  # a committed id, looked up
     world.commit()
     db = world.store.db(0)
     assert {len(k) for k, _ in db.items()} == {17} and db.get(uuids[0]) is None
@@ -293,8 +298,8 @@ def test_uuid_ids_are_held_in_their_16_byte_form_and_read_back_as_written(world:
 
 def test_a_uuid_state_rebuilt_from_the_changelog_is_the_same_on_disk(world: World) -> None:
     for i in range(30):
-        world.seen.first_sighting(f"00000000-0000-4000-8000-{i:012x}".encode(), 100 * i)
-        world.seen.age_out(100 * i)
+        world.first(f"00000000-0000-4000-8000-{i:012x}".encode(), 100 * i)
+        world.age_out(100 * i)
         world.commit()
     replica = world.new_store("seen_ids_replica")
     for n, (_, key, value) in enumerate(world.table.changelog):
@@ -348,7 +353,7 @@ def test_a_commit_reuses_what_its_transaction_read_and_encoded(
     uuids = [f"00000000-0000-4000-8000-{i:012x}".encode() for i in range(10)]
     world.store.prefetch(0, uuids)
     for i, u in enumerate(uuids):
-        assert world.seen.first_sighting(u, 100 + i)
+        assert world.first(u, 100 + i)
     reads: list[int] = []
     encodings: list[bytes] = []
     real_multi_get, real_to_disk = staging.multi_get, keys.to_disk

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from rocksdict import WriteBatch
 
-from tables.rocks import META_CF, PartitionDB, RocksTuning, options_for
+from tables.rocks import META_CF, PartitionDB
+from tables.rocks_options import RocksTuning, options_for
 from tables.snapshot import MANIFEST, Identity, problems, restore, take
 
 IDENTITY = Identity("app", "events", 2)

@@ -13,14 +13,9 @@ import pytest
 from faust.types import TP
 from rocksdict import AccessType, Options, Rdict
 
-from tables.rocks import (
-    MEMTABLE_BLOOM_RATIO,
-    META_CF,
-    OFFSET_KEY,
-    SOURCE_OFFSETS_KEY,
-    RocksTuning,
-    encode_source_offsets,
-)
+from tables.rocks import META_CF, OFFSET_KEY
+from tables.rocks_options import MEMTABLE_BLOOM_RATIO, RocksTuning
+from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 from tables.store import TransactionalStore
 
 CHANGELOG = "t-unit-seen-changelog"

@@ -34,8 +34,8 @@ def test_rearms(armed: int, record_ms: int, last_seen: bool, moves: bool) -> Non
 
 class ArmedWorld(World):
     def record_from(self, id_: str, t: int, last_seen: bool) -> bool:
-        verdict = self.seen.decide(id_.encode(), t, last_seen=last_seen)
-        self.seen.age_out(t)
+        verdict = self.seen.decide(id_.encode(), t, self.table.partition, last_seen=last_seen)
+        self.age_out(t)
         return verdict is window.Verdict.FIRST
 
 

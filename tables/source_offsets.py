@@ -1,0 +1,59 @@
+"""The source-offsets record: each transaction's own account of where its input stands.
+
+Every transaction adds one record to each changelog partition it writes, under
+:data:`SOURCE_OFFSETS_KEY`, whose value is the next offset to read of each source topic (JSON,
+topic -> offset). It is committed with the output and the group's offsets, so a store that
+holds it knows where its state stands against the input even where the group's committed
+offsets read back stale. This module is the record's one home: its key, its form, and the
+bookkeeping key that says a live commit (not a restore) applied it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rocksdict import Rdict, WriteBatch
+
+from tables.key_prefixes import RESERVED_TAG
+
+#: Changelog key of the record. Its first byte (:data:`tables.key_prefixes.RESERVED_TAG`) never
+#: occurs in UTF-8, so no messageId can be this key. The store keeps its value in its bookkeeping
+#: column family (``tables.rocks.META_CF``), not among the ids.
+SOURCE_OFFSETS_KEY = RESERVED_TAG + b"dedupe:source-offsets"
+#: Key (in :data:`META_CF`) of the changelog offset of the source-offsets record a live commit
+#: applied (8 bytes): that transaction's commit is still to be confirmed in the changelog when
+#: the store's source offsets are ever used to raise a start (``app/eos/positions.py``). Absent
+#: when the record was restored from the changelog (read committed, so confirmed).
+SOURCE_OFFSETS_AT_KEY = b"source-offsets-at"
+
+
+def encode_source_offsets(offsets: dict[str, int]) -> bytes:
+    return json.dumps(offsets, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_source_offsets(raw: bytes) -> dict[str, int]:
+    return {str(k): int(v) for k, v in json.loads(raw).items()}
+
+
+def put_source_offsets(batch: WriteBatch, meta: Any, value: bytes, at: int | None) -> None:
+    """Into ``batch``: the record's ``value`` in the bookkeeping column family (handle ``meta``),
+    and ``at``, the changelog offset of the record a live commit applied (None: restored from the
+    changelog, so committed: any older ``at`` goes)."""
+    batch.put(SOURCE_OFFSETS_KEY, value, meta)
+    if at is None:
+        batch.delete(SOURCE_OFFSETS_AT_KEY, meta)
+    else:
+        batch.put(SOURCE_OFFSETS_AT_KEY, at.to_bytes(8, "big"), meta)
+
+
+def read_source_offsets(meta: Rdict) -> dict[str, int]:
+    """Topic -> next offset, from the bookkeeping column family ``meta`` ({}: none recorded)."""
+    raw = meta.get(SOURCE_OFFSETS_KEY)
+    return {} if raw is None else decode_source_offsets(raw)
+
+
+def read_source_offsets_at(meta: Rdict) -> int | None:
+    """The changelog offset of the record, when a live commit applied it."""
+    raw = meta.get(SOURCE_OFFSETS_AT_KEY)
+    return None if raw is None else int.from_bytes(raw, "big")
