@@ -205,7 +205,7 @@ def create_app(settings: Settings) -> Pipeline:
         web_enabled=True,
         web_host=settings.web_host,
         # Other workers forward /messages/{id} requests here (Faust's router).
-        canonical_url=f"http://{settings.web_host}:{settings.web_port}",
+        canonical_url=settings.web_url,
         web_bind=settings.web_host,
         web_port=settings.web_port,
         web_tables_enabled=False,

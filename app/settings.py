@@ -11,6 +11,7 @@ Faust setting explicitly so those have no effect on the dedup worker.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -51,6 +52,14 @@ class Settings(StateSettings, StrategySettings, RocksDBSettings, WindowSettings,
     web_port: int = setting(
         6066, "DEDUPE_WEB_PORT", "Port of the worker's web server.", within=(1, 65535)
     )
+    web_advertised_host: str = setting(
+        "",
+        "DEDUPE_WEB_ADVERTISED_HOST",
+        "Host the other workers reach this worker's web server at (GET /messages/{id} on any "
+        "worker is forwarded to the owner of the id's partition). Empty: DEDUPE_WEB_HOST, or "
+        "this machine's host name when that binds every interface (0.0.0.0, ::). In "
+        "Kubernetes: the pod's IP (deploy/kubernetes/worker.yaml).",
+    )
     max_event_bytes: int = setting(
         32 * 1024,
         "DEDUPE_MAX_EVENT_BYTES",
@@ -73,6 +82,14 @@ class Settings(StateSettings, StrategySettings, RocksDBSettings, WindowSettings,
         if self.bucket == 0:
             object.__setattr__(self, "bucket", derived_bucket(self.window))
         self.check(self.kafka_security_problems() + cross_checks(self))
+
+    @property
+    def web_url(self) -> str:
+        """Where other workers reach this one's web server (Faust's canonical URL)."""
+        host = self.web_advertised_host or self.web_host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return f"http://{host}:{self.web_port}"
 
     @property
     def state_dir(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "min_insync_replicas": "auto",
     "data_dir": Path("./data"),
     "web_host": "127.0.0.1",
+    "web_advertised_host": "",
     "web_port": 6066,
     "commit_interval": 0.1,
     "commit_timeout": 30.0,
@@ -125,6 +127,7 @@ FROM_ENV: dict[str, tuple[str, Any]] = {
     "min_insync_replicas": ("2", "2"),
     "data_dir": ("/var/lib/dedupe", Path("/var/lib/dedupe")),
     "web_host": ("0.0.0.0", "0.0.0.0"),
+    "web_advertised_host": ("10.1.2.3", "10.1.2.3"),
     "web_port": ("8080", 8080),
     "commit_interval": ("250ms", 0.25),
     "commit_timeout": ("2m", 120.0),
@@ -684,3 +687,23 @@ def test_an_invalid_window_is_reported_without_a_derived_bucket_complaint() -> N
         Settings.from_env({"DEDUPE_WINDOW": "0"})
     assert "DEDUPE_WINDOW=0s: must be 1s..3650d" in str(info.value)
     assert "DEDUPE_BUCKET" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "url"),
+    [
+        pytest.param({}, "http://127.0.0.1:6066", id="the-bind-address"),
+        pytest.param(
+            {"DEDUPE_WEB_HOST": "0.0.0.0"}, f"http://{socket.gethostname()}:6066", id="all"
+        ),
+        pytest.param(
+            {"DEDUPE_WEB_HOST": "0.0.0.0", "DEDUPE_WEB_ADVERTISED_HOST": "10.1.2.3"},
+            "http://10.1.2.3:6066",
+            id="advertised",
+        ),
+    ],
+)
+def test_the_url_other_workers_forward_lookups_to(environ: dict[str, str], url: str) -> None:
+    """A worker bound to every interface must not tell the others to call 0.0.0.0 (they would
+    call themselves)."""
+    assert Settings.from_env(environ).web_url == url

@@ -1,0 +1,78 @@
+"""deploy/kubernetes is valid for Kubernetes (each object checked against the API's own schemas
+by kubernetes-validate, strict: no unknown field), and runs what the tests run: each container
+the Procfile's command, with only documented settings that validate as at start-up, probes on
+the endpoints that exist, and the worker's data dir on its own volume. (No cluster on our build
+machines: this is what can be checked.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.unit.test_docker import ROLES, documented, procfile
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+#: The oldest Kubernetes the manifests must load on (policy/v1 PDBs: 1.21+; probes as used here).
+KUBERNETES = "1.29.0"
+#: Which Procfile process and settings class each workload runs.
+WORKLOADS = {"dedupe-worker": "worker", "dedupe-ingest": "web", "dedupe-spark": "spark"}
+
+
+def objects() -> list[dict[str, Any]]:
+    return [doc for path in MANIFESTS for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def workloads() -> dict[str, dict[str, Any]]:
+    return {
+        o["metadata"]["name"]: o for o in objects() if o["kind"] in ("StatefulSet", "Deployment")
+    }
+
+
+@pytest.mark.parametrize("version", [KUBERNETES, "1.37.0"])
+def test_every_object_is_valid_for_kubernetes(version: str) -> None:
+    assert MANIFESTS, "no manifests in deploy/kubernetes"
+    for obj in objects():
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_each_workload_runs_the_procfiles_command_with_documented_settings() -> None:
+    config = {o["metadata"]["name"]: o["data"] for o in objects() if o["kind"] == "ConfigMap"}
+    roles = {process: cls for process, cls in ROLES.values()}
+    commands = procfile()
+    found = workloads()
+    assert set(found) == set(WORKLOADS)
+    for name, process in WORKLOADS.items():
+        [container] = found[name]["spec"]["template"]["spec"]["containers"]
+        assert " ".join(container["command"]) == commands[process], name
+        env = {}
+        for var in container.get("env", []):
+            source = var.get("valueFrom", {}).get("configMapKeyRef")
+            if source is not None:
+                env[var["name"]] = config[source["name"]][source["key"]]
+            else:  # a value, or one the cluster gives (the pod's IP, a Secret)
+                env[var["name"]] = var.get("value", "from-the-cluster")
+        cls = roles[process]
+        assert set(env) <= documented(cls), (name, set(env) - documented(cls))
+        given = {k: v for k, v in env.items() if v != "from-the-cluster"}
+        cls.from_env(given)  # the values validate as at start-up
+
+
+def test_probes_name_the_endpoints_and_the_worker_keeps_its_data_dir_on_its_volume() -> None:
+    found = workloads()
+    for name in ("dedupe-worker", "dedupe-ingest"):
+        [container] = found[name]["spec"]["template"]["spec"]["containers"]
+        assert container["readinessProbe"]["httpGet"]["path"] == "/ready", name
+        assert container["livenessProbe"]["httpGet"]["path"] == "/health", name
+    worker = found["dedupe-worker"]
+    [container] = worker["spec"]["template"]["spec"]["containers"]
+    env = {v["name"]: v.get("value") for v in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    claims = {c["metadata"]["name"] for c in worker["spec"]["volumeClaimTemplates"]}
+    assert env["DEDUPE_DATA_DIR"] == mounts["data"] and "data" in claims
+    budgets = [o for o in objects() if o["kind"] == "PodDisruptionBudget"]
+    assert any(b["spec"]["selector"] == worker["spec"]["selector"] for b in budgets)
