@@ -73,9 +73,14 @@ def test_each_service_sets_only_documented_settings_that_validate() -> None:
         cls.from_env(env)  # the values validate as at start-up
 
 
-def test_the_two_workers_differ_only_in_their_data_dir() -> None:
+def test_the_two_workers_differ_only_in_their_data_dir_and_address() -> None:
     one, two = (services()[w]["environment"] for w in ("worker-1", "worker-2"))
-    assert {k for k in one if one[k] != two.get(k)} == {"DEDUPE_DATA_DIR"}
+    assert {k for k in one if one[k] != two.get(k)} == {
+        "DEDUPE_DATA_DIR",
+        "DEDUPE_WEB_ADVERTISED_HOST",
+    }
+    for name in ("worker-1", "worker-2"):  # the name the other reaches it at
+        assert services()[name]["environment"]["DEDUPE_WEB_ADVERTISED_HOST"] == name
     assert set(one) == set(two)
 
 
