@@ -20,6 +20,9 @@
   commits and the last commit.
 - ``GET /metrics``: the same figures for Prometheus, plus commit latency (``app/metrics.py``).
 
+With ``DEDUPE_WEB_TOKEN`` set, every endpoint but ``/health`` and ``/ready`` needs it
+(``app/web_guard.py``).
+
 Faust's own pages that expose table contents are turned off in ``app/factory.py``. Try it with
 a worker running (``make run``)::
 
@@ -29,6 +32,7 @@ a worker running (``make run``)::
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,8 +46,13 @@ from app.eos import TaskTransactionManager
 from app.lookup import OutputLocator
 from app.rules import partition_for
 from app.strategy import scoped_key
+from app.web_guard import guarded
 from tables.producers import TABLE_NAME as PRODUCERS_TABLE
 from tables.seen_ids_table import TABLE_NAME
+
+log = logging.getLogger(__name__)
+#: Bind addresses only this machine reaches.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def is_ready(app: faust.App) -> bool:
@@ -139,6 +148,14 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
         settings.bootstrap_servers, settings.output_topic, **settings.kafka_client_kwargs()
     )
     metrics.register(lambda: partition_stats(app, dedup), settings)
+    Guarded = guarded(settings.web_token)
+    if not settings.web_token and settings.web_host not in LOOPBACK:
+        log.warning(
+            "DEDUPE_WEB_TOKEN is empty and the web server listens on %s: /, /stats, /metrics, "
+            "/messages and /producers answer anyone who can reach port %d",
+            settings.web_host,
+            settings.web_port,
+        )
 
     async def owner_answer(view: View, request: Request, table: str, key: bytes) -> Response | None:
         """The owner's answer for ``key`` of ``table`` when another worker owns its partition
@@ -158,7 +175,7 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
         return None
 
     @app.page("/")
-    class StatusPage(View):  # type: ignore[misc]
+    class StatusPage(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request) -> Response:
             return self.html(status_page.PAGE)
 
@@ -175,17 +192,17 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
             return self.json(body, status=200 if ready else 503)
 
     @app.page("/stats")
-    class Stats(View):  # type: ignore[misc]
+    class Stats(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request) -> Response:
             return self.json(partition_stats(app, dedup))
 
     @app.page("/metrics")
-    class Metrics(View):  # type: ignore[misc]
+    class Metrics(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request) -> Response:
             return self.bytes(metrics.exposition(), content_type="text/plain; version=0.0.4")
 
     @app.page("/producers/{name}")
-    class Producers(View):  # type: ignore[misc]
+    class Producers(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request, name: str) -> Response:
             key = name.encode("utf-8")
             answer = await owner_answer(self, request, PRODUCERS_TABLE, key)
@@ -206,7 +223,7 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
             )
 
     @app.page("/messages/{message_id}")
-    class Messages(View):  # type: ignore[misc]
+    class Messages(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request, message_id: str) -> Response:
             id_bytes = message_id.encode("utf-8")
             source = request.query.get("source")

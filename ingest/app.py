@@ -112,7 +112,7 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
     app.router.add_route(hdrs.METH_OPTIONS, METRICS_PATH, preflight)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
-    app.router.add_get("/metrics", metrics.exposition)
+    app.router.add_get("/metrics", metrics.exposition(settings.metrics_token))
     return app
 
 

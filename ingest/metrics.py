@@ -20,6 +20,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from envsettings.tokens import allowed
 from ingest.events import kind_of_path
 
 REGISTRY = CollectorRegistry()
@@ -94,8 +95,24 @@ class Sending:
             KAFKA_ERRORS.labels(kind.__name__).inc()
 
 
-async def exposition(request: web.Request) -> web.Response:
-    """GET /metrics: this process's metrics in Prometheus's text format."""
-    return web.Response(
-        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
-    )
+def exposition(token: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """GET /metrics: this process's metrics in Prometheus's text format; with ``token``
+    (``DEDUPE_INGEST_METRICS_TOKEN``) only for requests that carry it."""
+
+    async def handler(request: web.Request) -> web.Response:
+        if not allowed(token, request.headers.get("Authorization")):
+            return web.json_response(
+                {
+                    "success": False,
+                    "code": "token_required",
+                    "error": "GET /metrics needs DEDUPE_INGEST_METRICS_TOKEN: send "
+                    "'Authorization: Bearer <token>', or it as the password of Basic auth",
+                },
+                status=401,
+                headers={"WWW-Authenticate": 'Basic realm="dedupe ingest metrics"'},
+            )
+        return web.Response(
+            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    return handler

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 
+from aiohttp.test_utils import TestClient, TestServer
 from aiokafka.errors import KafkaConnectionError
 from prometheus_client.parser import text_string_to_metric_families
 
+from ingest.app import create_app
+from ingest.settings import IngestSettings
 from tests.ingest.cases import sdk_event
-from tests.ingest.support import json_headers
+from tests.ingest.support import WRITE_KEY, json_headers
 from tests.ingest.test_app import RecordingSink, serve
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -74,3 +77,18 @@ async def test_a_kafka_error_is_counted_by_class_with_its_503() -> None:
     )
     assert delta(after, before, "dedupe_ingest_requests_total", endpoint="batch", status="503") == 1
     assert delta(after, before, "dedupe_ingest_events_total", endpoint="batch") == 0
+
+
+async def test_metrics_need_the_token_when_one_is_set() -> None:
+    settings = IngestSettings(write_keys=WRITE_KEY, metrics_token="m3trics")
+    app = create_app(settings, sink=RecordingSink())
+    async with TestClient(TestServer(app)) as client:
+        refused = await client.get("/metrics")
+        assert refused.status == 401
+        assert refused.headers["WWW-Authenticate"].startswith("Basic")
+        assert (await refused.json())["code"] == "token_required"
+        wrong = await client.get("/metrics", headers={"Authorization": "Bearer nope"})
+        assert wrong.status == 401
+        ok = await client.get("/metrics", headers={"Authorization": "Bearer m3trics"})
+        assert ok.status == 200 and "dedupe_ingest_requests_total" in await ok.text()
+        assert (await client.get("/health")).status == 200  # probes stay open
