@@ -21,7 +21,9 @@ Endpoints (all JSON):
 - ``OPTIONS`` on each of those paths: the browser's CORS preflight (``ingest/cors.py``), 204
   with the allow headers for an origin in ``DEDUPE_INGEST_CORS_ORIGINS``, 403 otherwise. Every
   answer on them to an allowed ``Origin`` carries ``Access-Control-Allow-Origin``.
-- ``GET /metrics``: Prometheus metrics (``ingest/metrics.py``, docs/metrics.md).
+- ``GET /metrics``: Prometheus metrics (``ingest/metrics.py``, docs/metrics.md); ``GET /``: a
+  status page drawn from them (``ingest/status_page.py``). Both need
+  ``DEDUPE_INGEST_METRICS_TOKEN`` when it is set.
 - ``GET /health`` (liveness): 200 ``{"status": "ok"}`` while the process serves.
 - ``GET /ready`` (readiness, for load balancers): 200 ``{"status": "ready", "topic": ...}``
   while Kafka answers the producer (a metadata request for the input topic within
@@ -112,7 +114,8 @@ def create_app(settings: IngestSettings, *, sink: EventSink | None = None) -> we
     app.router.add_route(hdrs.METH_OPTIONS, METRICS_PATH, preflight)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
-    app.router.add_get("/metrics", metrics.exposition(settings.metrics_token))
+    app.router.add_get("/metrics", metrics.guarded(settings.metrics_token, metrics.exposition))
+    app.router.add_get("/", metrics.guarded(settings.metrics_token, metrics.status_page))
     return app
 
 

@@ -3,7 +3,8 @@
 One registry per process: every application a process builds counts into it (a service runs
 one; tests that build several read differences). Labels stay few: ``endpoint`` is the call type
 of the /v1/ paths (``batch``, ``track``...; analytics.js's one-letter paths count as the type
-they stand for), ``sdk_metrics``, ``health``, ``ready``, ``metrics``, or ``unmatched``.
+they stand for), ``sdk_metrics``, ``health``, ``ready``, ``metrics``, ``status_page`` (``/``), or
+``unmatched``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prometheus_client import (
 
 from envsettings.tokens import allowed
 from ingest.events import kind_of_path
+from ingest.status_page import PAGE
 
 REGISTRY = CollectorRegistry()
 
@@ -57,7 +59,13 @@ KAFKA_ERRORS = Counter(
 )
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-_PLAIN = {"/v1/m": "sdk_metrics", "/health": "health", "/ready": "ready", "/metrics": "metrics"}
+_PLAIN = {
+    "/v1/m": "sdk_metrics",
+    "/health": "health",
+    "/ready": "ready",
+    "/metrics": "metrics",
+    "/": "status_page",
+}
 
 
 def endpoint_of(request: web.Request) -> str:
@@ -95,9 +103,11 @@ class Sending:
             KAFKA_ERRORS.labels(kind.__name__).inc()
 
 
-def exposition(token: str) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """GET /metrics: this process's metrics in Prometheus's text format; with ``token``
-    (``DEDUPE_INGEST_METRICS_TOKEN``) only for requests that carry it."""
+def guarded(
+    token: str, answer: Callable[[], web.Response]
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A handler that answers with ``answer()`` a request carrying ``token``
+    (``DEDUPE_INGEST_METRICS_TOKEN``; empty: every request), and 401 otherwise."""
 
     async def handler(request: web.Request) -> web.Response:
         if not allowed(token, request.headers.get("Authorization")):
@@ -105,14 +115,24 @@ def exposition(token: str) -> Callable[[web.Request], Awaitable[web.Response]]:
                 {
                     "success": False,
                     "code": "token_required",
-                    "error": "GET /metrics needs DEDUPE_INGEST_METRICS_TOKEN: send "
+                    "error": "this page needs DEDUPE_INGEST_METRICS_TOKEN: send "
                     "'Authorization: Bearer <token>', or it as the password of Basic auth",
                 },
                 status=401,
                 headers={"WWW-Authenticate": 'Basic realm="dedupe ingest metrics"'},
             )
-        return web.Response(
-            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+        return answer()
 
     return handler
+
+
+def exposition() -> web.Response:
+    """GET /metrics: this process's metrics in Prometheus's text format."""
+    return web.Response(
+        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+def status_page() -> web.Response:
+    """GET /: the status page (ingest/status_page.py), drawn from /metrics."""
+    return web.Response(text=PAGE, content_type="text/html")
