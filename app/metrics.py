@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tables.restore import Progress
+from recovery.restore import Progress
 
 # No auto-describe: collecting at registration would build Faust's consumer before the worker.
 REGISTRY = CollectorRegistry()
@@ -83,7 +83,7 @@ RESTORED_RECORDS = Counter(
 
 
 def restore_progress(progress: Progress, written: int) -> None:
-    """The restorer's progress callback (``tables.restore.OnProgress``)."""
+    """The restorer's progress callback (``recovery.restore.OnProgress``)."""
     tp = progress.tp
     RESTORE_REMAINING.labels(tp.topic, str(tp.partition)).set(progress.remaining)
     if written:

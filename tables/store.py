@@ -305,7 +305,7 @@ class TransactionalStore(SerializedStore):  # type: ignore[misc]
     def set_persisted_offset(self, tp: TP, offset: int) -> None:
         self.partition_db(tp.partition).write(WriteBatch(raw_mode=True), offset)
 
-    # -- bulk restore (tables/restore.py) ------------------------------------------------------
+    # -- bulk restore (recovery/restore.py) ------------------------------------------------------
 
     def restored_offset(self, partition: int) -> int | None:
         return self.partition_db(partition).offset()

@@ -1,15 +1,17 @@
 """Every private (or undocumented) name of Faust, mode and aiokafka that the worker relies on,
 checked against the installed versions: a version bump that renames one fails here in seconds,
 not in the fault tier. When one fails, the comment beside it says which of our modules uses
-it; fix that module (``app/eos/producer.py``, ``app/eos/consumer.py``, ``tables/recovery.py``
-hold nearly all of them; ``app/eos/txn_v2.py`` the sender and transaction state of the
-transactions v2 flow; ``tables/batch_reader.py`` the Fetch requests and record batches),
-then this list."""
+it; fix that module (``app/eos/producer.py``, ``app/eos/consumer.py`` hold nearly all of
+aiokafka's; ``app/eos/txn_v2.py`` the sender and transaction state of the transactions v2 flow;
+``recovery/reader.py`` the Fetch requests and record batches), then this list. Faust's list is
+the Faust adapter's (``recovery/faust_adapter.py``, ``FAUST_PRIVATES``), with the files that
+name each member: a file not listed there that names one of the recovery's fails here too."""
 
 from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -29,14 +31,15 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
-from faust import App
-from faust.stores.base import SerializedStore
-from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from mode.threads import ServiceThread
+
+from recovery.faust_adapter import FAUST_PRIVATES
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def defines(cls: type, name: str) -> bool:
@@ -118,7 +121,7 @@ USED: list[tuple[type, str, str]] = [
     (AIOKafkaConsumer, "_fetch_max_wait_ms", "consumer.py"),
     (AIOKafkaConsumer, "_coordinator", "manager.py"),
     (GroupCoordinator, "request_rejoin", "manager.py"),
-    # aiokafka's client, requests and record parser (tables/batch_reader.py)
+    # aiokafka's client, requests and record parser (recovery/reader.py)
     (AIOKafkaClient, "bootstrap", "batch_reader.py"),
     (AIOKafkaClient, "send", "batch_reader.py"),
     (AIOKafkaClient, "add_topic", "batch_reader.py"),
@@ -155,42 +158,8 @@ USED: list[tuple[type, str, str]] = [
     (FaustConsumer, "flow_active", "consumer.py, manager.py"),
     (TransactionManager, "on_rebalance", "manager.py"),
     (TransactionManager, "on_partitions_revoked", "manager.py"),
-    # Faust's app (app/factory.py, app/eos/manager.py)
-    (App, "_new_transport", "factory.py"),
-    (App, "_consumer_wait_empty", "factory.py"),
-    (App, "on_init_dependencies", "factory.py"),
-    (App, "_crash", "manager.py"),
-    (App, "rebalancing", "manager.py, web.py"),
-    (App, "in_transaction", "factory.py"),
-    # Faust's tables and recovery (tables/recovery.py)
-    (TableManager, "_recovery", "recovery.py"),
-    (TableManager, "_changelog_queue", "recovery.py"),
-    (Recovery, "_slurp_changelogs", "recovery.py"),
-    (Recovery, "_seek_offsets", "recovery.py"),
-    (Recovery, "_set_recovery_ended", "recovery.py"),
-    (Recovery, "_active_events_received_at", "recovery.py"),
-    (Recovery, "_standby_events_received_at", "recovery.py"),
-    (Recovery, "_last_active_event_processed_at", "recovery.py"),
-    (Recovery, "_processing_times", "recovery.py"),
-    (Recovery, "_last_flush_at", "recovery.py"),
-    (Recovery, "_actives_span", "recovery.py"),
-    (Recovery, "_standbys_span", "recovery.py"),
-    (Recovery, "num_samples_required_for_estimate", "recovery.py"),
-    (Recovery, "buffers", "recovery.py"),
-    (Recovery, "buffer_sizes", "recovery.py"),
-    (Recovery, "flush_buffers", "recovery.py"),
-    (Recovery, "need_recovery", "recovery.py"),
-    (Recovery, "active_remaining", "recovery.py"),
-    (Recovery, "standby_remaining_total", "recovery.py"),
-    (Recovery, "signal_recovery_end", "recovery.py"),
-    (Recovery, "tp_to_table", "recovery.py"),
-    (Recovery, "active_highwaters", "recovery.py"),
-    (Recovery, "completed", "web.py, manager.py"),
-    # Faust's store extension points (tables/store.py)
-    (SerializedStore, "_get", "store.py"),
-    (SerializedStore, "_set", "store.py"),
-    (SerializedStore, "_del", "store.py"),
-    (SerializedStore, "_iteritems", "store.py"),
+    # Faust's (recovery/faust_adapter.py and the files it lists)
+    *((cls, name, where) for cls, name, where in FAUST_PRIVATES),
 ]
 
 
@@ -206,3 +175,26 @@ def test_a_name_the_worker_relies_on_still_exists(cls: type, name: str, used_in:
 def test_the_check_finds_a_missing_name() -> None:
     assert not defines(Recovery, "_no_such_attribute")
     assert defines(Recovery, "_processing_times")  # assigned in __init__, no class attribute
+
+
+def files_naming(name: str) -> set[str]:
+    """The repository's Python files (but the tests) that name ``name`` as an attribute."""
+    pattern = re.compile(rf"\.{re.escape(name)}\b|def {re.escape(name)}\b")
+    found = set()
+    for package in ("app", "recovery", "tables", "scripts", "bench", "spark", "ingest"):
+        for path in (REPO / package).rglob("*.py"):
+            if pattern.search(path.read_text()):
+                found.add(str(path.relative_to(REPO)))
+    return found
+
+
+RECOVERY_PRIVATES = sorted(
+    {name for _, name, where in FAUST_PRIVATES if "recovery/" in where and name.startswith("_")}
+)
+
+
+@pytest.mark.parametrize("name", RECOVERY_PRIVATES)
+def test_the_recoverys_faust_privates_are_named_only_where_the_adapter_says(name: str) -> None:
+    allowed = {f.strip() for _, n, where in FAUST_PRIVATES if n == name for f in where.split(",")}
+    assert files_naming(name) <= allowed, f"Faust's {name} named outside {sorted(allowed)}"
+    assert "recovery/faust_adapter.py" in files_naming(name)
