@@ -22,9 +22,13 @@ from faust import App
 from faust.stores.base import SerializedStore
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
+from faust.transport.consumer import TransactionManager as FaustTxns
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread as ConsumerThread
+from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP, EventT
 from faust.utils.tracing import finish_span
 from mode import Service
+from mode.threads import ServiceThread
 
 from recovery.bulk import BulkRestores
 from recovery.end_rule import IDLE_WAIT_SECONDS, EndRule
@@ -34,41 +38,43 @@ from recovery.retry import GaveUp
 
 log = logging.getLogger(__name__)
 
-#: ``(class, member, files that name it)``: Faust's private or undocumented members the worker
-#: relies on; outside the recovery, the consumer's, the app's and the store's extension points.
+#: ``(class, member, files that name it)``: Faust's (and mode's) private or undocumented members
+#: the worker relies on; outside the recovery, the consumer's, the app's and the store's.
 HERE = "recovery/faust_adapter.py"
+_RECOVERY = """_slurp_changelogs _seek_offsets _set_recovery_started _set_recovery_ended buffers
+    _active_events_received_at _standby_events_received_at _last_active_event_processed_at
+    _processing_times _last_flush_at _actives_span _standbys_span num_samples_required_for_estimate
+    buffer_sizes flush_buffers need_recovery active_remaining standby_remaining_total
+    signal_recovery_end"""
+_CONSUMER = """_new_consumer_thread _drain_messages _wait_next_records _to_message _read_offset
+    _buffered_partitions perform_seek consumer_stopped_errors suspend_flow"""
+_APP = "_new_transport _consumer_wait_empty on_init_dependencies in_transaction"
 FAUST_PRIVATES: list[tuple[type, str, str]] = [
     *((TableManager, name, HERE) for name in ("_recovery", "_changelog_queue")),
-    *(
-        (Recovery, name, HERE)
-        for name in (
-            *("_slurp_changelogs", "_seek_offsets", "_set_recovery_started"),
-            *("_set_recovery_ended", "_active_events_received_at", "_last_flush_at"),
-            *("_standby_events_received_at", "_last_active_event_processed_at"),
-            *("_processing_times", "_actives_span", "_standbys_span", "buffers"),
-            *("num_samples_required_for_estimate", "buffer_sizes", "flush_buffers"),
-            *("need_recovery", "active_remaining", "standby_remaining_total"),
-            "signal_recovery_end",
-        )
-    ),
-    *((Recovery, name, f"{HERE}, recovery/end_rule.py") for name in ("tp_to_table",)),
-    *((Recovery, name, f"{HERE}, recovery/end_rule.py") for name in ("active_highwaters",)),
+    *((Recovery, name, HERE) for name in _RECOVERY.split()),
+    *((Recovery, n, f"{HERE}, recovery/end_rule.py") for n in ("tp_to_table", "active_highwaters")),
     (Recovery, "completed", "app/web.py, app/eos/manager.py"),
     (App, "_crash", f"{HERE}, app/eos/consumer.py"),
-    *((App, name, "app/factory.py") for name in ("_new_transport", "_consumer_wait_empty")),
-    *((App, name, "app/factory.py") for name in ("on_init_dependencies", "in_transaction")),
+    *((App, n, "app/factory.py") for n in _APP.split()),
     (App, "rebalancing", "app/eos/manager.py, app/web.py"),
-    *((SerializedStore, name, "tables/store.py") for name in ("_get", "_set", "_del")),
-    (SerializedStore, "_iteritems", "tables/store.py"),
+    *((SerializedStore, n, "tables/store.py") for n in ("_get", "_set", "_del", "_iteritems")),
+    *((FaustConsumer, name, "app/eos/consumer.py") for name in _CONSUMER.split()),
+    (FaustConsumer, "flow_active", "app/eos/consumer.py, app/eos/manager.py"),
+    (FaustConsumer, "_thread", "app/eos/manager.py"),
+    *((ConsumerThread, n, "app/eos/consumer.py") for n in ("_highwaters", "_fetch_records")),
+    (ConsumerThread, "_create_worker_consumer", "app/eos/consumer.py"),
+    (ConsumerThread, "_ensure_consumer", "app/eos/consumer.py, app/eos/manager.py"),
+    (ServiceThread, "thread_loop", "app/eos/manager.py"),
+    *((FaustTxns, n, "app/eos/manager.py") for n in ("on_rebalance", "on_partitions_revoked")),
 ]
 
 
 class TransactionalRecovery(Recovery):  # type: ignore[misc]
     """Faust's recovery service, with our end rule and bulk paths (module docstring)."""
 
-    #: Handed in by ``recovery.install``. Without an end rule
-    #: no partition ends before its last record was applied; without the bulk restores and the
-    #: follower, Faust's loop reads our tables' active and standby partitions.
+    #: Handed in by ``recovery.install``. Without an end rule no partition ends before its last
+    #: record was applied; without the bulk restores and the follower, Faust's loop reads our
+    #: tables' active and standby partitions.
     end_rule: EndRule | None = None
     bulk: BulkRestores | None = None
     follower: Follower | None = None
@@ -163,10 +169,8 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
     async def _seek_offsets(
         self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
     ) -> None:
-        """Faust's seek before reading; then the active partitions of our tables go to the
-        restorer (Faust's consumer waits at their end), and any other active partition already
-        short of its end by commit markers alone (no record will come to trigger the check)
-        ends here, instead of after an idle wait."""
+        """Faust's seek; then our tables' active partitions go to the restorer, and any other
+        one short of its end by commit markers alone ends here, not after an idle wait."""
         await super()._seek_offsets(consumer, tps, offsets, title)
         if offsets is not self.active_offsets:
             return
@@ -247,9 +251,8 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
             await self.end_if_complete(tp, idle=False)  # the end is one offset away: a marker?
 
     async def end_if_complete(self, tp: TP, *, idle: bool) -> bool:
-        """End the recovery of active partition ``tp`` if the end rule says it is complete;
-        True when it ended. A partition the restorer reads is left to it: after an idle wait
-        it looks skipped, and reading it again would fetch it twice, for nothing."""
+        """End the recovery of ``tp`` if the end rule finds it complete (True). One the restorer
+        reads is left to it: after an idle wait it looks skipped, and would be read twice."""
         if self.end_rule is None or self.bulk_pending(tp):
             return False
         return await self.end_rule.end_if_complete(self, tp, idle=idle)
@@ -279,10 +282,8 @@ class TransactionalTableManager(TableManager):  # type: ignore[misc]
 
     @property
     def changelog_queue(self) -> Any:
-        """Faust's queue of fetched changelog records, not emptied when the app's flow resumes:
-        records queued right after the standby partitions started fetching were lost, a hole
-        in the standby copy. A record at or below the last one applied is skipped, one of a
-        partition not assigned ignored, so nothing needs the emptying."""
+        """Faust's queue, not emptied when the app's flow resumes (records queued as standbys
+        started fetching were lost); stale records are skipped by :meth:`_apply` instead."""
         if self._changelog_queue is None:
             self._changelog_queue = self.app.FlowControlQueue(
                 maxsize=self.app.conf.stream_buffer_maxsize, clear_on_resume=False

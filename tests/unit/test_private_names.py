@@ -32,10 +32,6 @@ from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 from faust.tables.recovery import Recovery
-from faust.transport.consumer import TransactionManager
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
-from mode.threads import ServiceThread
 
 from recovery.faust_adapter import FAUST_PRIVATES
 
@@ -139,25 +135,6 @@ USED: list[tuple[type, str, str]] = [
     (DefaultRecordBatch, "producer_id", "batch_reader.py"),
     (DefaultRecordBatch, "is_control_batch", "batch_reader.py"),
     (DefaultRecordBatch, "is_transactional", "batch_reader.py"),
-    # Faust's consumer and its thread (app/eos/consumer.py)
-    (AIOKafkaConsumerThread, "_create_worker_consumer", "consumer.py"),
-    (AIOKafkaConsumerThread, "_highwaters", "consumer.py"),
-    (AIOKafkaConsumerThread, "_fetch_records", "consumer.py: ConsumerThread._fetch_records"),
-    (AIOKafkaConsumerThread, "_ensure_consumer", "consumer.py, manager.py"),
-    (ServiceThread, "thread_loop", "manager.py"),
-    (FaustConsumer, "_new_consumer_thread", "consumer.py"),
-    (FaustConsumer, "_drain_messages", "consumer.py"),
-    (FaustConsumer, "_wait_next_records", "consumer.py"),
-    (FaustConsumer, "_to_message", "consumer.py"),
-    (FaustConsumer, "_read_offset", "consumer.py"),
-    (FaustConsumer, "_buffered_partitions", "consumer.py"),
-    (FaustConsumer, "_thread", "manager.py"),
-    (FaustConsumer, "perform_seek", "consumer.py"),
-    (FaustConsumer, "consumer_stopped_errors", "consumer.py"),
-    (FaustConsumer, "suspend_flow", "consumer.py"),
-    (FaustConsumer, "flow_active", "consumer.py, manager.py"),
-    (TransactionManager, "on_rebalance", "manager.py"),
-    (TransactionManager, "on_partitions_revoked", "manager.py"),
     # Faust's (recovery/faust_adapter.py and the files it lists)
     *((cls, name, where) for cls, name, where in FAUST_PRIVATES),
 ]
