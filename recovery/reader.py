@@ -242,13 +242,21 @@ def unpack(
             continue
         if batch.is_transactional and producer in aborting:
             continue
-        whole = batch.base_offset >= offset and batch.next_offset <= end
-        if whole and found.first_offset is not None:
-            # The whole batch is wanted (all but the first and last of a restore), and the
-            # first record's offset is known already: its records in one C-level pass, no
-            # per-record bytecode.
+        if batch.base_offset >= offset and batch.next_offset <= end:
+            # The whole batch is wanted (all but the first and last of a restore): its records
+            # in one C-level pass, no per-record bytecode (but the fetch's first record, whose
+            # offset is kept).
             before = len(records)
-            records.extend(map(_KEY_VALUE, batch))
+            if found.first_offset is not None:
+                records.extend(map(_KEY_VALUE, batch))
+            else:
+                batch_records = iter(batch)  # decompresses it
+                first = next(batch_records, None)
+                if first is not None:
+                    found.first_offset = first.offset
+                    append((first.key, first.value))
+                # The rest through the batch's own next() (a second iter() on it is refused).
+                records.extend(map(_KEY_VALUE, iter(batch_records.__next__, None)))
             if len(records) > before:
                 # Through the batch's last offset, whether or not compaction removed its record.
                 cuts.append((len(records), batch.next_offset - 1))
@@ -265,5 +273,5 @@ def unpack(
                 found.first_offset = at
             last = at
         if last is not None:
-            cuts.append((len(records), batch.next_offset - 1 if whole else last))
+            cuts.append((len(records), last))
     return found
