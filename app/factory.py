@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
 from yarl import URL
 
+import recovery
 from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
@@ -29,12 +29,11 @@ from app.snapshot_schedule import SnapshotSchedule
 from app.topic_safety import parse_count
 from app.topics import ensure_topics
 from app.web import register_views
-from tables.batch_reader import BatchReader
-from tables.follow import Follower
+from recovery import TransactionalTableManager
+from recovery.reader import ChangelogReader
+from recovery.restore import FETCH_BYTES
 from tables.producers import ProducerSeqs, declare_producer_seqs
 from tables.producers import changelog_topic_name as producers_changelog_name
-from tables.recovery import TransactionalTableManager, use_broker_reader, use_restorer
-from tables.restore import FETCH_BYTES, Restorer
 from tables.seen_ids import SeenIds
 from tables.seen_ids_table import changelog_topic_name, declare_seen_ids, rocks_tuning
 from tables.transactional import TransactionalTable
@@ -135,7 +134,7 @@ RESTORE_FETCH_WAIT_MS = 20
 
 
 def changelog_client(settings: Settings) -> AIOKafkaClient:
-    """The bulk restorer's client (``tables/batch_reader.py`` sends its fetches through it)."""
+    """The changelog reader's client (``recovery/reader.py`` sends its fetches through it)."""
     return AIOKafkaClient(
         bootstrap_servers=settings.bootstrap_servers,
         client_id=f"{settings.app_id}-restorer",
@@ -143,29 +142,16 @@ def changelog_client(settings: Settings) -> AIOKafkaClient:
     )
 
 
-def changelog_reader(settings: Settings) -> BatchReader:
-    """The bulk restorer's reader: committed records only, large fetches."""
-    return BatchReader(
+def changelog_reader(settings: Settings) -> ChangelogReader:
+    """The changelog reader of the restore, the standbys and the end rule: committed records
+    only, large fetches."""
+    return ChangelogReader(
         partial(changelog_client, settings),
         fetch_bytes=FETCH_BYTES,
         # A fetch at a partition's end waits this long for records the broker does not have,
         # and the next partition's first fetch waits for it: at aiokafka's 500 ms every
         # restore after the first began half a second late (standby takeovers included).
         max_wait_ms=RESTORE_FETCH_WAIT_MS,
-    )
-
-
-def changelog_consumer(settings: Settings) -> AIOKafkaConsumer:
-    """The standby follower's consumer: committed records only, large fetches, no group."""
-    return AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        **settings.kafka_client_kwargs(),
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=FETCH_BYTES,
-        fetch_max_bytes=FETCH_BYTES,
-        fetch_max_wait_ms=RESTORE_FETCH_WAIT_MS,
     )
 
 
@@ -214,20 +200,18 @@ def create_app(settings: Settings) -> Pipeline:
         web_stats_enabled=False,
         web_metrics_enabled=False,
         logging_config=None,
-        # A recovery that ends a partition only on records applied (tables/recovery.py).
+        # A recovery that ends a partition only on records applied (recovery/faust_adapter.py).
         TableManager=TransactionalTableManager,
     )
     app.dedupe_settings = settings
     points = app.fault_points = fault_points()
-    use_broker_reader(
-        app, lambda tp, start, end: app.transactions.first_committed_record(tp, start, end)
+    recovery.install(
+        app,
+        changelog_reader(settings),
+        timeout=settings.commit_timeout,
+        bulk=settings.bulk_restore,
+        on_progress=points.restore_progress(restore_progress),
     )
-    if settings.bulk_restore:
-        use_restorer(
-            app,
-            Restorer(changelog_reader(settings), points.restore_progress(restore_progress)),
-            Follower(partial(changelog_consumer, settings)),
-        )
     seen_ids = declare_seen_ids(app, settings)
     producer_seqs = declare_producer_seqs(app, settings, rocks_tuning(settings))
     source = app.topic(

@@ -62,7 +62,7 @@ from app.fault_skipping import EndOf, Seek, SkippingHandler
 if TYPE_CHECKING:
     from app.eos.batch import BatchHandler
     from app.eos.task import Task
-    from tables.restore import OnProgress, Progress
+    from recovery.restore import OnProgress, Progress
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from app.eos.batch import BatchHandler
     from app.eos.task import Task
-    from tables.restore import OnProgress
+    from recovery.restore import OnProgress
 
 #: Hands changelog records of one partition, fetched earlier, to the recovery (in order).
 ChangelogDelivery = Callable[[Any, list[Any]], Awaitable[None]]

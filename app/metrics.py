@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tables.restore import Progress
+from recovery.restore import Progress
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -91,7 +91,7 @@ RESTORED_RECORDS = Counter(
 
 
 def restore_progress(progress: Progress, written: int) -> None:
-    """The restorer's progress callback (``tables.restore.OnProgress``)."""
+    """The restorer's progress callback (``recovery.restore.OnProgress``)."""
     tp = progress.tp
     RESTORE_REMAINING.labels(tp.topic, str(tp.partition)).set(progress.remaining)
     if written:

@@ -22,14 +22,14 @@ class StateSettings(EnvSettings):
         0,
         "DEDUPE_STANDBY_REPLICAS",
         "Standby copies of each state partition on other workers, kept warm in bulk "
-        "(tables/follow.py): a takeover then restores only a copy's lag (in /stats).",
+        "(recovery/follow.py): a takeover then restores only a copy's lag (in /stats).",
         within=(0, 8),
     )
     bulk_restore: bool = setting(
         True,
         "DEDUPE_BULK_RESTORE",
         "Rebuild taken-over state partitions with the bulk restorer (whole write batches, "
-        "tables/restore.py); false: Faust's per-record recovery, some 20x slower (kept as a "
+        "recovery/restore.py); false: Faust's per-record recovery, some 20x slower (kept as a "
         "fallback and as the recovery benchmark's baseline).",
     )
     snapshot_dir: str = setting(

@@ -29,7 +29,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tables.snapshot import MANIFEST
+from recovery.snapshot import MANIFEST
 
 log = logging.getLogger(__name__)
 

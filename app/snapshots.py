@@ -1,5 +1,5 @@
 """``python -m app snapshot --to DIR`` and ``python -m app restore --from DIR``: move a worker's
-state to another machine as files (``tables/snapshot.py``) instead of rebuilding it from the
+state to another machine as files (``recovery/snapshot.py``) instead of rebuilding it from the
 changelog.
 
     python -m app snapshot --to /backups/dedupe-2026-11-25      # the worker may keep running
@@ -28,10 +28,10 @@ from pathlib import Path
 from app.settings import Settings
 from app.topics import TopicMismatch, delete_retention_ms
 from envsettings import parse_duration
+from recovery.snapshot import MANIFEST, Identity, Manifest, problems, restore, take
 from tables.protocol import changelog_topic
 from tables.rocks import PartitionDB, options_for
 from tables.seen_ids_table import TABLE_NAME, rocks_tuning
-from tables.snapshot import MANIFEST, Identity, Manifest, problems, restore, take
 
 
 def tables_dir(settings: Settings) -> Path:

@@ -120,7 +120,7 @@ def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
 
 
 def standby_stats(app: faust.App) -> dict[str, Any]:
-    """The standby copies this worker keeps (``tables/follow.py``), by changelog partition:
+    """The standby copies this worker keeps (``recovery/follow.py``), by changelog partition:
     the changelog offset each holds and its lag (offsets behind the last stable offset)."""
     follower = getattr(app.tables.recovery, "follower", None)
     if follower is None:

@@ -19,7 +19,7 @@ times it from process start to ``GET /ready`` = 200:
 - ``startup``: an app whose changelog is empty (the fixed cost of starting a worker);
 - ``faust``: ``DEDUPE_BULK_RESTORE=false``, Faust's per-record recovery (skip with
   ``--skip-faust`` for large ``--ids``: some 10,000 records/s);
-- ``bulk``: the bulk restorer (``tables/restore.py``);
+- ``bulk``: the bulk restorer (``recovery/restore.py``);
 - ``restart``: the bulk run's worker stopped (SIGTERM) and started again on its data dir: only
   the tail after the offset the store holds (nothing) is read;
 - ``from-snapshot``: while the restarted worker runs, ``python -m app snapshot`` (timed, size per
@@ -35,7 +35,7 @@ times it from process start to ``GET /ready`` = 200:
 
 Beside them, in the bench's process, writing nothing: ``limit``, a bare aiokafka consumer
 (``read_committed``, the restorer's fetch sizes) reading the same changelog, the issue's limit;
-and ``reader``, the restorer's own reader (``tables/batch_reader.py``), its ceiling.
+and ``reader``, the restorer's own reader (``recovery/reader.py``), its ceiling.
 
 Restore seconds are the time to ready minus ``startup``; records/s are ids over those seconds
 (the bulk restorer's own figure, from its log, is printed too). The data dir's bytes per id are
@@ -63,11 +63,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
-from app.factory import changelog_consumer, changelog_reader
+from app.factory import RESTORE_FETCH_WAIT_MS, changelog_reader
 from app.rules import partition_for
 from app.settings import Settings
 from bench.contender_process import free_port
@@ -75,6 +75,7 @@ from bench.machine import machine, versions
 from bench.measure import disk_bytes
 from bench.results_file import write_latest
 from bench.scale import uuid_like
+from recovery.restore import FETCH_BYTES
 from scripts.topic_reader import committed_offsets, end_offsets
 from tables.window import encode_entry
 
@@ -360,6 +361,21 @@ def worker_env(
     return env
 
 
+def changelog_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """aiokafka's consumer with the changelog reader's settings: committed records only, the
+    same fetch sizes and wait, no group."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers,
+        **settings.kafka_client_kwargs(),
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=FETCH_BYTES,
+        fetch_max_wait_ms=RESTORE_FETCH_WAIT_MS,
+    )
+
+
 async def bare_read(bootstrap: str, topic: str, partitions: int) -> float:
     """Seconds a consumer with the restorer's settings takes to read ``topic`` to its end,
     partition after partition, writing nothing: the limit of a restore in this process."""
@@ -380,7 +396,7 @@ async def bare_read(bootstrap: str, topic: str, partitions: int) -> float:
 
 
 async def batch_read(bootstrap: str, topic: str, partitions: int) -> float:
-    """Seconds the bulk restorer's own reader (``tables/batch_reader.py``) takes to read
+    """Seconds the bulk restorer's own reader (``recovery/reader.py``) takes to read
     ``topic`` to its end, partition after partition, writing nothing."""
     reader = changelog_reader(Settings.from_env({"KAFKA_BOOTSTRAP_SERVERS": bootstrap}))
     try:
@@ -531,7 +547,7 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
         "",
         "- limit: a bare aiokafka consumer (read_committed, the restorer's fetch sizes) reading "
         "the changelog, writing nothing; reader: the restorer's own reader "
-        "(tables/batch_reader.py) reading it, writing nothing",
+        "(recovery/reader.py) reading it, writing nothing",
         "- quix: Quix Streams (the throughput benchmark's exactly-once contender) rebuilding its "
         "RocksDB state of the same ids from its own changelog on an empty state dir (its log's "
         "recovery start to end)"

@@ -23,7 +23,7 @@ META_CF = "dedupe-meta"
 #: Key (in :data:`META_CF`) of the changelog offset a partition database holds data through.
 OFFSET_KEY = b"changelog-offset"
 #: Key (in :data:`META_CF`) present while a bulk restore writes without the write-ahead log
-#: (``tables/restore.py``): a database opened with it lost writes in a crash.
+#: (``recovery/restore.py``): a database opened with it lost writes in a crash.
 RESTORING_KEY = b"bulk-restore-in-progress"
 
 #: Key (in :data:`META_CF`) of the form the database's keys are in (one byte; absent: 0, the

@@ -1,5 +1,5 @@
 """The restore side of :class:`tables.store.TransactionalStore`: writes of committed changelog
-records (Faust's recovery, and the bulk restore of ``tables/restore.py``) and the offsets they
+records (Faust's recovery, and the bulk restore of ``recovery/restore.py``) and the offsets they
 bring each partition database to.
 
 A mixin of the store, kept apart so that the store's module keeps to its transactions; it reads
@@ -49,7 +49,7 @@ class RestoreWrites:
     def set_persisted_offset(self, tp: TP, offset: int) -> None:
         self.partition_db(tp.partition).write(WriteBatch(raw_mode=True), offset)
 
-    # -- bulk restore (tables/restore.py) ------------------------------------------------------
+    # -- bulk restore (recovery/restore.py) ------------------------------------------------------
 
     def restored_offset(self, partition: int) -> int | None:
         return self.partition_db(partition).offset()

@@ -6,7 +6,7 @@ Here a change is only staged in :class:`~tables.store.TransactionalStore`; the t
 pulls a partition's staged writes at its commit and sends them as the changelog records of that
 transaction (``tables.protocol.ChangelogSource``), so a table never calls up into it. Faust still
 declares the changelog topic, assigns its partitions with the source topics, recovers it
-(``tables/recovery.py``) and keeps standbys of it.
+(``recovery/faust_adapter.py``) and keeps standbys of it.
 
 Keys and values are raw bytes. A change is only allowed while a record of the same partition is
 being processed (:data:`tables.protocol.processing_partition` is set); anything else raises.

@@ -92,7 +92,7 @@ def rejoin_request(consumer: AIOKafkaConsumer) -> Callable[[], None]:
 
 
 #: (class, name, where it is used) of every aiokafka name above and in ``txn_v2.py``, plus the
-#: undocumented ones other modules call (collector.py, tables/batch_reader.py).
+#: undocumented ones other modules call (collector.py, recovery/reader.py).
 PRIVATE_NAMES: list[tuple[type, str, str]] = [
     # the producer (this module)
     (AIOKafkaProducer, "_message_accumulator", "aiokafka_privates.py"),
@@ -153,7 +153,7 @@ PRIVATE_NAMES: list[tuple[type, str, str]] = [
     (AIOKafkaConsumer, "_fetch_max_wait_ms", "aiokafka_privates.py: set_fetch_max_wait"),
     (AIOKafkaConsumer, "_coordinator", "aiokafka_privates.py: rejoin_request"),
     (GroupCoordinator, "request_rejoin", "aiokafka_privates.py: rejoin_request"),
-    # the client, requests and record parser (tables/batch_reader.py, the recovery package's)
+    # the client, requests and record parser (recovery/reader.py, the recovery package's)
     (AIOKafkaClient, "bootstrap", "batch_reader.py"),
     (AIOKafkaClient, "send", "batch_reader.py"),
     (AIOKafkaClient, "add_topic", "batch_reader.py"),

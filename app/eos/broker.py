@@ -1,5 +1,7 @@
-"""The broker queries of the transaction layer: committed offsets (admin client), log starts,
-settled ends, and the first committed record in a range (one shared read_committed reader).
+"""The broker queries of the transaction layer about its source partitions: committed offsets
+(admin client), log starts, settled ends ("settled": no transaction open, the last stable offset
+at the log end), and the first committed record in a range (one shared read_committed reader).
+Changelogs are read by ``recovery/reader.py``, not here.
 Handed its settings, group id and source topics; knows nothing of tasks beyond their numbers."""
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ class BrokerReader:
 
     async def first_committed_record(self, tp: TP, start: int, end: int) -> int | None:
         """Offset of the first record a read_committed reader sees in [start, end), if any: a
-        gap in a source partition, or a changelog's end at its recovery (a partition of
-        another topic is given up afterwards, so the reader does not go on fetching it).
+        gap in a source partition (a partition of another topic is given up afterwards, so
+        the reader does not go on fetching it).
         Raises ``TimeoutError`` when the broker does not answer within the commit timeout."""
         tp = TopicPartition(tp.topic, tp.partition)
         async with self._lock:

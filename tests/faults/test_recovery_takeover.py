@@ -45,8 +45,8 @@ import pytest
 
 from app.rules import partition_for
 from app.snapshot_schedule import scheduled
+from recovery.snapshot import Identity, problems
 from scripts.streams import Stream, build_stream, produce
-from tables.snapshot import Identity, problems
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.support import ROOT, Broker, Names, Worker, get, wait_drained
@@ -309,7 +309,7 @@ def test_f21_a_warm_standby_takes_over_after_a_kill_9_replaying_seconds(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
     """Two workers with ``DEDUPE_STANDBY_REPLICAS=1``: each follows the other's changelog
-    partitions (tables/follow.py), its lag in ``/stats``. The owner of a partition dies in the
+    partitions (recovery/follow.py), its lag in ``/stats``. The owner of a partition dies in the
     middle of a steady stream; the standby's worker takes it over and restores only what its
     copy had not followed yet: the last seconds of the partition, not all of it."""
     partitions = 2

@@ -1,7 +1,8 @@
-"""The bulk restorer's reader (tables/batch_reader.py) on the real broker reads exactly what
-aiokafka's read_committed consumer reads: committed transactions interleaved with aborted ones
-of another producer, non-transactional records, compressed batches, fetches that end inside a
-transaction; and a changelog whose first records were deleted goes on from its log start.
+"""The changelog reader (recovery/reader.py) on the real broker reads exactly what aiokafka's
+read_committed consumer reads, offsets included: committed transactions interleaved with
+aborted ones of another producer, non-transactional records, compressed batches, fetches that
+end inside a transaction; and a changelog whose first records were deleted goes on from its
+log start.
 
 Also here, as the raw batches show it: the worker writes its changelog in zstd batches by
 default (``DEDUPE_CHANGELOG_COMPRESSION``) and its clean topic as ``DEDUPE_COMPRESSION`` says."""
@@ -19,9 +20,9 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
+from recovery.reader import ChangelogReader
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import end_offsets, read_topic
-from tables.batch_reader import BatchReader
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.support import Broker, Names, Worker, create_topic, wait_drained
 
@@ -65,7 +66,7 @@ async def write_mixed(bootstrap: str, topic: str) -> None:
 async def read_all(
     bootstrap: str, topic: str, partition: int, fetch_bytes: int
 ) -> list[tuple[bytes, bytes | None]]:
-    reader = BatchReader(
+    reader = ChangelogReader(
         lambda: AIOKafkaClient(bootstrap_servers=bootstrap), fetch_bytes=fetch_bytes, max_wait_ms=20
     )
     tp = TopicPartition(topic, partition)
@@ -100,6 +101,54 @@ def test_the_reader_reads_what_a_read_committed_consumer_reads(
         assert got == want
 
 
+async def read_offsets(
+    bootstrap: str, topic: str, partition: int, fetch_bytes: int
+) -> tuple[list[tuple[int, bytes, bytes | None]], int]:
+    """Every committed record of the partition with its offset, as the end rule finds them
+    (:meth:`ChangelogReader.first_committed`, from after the previous one), its key and value
+    from the fetches; and the last stable offset the last fetch reported."""
+    reader = ChangelogReader(
+        lambda: AIOKafkaClient(bootstrap_servers=bootstrap), fetch_bytes=fetch_bytes, max_wait_ms=20
+    )
+    tp = TopicPartition(topic, partition)
+    out: list[tuple[int, bytes, bytes | None]] = []
+    try:
+        end = (await end_offsets(bootstrap, topic))[partition]
+        at = 0
+        while (found := await reader.first_committed(tp, at, end, timeout=30)) is not None:
+            fetched = await reader.fetch(tp, found, found + 1)
+            assert fetched.first_offset == found and len(fetched.records) == 1
+            key, value = fetched.records[0]
+            out.append((found, key, value))
+            at = found + 1
+        stable = (await reader.fetch(tp, 0, end)).stable
+    finally:
+        await reader.close()
+    return out, stable
+
+
+@pytest.mark.parametrize("fetch_bytes", [1024, 8 * 1024 * 1024])
+def test_the_reader_finds_each_committed_record_at_the_consumers_offset(
+    broker: Broker, names: Names, fetch_bytes: int
+) -> None:
+    """The same interleaved committed and aborted transactions read with aiokafka's
+    read_committed consumer and with the reader: the same records at the same offsets, and
+    nothing committed between the last of them and the end (commit markers only)."""
+    topic = f"{names.changelog_topic}-offsets-{fetch_bytes}"
+    asyncio.run(create_topic(broker.bootstrap, topic, 2))
+    asyncio.run(write_mixed(broker.bootstrap, topic))
+    expected = asyncio.run(read_topic(broker.bootstrap, topic))
+    ends = asyncio.run(end_offsets(broker.bootstrap, topic))
+    for partition in (0, 1):
+        want = [(r.offset, r.key, r.value) for r in expected if r.partition == partition]
+        assert len(want) == 6 * 40 + 15
+        got, stable = asyncio.run(read_offsets(broker.bootstrap, topic, partition, fetch_bytes))
+        assert got == want
+        # Aborted records lie between committed ones: the offsets are not consecutive.
+        assert want[-1][0] + 1 - want[0][0] > len(want)
+        assert stable == ends[partition]
+
+
 def test_a_changelog_whose_first_records_were_deleted_is_read_from_its_log_start(
     broker: Broker, names: Names, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -122,7 +171,7 @@ def test_a_changelog_whose_first_records_were_deleted_is_read_from_its_log_start
             await admin.delete_records({tp: RecordsToDelete(before_offset=12)})
         finally:
             await admin.close()
-        reader = BatchReader(
+        reader = ChangelogReader(
             lambda: AIOKafkaClient(bootstrap_servers=broker.bootstrap),
             fetch_bytes=1 << 20,
             max_wait_ms=20,
@@ -135,7 +184,7 @@ def test_a_changelog_whose_first_records_were_deleted_is_read_from_its_log_start
         finally:
             await reader.close()
 
-    with caplog.at_level(logging.WARNING, logger="tables.batch_reader"):
+    with caplog.at_level(logging.WARNING, logger="recovery.reader"):
         start, records = asyncio.run(scenario())
     assert start == 12
     assert [k for k, _ in records] == [f"k{i}".encode() for i in range(12, 20)]

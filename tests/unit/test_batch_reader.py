@@ -1,4 +1,4 @@
-"""The restorer's reader (tables/batch_reader.py): which records of a fetch are committed.
+"""The restorer's reader (recovery/reader.py): which records of a fetch are committed.
 
 The batches are real Kafka v2 record batches (aiokafka's builder, with the base offset and, for
 markers, the control flag set as a broker sets them). The reader against a real broker, beside
@@ -15,7 +15,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
 
-from tables.batch_reader import unpack
+from recovery.reader import unpack
 
 TP = TopicPartition("app-seen_ids-changelog", 0)
 CONTROL = 0x20

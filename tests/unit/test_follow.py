@@ -1,5 +1,5 @@
-"""The standby follower's turns (tables/follow.py) against a scripted reader and recording
-stores. The real broker and RocksDB: tests/faults/test_recovery_takeover.py (F17, F21)."""
+"""The standby follower's turns (recovery/follow.py) against a scripted changelog reader and
+recording stores. The real broker and RocksDB: tests/faults/test_recovery_takeover.py (F17, F21)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from aiokafka.structs import TopicPartition
 
-from tables import restore
-from tables.follow import Follower
+from recovery import restore
+from recovery.follow import Follower
+from recovery.reader import Fetched
 
 A = TopicPartition("app-seen_ids-changelog", 0)
 B = TopicPartition("app-seen_ids-changelog", 1)
@@ -26,42 +27,31 @@ class Record:
 
 @dataclass
 class Reader:
-    """Each partition's committed records, two per fetch; the last stable offset is ``ends``."""
+    """Each partition's committed records, two per fetch; the last stable offset is ``ends``.
+    Offsets missing from a log are commit markers: a fetch goes past them."""
 
     logs: dict[TopicPartition, list[Record]]
     ends: dict[TopicPartition, int]
-    positions: dict[TopicPartition, int] = field(default_factory=dict)
-    assigned: list[TopicPartition] = field(default_factory=list)
-    seeks: list[tuple[TopicPartition, int]] = field(default_factory=list)
+    #: ``(tp, offset)`` of every fetch, in order.
+    fetches: list[tuple[TopicPartition, int]] = field(default_factory=list)
 
-    async def start(self) -> None: ...
+    async def fetch(
+        self, tp: TopicPartition, offset: int, end: int, *, max_wait_ms: int | None = None
+    ) -> Fetched:
+        self.fetches.append((tp, offset))
+        ahead = [r for r in self.logs[tp] if offset <= r.offset < end][:2]
+        found = Fetched(stable=self.ends[tp], next_offset=offset)
+        for r in ahead:
+            found.records.append((r.key, r.value))
+            found.cuts.append((len(found.records), r.offset))
+        if ahead:
+            found.first_offset = ahead[0].offset
+            found.next_offset = ahead[-1].offset + 1
+        else:
+            found.next_offset = max(offset, self.ends[tp])
+        return found
 
-    async def stop(self) -> None: ...
-
-    def assign(self, tps: list[TopicPartition]) -> None:
-        self.assigned = list(tps)
-
-    def assignment(self) -> set[TopicPartition]:
-        return set(self.assigned)
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.seeks.append((tp, offset))
-        self.positions[tp] = offset
-
-    async def getmany(self, timeout_ms: int) -> dict[TopicPartition, list[Record]]:
-        out: dict[TopicPartition, list[Record]] = {}
-        for tp in self.assigned:
-            ahead = [r for r in self.logs[tp] if r.offset >= self.positions[tp]][:2]
-            if ahead:
-                out[tp] = ahead
-                self.positions[tp] = ahead[-1].offset + 1
-        return out
-
-    def last_stable_offset(self, tp: TopicPartition) -> int:
-        return self.ends[tp]
-
-    async def position(self, tp: TopicPartition) -> int:
-        return self.positions[tp]
+    async def close(self) -> None: ...
 
 
 @dataclass
@@ -107,7 +97,7 @@ def log_of(n: int, prefix: str) -> list[Record]:
 
 
 def follower_with(reader: Reader) -> Follower:
-    return Follower(lambda: reader)  # type: ignore[arg-type,return-value]
+    return Follower(reader)
 
 
 def turns(follower: Follower, n: int) -> None:
@@ -124,7 +114,8 @@ def test_each_followed_partition_is_read_from_after_what_its_store_holds() -> No
     follower = follower_with(reader)
     follower.follow({A: a, B: b})
     turns(follower, 3)
-    assert sorted(reader.seeks) == [(A, 3), (B, 0)]
+    assert next(f for f in reader.fetches if f[0] == A) == (A, 3)
+    assert next(f for f in reader.fetches if f[0] == B) == (B, 0)
     assert a.written == [(b"a3", b"v"), (b"a4", b"v")] and a.offset == 4
     assert b.written == [(f"b{i}".encode(), b"v") for i in range(4)] and b.offset == 3
     assert all(a.wal + b.wal)  # a standby copy is written with the WAL
@@ -132,7 +123,7 @@ def test_each_followed_partition_is_read_from_after_what_its_store_holds() -> No
     assert (status[A].held, status[A].lag) == (4, 0) and (status[B].held, status[B].lag) == (3, 0)
 
 
-def test_the_lag_is_the_last_stable_offset_minus_the_position() -> None:
+def test_the_lag_is_the_last_stable_offset_minus_the_position_read() -> None:
     reader = Reader({A: log_of(9, "a")}, {A: 9})
     follower = follower_with(reader)
     follower.follow({A: Store(0)})
@@ -152,17 +143,41 @@ def test_a_partition_no_longer_followed_is_never_written_again() -> None:
     assert len(b.written) == 6
 
 
-def test_records_at_or_below_what_the_store_holds_are_skipped() -> None:
+def test_a_fetch_is_not_written_when_the_store_moved_meanwhile() -> None:
     """A partition promoted and its store written further by the restore, then followed again
-    while a fetch of older records was on its way: they are not written over the newer."""
+    while a fetch of older records was on its way: they are not written over the newer, and
+    the next fetch starts past what the store holds."""
     reader = Reader({A: log_of(6, "a")}, {A: 6})
     a = Store(0)
     follower = follower_with(reader)
     follower.follow({A: a})
     turns(follower, 1)  # a0, a1 written
-    a.offset = 4  # the restore of an active owner wrote through 4 meanwhile
-    follower._write(A, [(r.offset, r.key, r.value) for r in log_of(6, "a")[2:]])
+    fetch = reader.fetch
+
+    async def restore_meanwhile(tp: TopicPartition, offset: int, end: int, **kw: Any) -> Fetched:
+        found = await fetch(tp, offset, end, **kw)
+        a.offset = 4  # the restore of an active owner wrote through 4 meanwhile
+        return found
+
+    reader.fetch = restore_meanwhile  # type: ignore[method-assign]
+    turns(follower, 1)
+    assert a.written == [(b"a0", b"v"), (b"a1", b"v")]  # a2, a3 dropped
+    reader.fetch = fetch  # type: ignore[method-assign]
+    turns(follower, 1)
+    assert reader.fetches[-1] == (A, 5)
     assert a.written == [(b"a0", b"v"), (b"a1", b"v"), (b"a5", b"v")]
+
+
+def test_commit_markers_at_the_end_are_read_once() -> None:
+    """A partition that ends with a commit marker (offset 3 here): the store holds through the
+    last record, and the next fetch starts past the marker, not at it again."""
+    reader = Reader({A: log_of(3, "a")}, {A: 4})
+    a = Store(0)
+    follower = follower_with(reader)
+    follower.follow({A: a})
+    turns(follower, 5)
+    assert [o for _, o in reader.fetches] == [0, 2, 3, 4, 4]
+    assert a.offset == 2 and follower.status()[A].lag == 0
 
 
 def test_no_partition_followed_is_a_quiet_wait() -> None:
@@ -221,7 +236,7 @@ def test_a_new_partition_is_written_only_once_its_store_has_compacted(
 ) -> None:
     """A bulk restore compacts only at its end (tables/rocks.py): a partition whose restore a
     rebalance stopped is compacted before the follower's first write, which could stall on it."""
-    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    monkeypatch.setattr(restore, "COMPACTION_POLL", 0.001)
     a = Store(0, compacting_answers=[True, True])
     follower = follower_with(Reader({A: log_of(2, "a")}, {A: 2}))
     follower.follow({A: a})
@@ -234,7 +249,7 @@ def test_a_new_partition_is_written_only_once_its_store_has_compacted(
 def test_a_rebalance_while_a_store_compacts_starts_the_turn_over(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    monkeypatch.setattr(restore, "COMPACTION_POLL", 0.001)
     a, b = Store(0, compacting_answers=[True] * 3), Store(1)
     follower = follower_with(Reader({A: log_of(2, "a"), B: log_of(2, "b")}, {A: 2, B: 2}))
     follower.follow({A: a})

@@ -3,8 +3,9 @@ checked against the installed versions: a version bump that renames one fails he
 not in the fault tier. When one fails, the comment beside it says which of our modules uses
 it; fix that module, then the list. aiokafka's are listed, and reached, in
 ``app/eos/aiokafka_privates.py`` (with ``app/eos/txn_v2.py``, whose subclasses override private
-steps); no other module of ``app/`` names one (checked below). Faust's are listed here:
-``app/eos/consumer.py`` and ``tables/recovery.py`` hold nearly all of them."""
+steps); no other module of ``app/`` names one (checked below). Faust's list is the Faust
+adapter's (``recovery/faust_adapter.py``, ``FAUST_PRIVATES``), with the files that name each
+member: a file not listed there that names one of the recovery's fails here too."""
 
 from __future__ import annotations
 
@@ -13,16 +14,12 @@ import re
 from pathlib import Path
 
 import pytest
-from faust import App
-from faust.stores.base import SerializedStore
-from faust.tables import TableManager
 from faust.tables.recovery import Recovery
-from faust.transport.consumer import TransactionManager
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
-from mode.threads import ServiceThread
 
 from app.eos.aiokafka_privates import PRIVATE_NAMES
+from recovery.faust_adapter import FAUST_PRIVATES
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def defines(cls: type, name: str) -> bool:
@@ -40,65 +37,11 @@ def defines(cls: type, name: str) -> bool:
     return False
 
 
-#: aiokafka's names come from their one home (app/eos/aiokafka_privates.py); Faust's and mode's
-#: are listed here.
+#: aiokafka's names come from their one home (app/eos/aiokafka_privates.py), Faust's and mode's
+#: from theirs (recovery/faust_adapter.py).
 USED: list[tuple[type, str, str]] = [
     *PRIVATE_NAMES,
-    # Faust's consumer and its thread (app/eos/consumer.py)
-    (AIOKafkaConsumerThread, "_create_worker_consumer", "consumer.py"),
-    (AIOKafkaConsumerThread, "_highwaters", "consumer.py"),
-    (AIOKafkaConsumerThread, "_fetch_records", "consumer.py: ConsumerThread._fetch_records"),
-    (AIOKafkaConsumerThread, "_ensure_consumer", "consumer.py, manager.py"),
-    (ServiceThread, "thread_loop", "manager.py"),
-    (FaustConsumer, "_new_consumer_thread", "consumer.py"),
-    (FaustConsumer, "_drain_messages", "consumer.py"),
-    (FaustConsumer, "_wait_next_records", "consumer.py"),
-    (FaustConsumer, "_to_message", "consumer.py"),
-    (FaustConsumer, "_read_offset", "consumer.py"),
-    (FaustConsumer, "_buffered_partitions", "consumer.py"),
-    (FaustConsumer, "_thread", "manager.py"),
-    (FaustConsumer, "perform_seek", "consumer.py"),
-    (FaustConsumer, "consumer_stopped_errors", "consumer.py"),
-    (FaustConsumer, "suspend_flow", "consumer.py"),
-    (FaustConsumer, "flow_active", "consumer.py, manager.py"),
-    (TransactionManager, "on_rebalance", "manager.py"),
-    (TransactionManager, "on_partitions_revoked", "manager.py"),
-    # Faust's app (app/factory.py, app/eos/manager.py)
-    (App, "_new_transport", "factory.py"),
-    (App, "_consumer_wait_empty", "factory.py"),
-    (App, "on_init_dependencies", "factory.py"),
-    (App, "_crash", "manager.py"),
-    (App, "rebalancing", "manager.py, web.py"),
-    (App, "in_transaction", "factory.py"),
-    # Faust's tables and recovery (tables/recovery.py)
-    (TableManager, "_recovery", "recovery.py"),
-    (TableManager, "_changelog_queue", "recovery.py"),
-    (Recovery, "_slurp_changelogs", "recovery.py"),
-    (Recovery, "_seek_offsets", "recovery.py"),
-    (Recovery, "_set_recovery_ended", "recovery.py"),
-    (Recovery, "_active_events_received_at", "recovery.py"),
-    (Recovery, "_standby_events_received_at", "recovery.py"),
-    (Recovery, "_last_active_event_processed_at", "recovery.py"),
-    (Recovery, "_processing_times", "recovery.py"),
-    (Recovery, "_last_flush_at", "recovery.py"),
-    (Recovery, "_actives_span", "recovery.py"),
-    (Recovery, "_standbys_span", "recovery.py"),
-    (Recovery, "num_samples_required_for_estimate", "recovery.py"),
-    (Recovery, "buffers", "recovery.py"),
-    (Recovery, "buffer_sizes", "recovery.py"),
-    (Recovery, "flush_buffers", "recovery.py"),
-    (Recovery, "need_recovery", "recovery.py"),
-    (Recovery, "active_remaining", "recovery.py"),
-    (Recovery, "standby_remaining_total", "recovery.py"),
-    (Recovery, "signal_recovery_end", "recovery.py"),
-    (Recovery, "tp_to_table", "recovery.py"),
-    (Recovery, "active_highwaters", "recovery.py"),
-    (Recovery, "completed", "web.py, manager.py"),
-    # Faust's store extension points (tables/store_mapping.py)
-    (SerializedStore, "_get", "store_mapping.py"),
-    (SerializedStore, "_set", "store_mapping.py"),
-    (SerializedStore, "_del", "store_mapping.py"),
-    (SerializedStore, "_iteritems", "store_mapping.py"),
+    *((cls, name, where) for cls, name, where in FAUST_PRIVATES),
 ]
 
 
@@ -114,6 +57,29 @@ def test_a_name_the_worker_relies_on_still_exists(cls: type, name: str, used_in:
 def test_the_check_finds_a_missing_name() -> None:
     assert not defines(Recovery, "_no_such_attribute")
     assert defines(Recovery, "_processing_times")  # assigned in __init__, no class attribute
+
+
+def files_naming(name: str) -> set[str]:
+    """The repository's Python files (but the tests) that name ``name`` as an attribute."""
+    pattern = re.compile(rf"\.{re.escape(name)}\b|def {re.escape(name)}\b")
+    found = set()
+    for package in ("app", "recovery", "tables", "scripts", "bench", "spark", "ingest"):
+        for path in (REPO / package).rglob("*.py"):
+            if pattern.search(path.read_text()):
+                found.add(str(path.relative_to(REPO)))
+    return found
+
+
+RECOVERY_PRIVATES = sorted(
+    {name for _, name, where in FAUST_PRIVATES if "recovery/" in where and name.startswith("_")}
+)
+
+
+@pytest.mark.parametrize("name", RECOVERY_PRIVATES)
+def test_the_recoverys_faust_privates_are_named_only_where_the_adapter_says(name: str) -> None:
+    allowed = {f.strip() for _, n, where in FAUST_PRIVATES if n == name for f in where.split(",")}
+    assert files_naming(name) <= allowed, f"Faust's {name} named outside {sorted(allowed)}"
+    assert "recovery/faust_adapter.py" in files_naming(name)
 
 
 APP = Path(__file__).resolve().parents[2] / "app"

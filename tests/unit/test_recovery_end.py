@@ -1,8 +1,10 @@
-"""``TransactionalRecovery.settle``: when the recovery of an active changelog partition ends,
-and when it reads a partition again. The rule: a partition ends only when the broker says no
-committed record lies between the last record applied and the end, never on the consumer's
-position (issue 18). The real broker's answers are covered by tests/integration/test_age_out.py
-(a rebuild ends at the commit markers) and tests/faults/test_recovery_takeover.py."""
+"""The recovery end rule (``recovery/end_rule.py``) as the Faust adapter asks it: when the
+recovery of an active changelog partition ends, and when it reads a partition again. The rule:
+a partition ends only when the changelog reader finds no committed record between the last
+record applied and the end, never on the consumer's position (issue 18). The reader's answers
+on the real broker: tests/integration/test_batch_reader.py; whole recoveries:
+tests/integration/test_age_out.py (a rebuild ends at the commit markers) and
+tests/faults/test_recovery_takeover.py. The retry backoff and limit: the last two tests."""
 
 from __future__ import annotations
 
@@ -14,12 +16,9 @@ import faust
 import pytest
 from faust.types import TP
 
-from tables.recovery import (
-    RETRY_FIRST_SECONDS,
-    TransactionalRecovery,
-    TransactionalTableManager,
-    retry_delay,
-)
+from recovery.end_rule import EndRule
+from recovery.faust_adapter import TransactionalRecovery, TransactionalTableManager
+from recovery.retry import FIRST_SECONDS, Backoff, GaveUp
 
 CHANGELOG = TP("app-seen_ids-changelog", 2)
 
@@ -52,7 +51,7 @@ def recovery(
             )
         },
         app=SimpleNamespace(consumer=Consumer(position)),
-        _bulk_pending=set(),
+        bulk=SimpleNamespace(pending=set()),
         flushed=0,
         asked=asked,
         persisted=persisted,
@@ -67,17 +66,14 @@ def recovery(
     def flush_buffers() -> None:
         r.flushed += 1
 
-    async def read_again(tp: TP, applied: int, found: int) -> None:
-        await TransactionalRecovery._read_again_if_skipped(r, tp, applied, found)
-
-    r.first_committed_record = first_committed_record
+    r.end_rule = EndRule(first_committed_record)
     r.flush_buffers = flush_buffers
-    r._read_again_if_skipped = read_again
+    r.bulk_pending = lambda tp: TransactionalRecovery.bulk_pending(r, tp)
     return r
 
 
 async def settle(r: Any, *, idle: bool) -> bool:
-    ended: bool = await TransactionalRecovery.settle(r, CHANGELOG, idle=idle)
+    ended: bool = await TransactionalRecovery.end_if_complete(r, CHANGELOG, idle=idle)
     return ended
 
 
@@ -111,7 +107,7 @@ async def test_a_partition_the_restorer_reads_is_left_to_it() -> None:
     through the queue, so after an idle wait it looks skipped. Reading it again would make
     Faust's consumer fetch the whole partition beside the restorer, for nothing."""
     r = recovery(applied=-1, highwater=100_958, answer=0, position=100_959)
-    r._bulk_pending.add(CHANGELOG)
+    r.bulk.pending.add(CHANGELOG)
     assert not await settle(r, idle=True)
     assert r.asked == [] and r.app.consumer.seeks == []
     assert r.active_offsets[CHANGELOG] == -1
@@ -143,7 +139,7 @@ async def test_an_answer_made_stale_by_a_record_applied_meanwhile_ends_nothing()
         r.active_offsets[tp] = 70
         return None
 
-    r.first_committed_record = applied_meanwhile
+    r.end_rule = EndRule(applied_meanwhile)
     assert not await settle(r, idle=True)
     assert r.persisted == {} and r.active_offsets[CHANGELOG] == 70
 
@@ -177,7 +173,25 @@ def test_resuming_the_flow_keeps_the_fetched_changelog_records(ours: bool) -> No
 
 
 def test_a_failing_restore_is_retried_less_often_up_to_a_bound() -> None:
-    delays = [RETRY_FIRST_SECONDS]
-    for _ in range(8):
-        delays.append(retry_delay(delays[-1]))
+    backoff = Backoff("restoring x-0", limit=None)
+    delays = [backoff.failed(OSError("refused")) for _ in range(9)]
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
+    backoff.reset()
+    assert backoff.failed(OSError("refused")) == FIRST_SECONDS
+
+
+def test_a_restore_failing_past_its_limit_gives_up_saying_what_it_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr("recovery.retry.time.monotonic", lambda: now[0])
+    backoff = Backoff("restoring app-seen_ids-changelog-2", limit=60)
+    backoff.failed(OSError("refused"))
+    now[0] += 59
+    backoff.failed(OSError("refused"))  # within the limit: wait and try again
+    now[0] += 1
+    with pytest.raises(GaveUp) as gave_up:
+        backoff.failed(OSError("refused"))
+    message = str(gave_up.value)
+    assert "restoring app-seen_ids-changelog-2" in message
+    assert "3 times over 60s" in message and "OSError('refused')" in message

@@ -1,4 +1,4 @@
-"""The bulk restorer's loop (tables/restore.py) against a scripted reader and a recording store.
+"""The bulk restorer's loop (recovery/restore.py) against a scripted reader and a recording store.
 
 The real broker and RocksDB are in tests/integration/test_age_out.py (a rebuilt store equal to
 the live one) and tests/faults/test_recovery_takeover.py (takeovers, kill -9 mid-restore)."""
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from aiokafka.structs import TopicPartition
 
-from tables import restore
-from tables.batch_reader import Fetched
-from tables.restore import Progress, Restorer
+from recovery import restore
+from recovery.reader import Fetched
+from recovery.restore import Progress, Restorer
 
 TP = TopicPartition("app-seen_ids-changelog", 3)
 
@@ -163,7 +163,7 @@ def test_a_restore_ends_once_the_store_has_compacted_what_it_wrote(
 ) -> None:
     """A restore compacts nothing while it writes (tables/rocks.py): it reports the partition
     restored only when the store no longer compacts, waiting without blocking the loop."""
-    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    monkeypatch.setattr(restore, "COMPACTION_POLL", 0.001)
     records = changelog(6)
     end = records[-1].offset + 1
     store = RecordingStore(compacting_answers=[True, True, True])
@@ -192,7 +192,7 @@ def test_a_restore_ends_once_the_store_has_compacted_what_it_wrote(
 def test_a_restore_no_longer_wanted_while_its_store_compacts_is_not_done(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(restore, "SETTLE_POLL", 0.001)
+    monkeypatch.setattr(restore, "COMPACTION_POLL", 0.001)
     records = changelog(6)
     end = records[-1].offset + 1
     store = RecordingStore(compacting_answers=[True] * 100)
@@ -205,7 +205,7 @@ def test_a_restore_no_longer_wanted_while_its_store_compacts_is_not_done(
 
     reader = ScriptedReader(records, end)
     assert not asyncio.run(Restorer(reader).restore(store, TP, end, still_wanted))
-    assert store.bulk_ended and store.offset == end - 1  # written in full, not settled
+    assert store.bulk_ended and store.offset == end - 1  # written in full, not compacted
     # The next restore has nothing to read, and still waits for the compaction.
     store.compacting_answers = [True, False]
     asked = store.compacting_asked

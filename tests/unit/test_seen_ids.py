@@ -579,7 +579,7 @@ def test_index_keys_of_many_entries_are_those_of_each() -> None:
 
 def test_a_bulk_restore_ended_midway_keeps_its_prefix_on_disk(world: World) -> None:
     """A restore that a rebalance stopped, its partition now a standby here, is ended where it
-    stopped (``tables/follow.py``): what it wrote without the WAL is flushed and the mark
+    stopped (``recovery/follow.py``): what it wrote without the WAL is flushed and the mark
     cleared, so a reopened database keeps that prefix (it is not rebuilt), and writes with the
     WAL go on from it with the usual options."""
     rnd = random.Random(23)

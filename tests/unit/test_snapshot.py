@@ -1,4 +1,4 @@
-"""Portable snapshots (tables/snapshot.py) on real RocksDB: taken from databases as the store
+"""Portable snapshots (recovery/snapshot.py) on real RocksDB: taken from databases as the store
 writes them, checked against the manifest, restored into fresh databases key for key.
 The worker end to end (snapshot of a running worker, restore, restart): tests/faults F22."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from rocksdict import WriteBatch
 
+from recovery.snapshot import MANIFEST, Identity, problems, restore, take
 from tables.rocks import META_CF, PartitionDB
 from tables.rocks_options import RocksTuning, options_for
-from tables.snapshot import MANIFEST, Identity, problems, restore, take
 
 IDENTITY = Identity("app", "events", 2)
 INDEX = "dedupe-age-index"

@@ -14,9 +14,9 @@ from rocksdict import WriteBatch
 from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule, scheduled, snapshot_name, to_delete
 from app.snapshots import tables_dir
+from recovery.snapshot import MANIFEST, Identity, problems
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, options_for
-from tables.snapshot import MANIFEST, Identity, problems
 
 
 def make(root: Path, name: str, complete: bool = True) -> Path:

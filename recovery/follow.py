@@ -3,14 +3,16 @@ tasks (``DEDUPE_STANDBY_REPLICAS``), followed in bulk.
 
 Faust's standbys go through its consumer, queue and per-record loop: slower than one busy
 worker writes its changelog, so a standby falls ever further behind and a takeover then replays
-the difference. The follower reads every followed partition with one
-``read_committed`` consumer of its own and writes each fetch through the store's write path in
-whole batches (with the write-ahead log), as the bulk restorer does (``tables/restore.py``).
-A record is written only past the offset the store holds, so a partition that moved (promoted,
-then followed again) is never written backwards. When a standby is promoted, the restorer reads
-only what the follower had not yet written: the last moments of changelog.
+the difference. The follower reads every followed partition with the changelog reader
+(``recovery/reader.py``, read_committed, the same one the restore uses) and writes each fetch
+through the store's write path in whole batches (with the write-ahead log), as the bulk
+restorer does (``recovery/restore.py``). Each fetch starts past what the store holds and is
+written only if the store still holds the same offset when the fetch is back, so a partition
+that moved (promoted, then followed again) is never written backwards. When a standby is
+promoted, the restorer reads only what the follower had not yet written: the last moments of
+changelog.
 
-Its lag per partition (the last stable offset minus the position written) is in ``/stats`` and
+Its lag per partition (the last stable offset minus the position read) is in ``/stats`` and
 ``/metrics``.
 """
 
@@ -19,15 +21,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from tables.restore import BATCH_RECORDS, BulkTarget, settle
+from recovery.restore import BulkTarget, RecordSource, wait_compacted, write_batches
+from recovery.retry import Backoff
 
 log = logging.getLogger(__name__)
+
+#: How long (ms) the broker may hold a follower's fetch of a partition at its end: a standby
+#: copy needs no sooner answer, and shorter waits only poll the broker more often.
+FOLLOW_WAIT_MS = 200
 
 
 @dataclass
@@ -40,33 +47,16 @@ class Followed:
     #: Any bulk restore of it was ended and compacted (before its first write; see
     #: :meth:`Follower._turn`).
     bulk_ended: bool = False
-
-
-class LazyReader:
-    """A consumer made by ``new_reader`` and started on first use, then kept until closed."""
-
-    def __init__(self, new_reader: Callable[[], AIOKafkaConsumer]) -> None:
-        self._new_reader = new_reader
-        self._reader: AIOKafkaConsumer | None = None
-
-    async def get(self) -> AIOKafkaConsumer:
-        if self._reader is None:
-            reader = self._new_reader()
-            await reader.start()
-            self._reader = reader
-        return self._reader
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            reader, self._reader = self._reader, None
-            await reader.stop()
+    #: Where the next fetch starts when the store holds less (past commit markers and aborted
+    #: records, which the store's offset does not count); None: from the store's offset.
+    position: int | None = None
 
 
 class Follower:
     """Follows standby changelog partitions into their stores (see the module docstring)."""
 
-    def __init__(self, new_reader: Callable[[], AIOKafkaConsumer]) -> None:
-        self._reader = LazyReader(new_reader)
+    def __init__(self, reader: RecordSource) -> None:
+        self._reader = reader
         self.followed: dict[TopicPartition, Followed] = {}
         self._changed = asyncio.Event()
 
@@ -85,18 +75,21 @@ class Follower:
         await self._reader.close()
 
     async def run(self, should_stop: Callable[[], bool]) -> None:
-        """Follow until ``should_stop()``; errors are logged and the partitions read again."""
+        """Follow until ``should_stop()``; errors are logged and the partitions read again
+        after a backoff (a standby never gives up: it only falls behind, and its lag says so)."""
+        backoff = Backoff("following the standby partitions", limit=None)
         while not should_stop():
             try:
                 await self._turn()
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("following the standby partitions failed (%r); starting over", exc)
-                with contextlib.suppress(Exception):
-                    await self.close()
+                delay = backoff.failed(exc)
+                # The partitions are set up again (the reader itself is shared with the
+                # restorer and stays open: it finds a moved leader on its own).
                 self._changed.set()
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(delay)
 
     async def _turn(self) -> None:
         if not self.followed:
@@ -108,12 +101,9 @@ class Follower:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=1.0)
             return
-        reader = await self._reader.get()
         if self._changed.is_set():
             self._changed.clear()
-            tps = sorted(self.followed)
-            reader.assign(tps)
-            for tp in tps:
+            for tp in sorted(self.followed):
                 followed = self.followed[tp]
                 if not followed.bulk_ended:
                     # A partition new to the follower may hold a bulk restore that a rebalance
@@ -123,32 +113,31 @@ class Follower:
                     # so the follower goes on from that prefix with the WAL, not through
                     # memtables flushed at every write. Ending it again is harmless.
                     followed.store.end_bulk(tp.partition)
-                    if not await settle(followed.store, tp, lambda: not self._changed.is_set()):
+                    if not await wait_compacted(followed.store, tp, self._unchanged):
                         return  # the partitions followed changed meanwhile: start over
                     followed.bulk_ended = True
-                held = followed.store.restored_offset(tp.partition)
-                reader.seek(tp, 0 if held is None else held + 1)
-        fetched = await reader.getmany(timeout_ms=500)
-        for tp, records in fetched.items():
-            self._write(tp, [(r.offset, r.key, r.value) for r in records])
-        for tp, followed in list(self.followed.items()):
-            if tp not in reader.assignment():
-                continue
-            stable = reader.last_stable_offset(tp)
-            position = await reader.position(tp)
-            if stable is not None and stable >= 0:
-                followed.lag = max(stable - position, 0)
+        followed_now = sorted(self.followed.items())
+        await asyncio.gather(*(self._follow_one(tp, followed) for tp, followed in followed_now))
 
-    def _write(self, tp: TopicPartition, records: list[tuple[int, bytes, bytes | None]]) -> None:
-        followed = self.followed.get(tp)
-        if followed is None or not records:
-            return  # no longer a standby here (checked right before writing: no await below)
+    def _unchanged(self) -> bool:
+        return not self._changed.is_set()
+
+    async def _follow_one(self, tp: TopicPartition, followed: Followed) -> None:
+        """One fetch of ``tp`` past what its store holds, written if it is still followed and
+        its store holds the same offset (checked right before writing: no await below it)."""
+        held = followed.store.restored_offset(tp.partition)
+        start = 0 if held is None else held + 1
+        if followed.position is not None:
+            start = max(start, followed.position)
+        fetched = await self._reader.fetch(tp, start, sys.maxsize, max_wait_ms=FOLLOW_WAIT_MS)
+        if self.followed.get(tp) is not followed:
+            return  # no longer a standby here, or followed anew
         store = followed.store
-        held = store.restored_offset(tp.partition)
-        fresh = [r for r in records if held is None or r[0] > held]
-        for i in range(0, len(fresh), BATCH_RECORDS):
-            chunk = fresh[i : i + BATCH_RECORDS]
-            store.write_restored(
-                tp.partition, [(k, v) for _, k, v in chunk], chunk[-1][0], wal=True
-            )
+        if store.restored_offset(tp.partition) != held:
+            return  # written by someone else meanwhile: the next fetch starts past it
+        for batch, last in write_batches(fetched):
+            store.write_restored(tp.partition, batch, last, wal=True)
+        followed.position = fetched.next_offset
         followed.held = store.restored_offset(tp.partition)
+        if fetched.stable >= 0:
+            followed.lag = max(fetched.stable - fetched.next_offset, 0)

@@ -2,7 +2,7 @@
 
 Faust's recovery hands every changelog record through its consumer, a queue and a per-record loop
 (bench/results-recovery.md compares the two). The restorer reads one partition with a reader of its
-own (``tables/batch_reader.py``: ``read_committed``, so aborted transactions never reach it; large
+own (``recovery/reader.py``: ``read_committed``, so aborted transactions never reach it; large
 fetches, no per-record objects), and writes each fetch in large RocksDB write batches through the
 store's own write path, so the age-out index, the summary and the source-offsets record are rebuilt
 in the same pass, exactly as a live commit derives them. Each batch carries the changelog offset it
@@ -17,7 +17,8 @@ after a restart) keeps the WAL.
 
 Into an empty store nothing is compacted while the batches are written (``tables/rocks.py``):
 at its end the restore turns compactions on and waits, with the event loop free, until RocksDB
-has compacted what it wrote (:func:`settle`); only then does the partition count as restored.
+has compacted what it wrote (:func:`wait_compacted`); only then does the partition count as
+restored.
 
 The restore ends at the partition's last stable offset read at its start: only this partition's
 transactional producer writes its changelog, and it has fenced any older one and is idle until
@@ -30,13 +31,13 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiokafka.structs import TopicPartition
 
-from tables.batch_reader import Fetched
+from recovery.reader import Fetched
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +118,12 @@ class Progress:
 OnProgress = Callable[[Progress, int], None]
 
 
-class ChangelogReader(Protocol):
-    """Reads committed changelog records (``tables.batch_reader.BatchReader``)."""
+class RecordSource(Protocol):
+    """Reads committed changelog records (``recovery.reader.ChangelogReader``)."""
 
-    async def fetch(self, tp: TopicPartition, offset: int, end: int) -> Fetched:
+    async def fetch(
+        self, tp: TopicPartition, offset: int, end: int, *, max_wait_ms: int | None = None
+    ) -> Fetched:
         """The committed records of ``tp`` from ``offset`` on, below ``end`` (one fetch)."""
 
     async def close(self) -> None:
@@ -128,10 +131,12 @@ class ChangelogReader(Protocol):
 
 
 #: How often (seconds) a restore that ended looks whether RocksDB has compacted what it wrote.
-SETTLE_POLL = 0.05
+COMPACTION_POLL = 0.05
 
 
-async def settle(store: BulkTarget, tp: TopicPartition, still_wanted: Callable[[], bool]) -> bool:
+async def wait_compacted(
+    store: BulkTarget, tp: TopicPartition, still_wanted: Callable[[], bool]
+) -> bool:
     """Wait (without blocking the event loop: RocksDB compacts in its own threads) until the
     store no longer compacts what a bulk restore of ``tp`` wrote; False when
     ``still_wanted()`` turned false first. The partition's database is complete either way:
@@ -143,7 +148,7 @@ async def settle(store: BulkTarget, tp: TopicPartition, still_wanted: Callable[[
     while store.compacting(tp.partition):
         if not still_wanted():
             return False
-        await asyncio.sleep(SETTLE_POLL)
+        await asyncio.sleep(COMPACTION_POLL)
         if time.monotonic() - logged_at >= PROGRESS_EVERY:
             log.info("%s-%d: still compacting the restored ids", *tp)
             logged_at = time.monotonic()
@@ -157,7 +162,7 @@ class Restorer:
     """Restores changelog partitions into their stores (see the module docstring) with
     ``reader``, which it closes in :meth:`close`."""
 
-    def __init__(self, reader: ChangelogReader, on_progress: OnProgress | None = None) -> None:
+    def __init__(self, reader: RecordSource, on_progress: OnProgress | None = None) -> None:
         self._reader = reader
         self._on_progress = on_progress
 
@@ -184,7 +189,7 @@ class Restorer:
             # A restore stopped after its last write, or one whose compaction a rebalance
             # stopped waiting for: ended (again; a no-op for a store that is not in bulk mode).
             store.end_bulk(tp.partition)
-            return await settle(store, tp, still_wanted)
+            return await wait_compacted(store, tp, still_wanted)
         wal = not store.begin_bulk(tp.partition, end - start)
         log.info(
             "restoring %s-%d from offset %d to %d (%d offsets%s)",
@@ -224,7 +229,7 @@ class Restorer:
         # The last records may be commit markers: the store holds the changelog through them.
         store.write_restored(tp.partition, [], end - 1, wal=wal)
         store.end_bulk(tp.partition)
-        if not await settle(store, tp, still_wanted):
+        if not await wait_compacted(store, tp, still_wanted):
             return False
         progress.position = end
         if self._on_progress is not None:
@@ -253,16 +258,23 @@ class Restorer:
     ) -> bool:
         """Write a fetch's records in batches of about ``BATCH_RECORDS``, each ending where a
         record batch of the fetch ended; False when ``still_wanted()`` turned false first."""
-        records, done = fetched.records, 0
-        for n, (count, last) in enumerate(fetched.cuts, 1):
-            if count - done < BATCH_RECORDS and n < len(fetched.cuts):
-                continue
+        for batch, last in write_batches(fetched):
             if not still_wanted():  # checked right before writing: the store may be closed
                 return False
-            store.write_restored(tp.partition, records[done:count], last, wal=wal)
-            progress.records += count - done
+            store.write_restored(tp.partition, batch, last, wal=wal)
+            progress.records += len(batch)
             progress.position = last + 1
             if self._on_progress is not None:
-                self._on_progress(progress, count - done)
-            done = count
+                self._on_progress(progress, len(batch))
         return True
+
+
+def write_batches(fetched: Fetched) -> Iterator[tuple[list[tuple[bytes, bytes | None]], int]]:
+    """A fetch's records in write batches of about :data:`BATCH_RECORDS`, each with the offset
+    it brings the store to (where a record batch of the fetch ended)."""
+    records, done = fetched.records, 0
+    for n, (count, last) in enumerate(fetched.cuts, 1):
+        if count - done < BATCH_RECORDS and n < len(fetched.cuts):
+            continue
+        yield records[done:count], last
+        done = count

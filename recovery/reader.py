@@ -1,5 +1,7 @@
-"""The bulk restorer's reader: committed records of one changelog partition, read below
-aiokafka's consumer.
+"""The changelog reader: committed records of one changelog partition, read below aiokafka's
+consumer. Every path that reads a changelog uses it: the bulk restore (``recovery/restore.py``),
+the standby follower (``recovery/follow.py``) and the recovery end rule
+(:meth:`ChangelogReader.first_committed`, ``recovery/faust_adapter.py``).
 
 aiokafka's consumer hands out every record as a ``ConsumerRecord`` (eleven fields, its headers
 copied) through a generator, after a fetch loop of its own: 35% and 41% of a restore's time in
@@ -16,7 +18,7 @@ only, with the list of transactions aborted in the range; a batch of an aborted 
 skipped up to that producer's abort marker; control batches (commit and abort markers) are never
 records. A batch whose checksum does not match raises (the restorer reads the partition again).
 
-Errors raise, and the restorer tries again a second later (``tables/recovery.py``); an error
+Errors raise, and the caller tries again after a backoff (``recovery/retry.py``); an error
 that means the partition's leader moved asks for new metadata first. A fetch offset below the
 partition's log start (records deleted from the changelog) goes on from the log start, with a
 warning, as the consumer's ``auto_offset_reset="earliest"`` did.
@@ -24,7 +26,9 @@ warning, as the consumer's ``auto_offset_reset="earliest"`` did.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -65,13 +69,18 @@ class Fetched:
     #: Where the next fetch starts: past every batch this one returned (control batches and
     #: aborted ones included).
     next_offset: int = 0
+    #: Offset of the first record in :attr:`records` (None: no record).
+    first_offset: int | None = None
+    #: The partition's last stable offset when the broker answered (-1: not known).
+    stable: int = -1
 
 
-class BatchReader:
+class ChangelogReader:
     """Fetches committed records of changelog partitions (see the module docstring).
 
     ``new_client`` makes an unstarted client with the cluster's settings; the reader bootstraps
-    it on first use and keeps it until :meth:`close`."""
+    it on first use and keeps it until :meth:`close`. Its users share it: aiokafka's client
+    carries concurrent requests on one connection."""
 
     def __init__(
         self,
@@ -84,6 +93,8 @@ class BatchReader:
         self._fetch_bytes = fetch_bytes
         self._max_wait_ms = max_wait_ms
         self._client: AIOKafkaClient | None = None
+        #: One bootstrap at a time: two users' first fetches would otherwise start two clients.
+        self._starting = asyncio.Lock()
 
     async def close(self) -> None:
         if self._client is not None:
@@ -91,11 +102,12 @@ class BatchReader:
             await client.close()
 
     async def _started(self) -> AIOKafkaClient:
-        if self._client is None:
-            client = self._new_client()
-            await client.bootstrap()
-            self._client = client
-        return self._client
+        async with self._starting:
+            if self._client is None:
+                client = self._new_client()
+                await client.bootstrap()
+                self._client = client
+            return self._client
 
     async def _leader(self, client: AIOKafkaClient, tp: TopicPartition) -> int:
         node: int | None = client.cluster.leader_for_partition(tp)
@@ -107,14 +119,17 @@ class BatchReader:
             raise errors.LeaderNotAvailableError(f"no leader known for {tp.topic}-{tp.partition}")
         return node
 
-    async def fetch(self, tp: TopicPartition, offset: int, end: int) -> Fetched:
+    async def fetch(
+        self, tp: TopicPartition, offset: int, end: int, *, max_wait_ms: int | None = None
+    ) -> Fetched:
         """The committed records of ``tp`` from ``offset`` on, below ``end``: one fetch of at
-        most ``fetch_bytes`` (at least one whole batch)."""
+        most ``fetch_bytes`` (at least one whole batch). ``max_wait_ms``: how long the broker
+        may hold the fetch for records it does not have yet (default: the reader's)."""
         client = await self._started()
         try:
             node = await self._leader(client, tp)
             request = FetchRequest(
-                self._max_wait_ms,
+                self._max_wait_ms if max_wait_ms is None else max_wait_ms,
                 1,
                 self._fetch_bytes,
                 READ_COMMITTED,
@@ -141,8 +156,31 @@ class BatchReader:
                 # v11: [lso, log_start, aborted, preferred replica, records];
                 # v5-v10: [lso, log_start, aborted, records]; v4: [lso, aborted, records].
                 aborted = data[2] if response.API_VERSION >= 11 else data[-2]
-                return unpack(MemoryRecords(data[-1]), aborted or [], tp, offset, end)
+                found = unpack(MemoryRecords(data[-1]), aborted or [], tp, offset, end)
+                found.stable = int(data[0])
+                return found
         raise errors.KafkaError(f"the fetch response has no data for {tp.topic}-{tp.partition}")
+
+    async def first_committed(
+        self, tp: TopicPartition, start: int, end: int, *, timeout: float
+    ) -> int | None:
+        """Offset of the first record a read_committed consumer sees in ``[start, end)``, or
+        None: only commit markers and aborted records lie there. ``end`` must not pass the
+        last stable offset (records above it are not returned yet); raises ``TimeoutError``
+        when the fetches do not reach ``end`` within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        position = start
+        while position < end:
+            fetched = await self.fetch(tp, position, end)
+            if fetched.first_offset is not None:
+                return fetched.first_offset
+            if fetched.next_offset <= position and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{tp.topic}-{tp.partition}: no fetch reached offset {end} from {position} "
+                    f"within {timeout:g}s (last stable offset {fetched.stable})"
+                )
+            position = max(position, fetched.next_offset)
+        return None
 
     async def _log_start(self, client: AIOKafkaClient, tp: TopicPartition, offset: int) -> int:
         node = await self._leader(client, tp)
@@ -206,9 +244,19 @@ def unpack(
             continue
         if batch.base_offset >= offset and batch.next_offset <= end:
             # The whole batch is wanted (all but the first and last of a restore): its records
-            # in one C-level pass, no per-record bytecode.
+            # in one C-level pass, no per-record bytecode (but the fetch's first record, whose
+            # offset is kept).
             before = len(records)
-            records.extend(map(_KEY_VALUE, batch))
+            if found.first_offset is not None:
+                records.extend(map(_KEY_VALUE, batch))
+            else:
+                batch_records = iter(batch)  # decompresses it
+                first = next(batch_records, None)
+                if first is not None:
+                    found.first_offset = first.offset
+                    append((first.key, first.value))
+                # The rest through the batch's own next() (a second iter() on it is refused).
+                records.extend(map(_KEY_VALUE, iter(batch_records.__next__, None)))
             if len(records) > before:
                 # Through the batch's last offset, whether or not compaction removed its record.
                 cuts.append((len(records), batch.next_offset - 1))
@@ -221,6 +269,8 @@ def unpack(
             if at >= end:
                 break
             append((record.key, record.value))
+            if found.first_offset is None:
+                found.first_offset = at
             last = at
         if last is not None:
             cuts.append((len(records), last))

@@ -7,7 +7,7 @@ each commit is one atomic write batch) and writes every column family as one SST
 order (``SstFileWriter``, Zstandard: a format independent of the options the database was
 written with). Restoring ingests those files into fresh databases, which RocksDB links in
 without rewriting a key, and the worker's bulk restorer then reads only the changelog after the
-offset each partition holds (``tables/restore.py``).
+offset each partition holds (``recovery/restore.py``).
 
 The manifest is checked before anything is written: a snapshot of another pipeline (app id,
 input topic, partition count), with a file missing, truncated or changed (size and SHA-256 of
