@@ -59,15 +59,18 @@ def serve(host: str, port: int) -> None:
 
 def offsets_behind(end_offset: str | None, latest_offset: str | None) -> int | None:
     """Sum of latest - end over the partitions of Kafka sources' offsets JSON
-    (``{"topic": {"0": 12, ...}}``); None when either is missing."""
-    if not end_offset or not latest_offset:
+    (``{"topic": {"0": 12, ...}}``); None when either is missing or not that shape (a restarted
+    query's first progress reported a latest offset that is not JSON: the figure waits for the
+    next progress rather than stopping the job)."""
+    try:
+        end, latest = json.loads(end_offset or ""), json.loads(latest_offset or "")
+        return sum(
+            max(0, int(offset) - int(end.get(topic, {}).get(partition, 0)))
+            for topic, partitions in latest.items()
+            for partition, offset in partitions.items()
+        )
+    except (ValueError, TypeError, AttributeError):
         return None
-    end, latest = json.loads(end_offset), json.loads(latest_offset)
-    return sum(
-        max(0, int(offset) - int(end.get(topic, {}).get(partition, 0)))
-        for topic, partitions in latest.items()
-        for partition, offset in partitions.items()
-    )
 
 
 class ProgressMetrics:

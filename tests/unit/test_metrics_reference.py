@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -101,3 +102,10 @@ def test_the_lake_lag_is_what_spark_had_left_to_read() -> None:
     latest = '{"clean": {"0": 15, "1": 7, "2": 4}}'
     assert spark_metrics.offsets_behind(end, latest) == 5 + 0 + 4
     assert spark_metrics.offsets_behind(end, None) is None
+
+
+@pytest.mark.parametrize("latest", ["", "None", "null", "{", '{"clean": 5}', '["x"]'])
+def test_a_latest_offset_of_another_shape_gives_no_lag_figure_and_no_error(latest: str) -> None:
+    """A restarted query's first progress once carried a latest offset that was not JSON, and
+    the job died of the JSONDecodeError (Spark tier, the job killed and restarted)."""
+    assert spark_metrics.offsets_behind('{"clean": {"0": 10}}', latest) is None
