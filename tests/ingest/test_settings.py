@@ -21,6 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
     "input_topic": "events",
     "write_keys": "",
+    "metrics_token": "",
     "cors_origins": "*",
     "max_event_bytes": 32 * 1024,
     "max_message_id_bytes": 256,
