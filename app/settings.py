@@ -12,7 +12,7 @@ Faust setting explicitly so those have no effect on the dedup worker.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,7 +22,7 @@ from app.settings_rocksdb import RocksDBSettings
 from app.settings_state import StateSettings
 from app.settings_strategy import StrategySettings
 from app.settings_window import WindowSettings
-from envsettings import EnvSettings, Setting, SettingsError, parse_duration, setting
+from envsettings import EnvSettings, SettingsError, parse_duration, secret, setting
 from tables.window import derived_bucket
 
 __all__ = ["EnvSettings", "Settings", "SettingsError", "parse_duration", "setting"]
@@ -60,19 +60,14 @@ class Settings(StateSettings, StrategySettings, RocksDBSettings, WindowSettings,
         "this machine's host name when that binds every interface (0.0.0.0, ::). In "
         "Kubernetes: the pod's IP (deploy/kubernetes/worker.yaml).",
     )
-    web_token: str = field(
-        default="",
-        repr=False,  # a secret: not in the settings' repr or the start-up log
-        metadata={
-            "setting": Setting(
-                "DEDUPE_WEB_TOKEN",
-                "Token the operator endpoints (/, /stats, /metrics, /messages, /producers) "
-                "require: 'Authorization: Bearer <token>' or the password of Basic auth. "
-                "Empty: open to anyone who reaches the port (a warning at start-up when it "
-                "binds beyond loopback). /health and /ready stay open. Every worker of a "
-                "group needs the same token.",
-            )
-        },
+    web_token: str = secret(
+        "",
+        "DEDUPE_WEB_TOKEN",
+        "Token the operator endpoints (/, /stats, /metrics, /messages, /producers) "
+        "require: 'Authorization: Bearer <token>' or the password of Basic auth. "
+        "Empty: open to anyone who reaches the port (a warning at start-up when it "
+        "binds beyond loopback). /health and /ready stay open. Every worker of a "
+        "group needs the same token.",
     )
     max_event_bytes: int = setting(
         32 * 1024,

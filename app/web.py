@@ -51,7 +51,7 @@ from tables.producers import TABLE_NAME as PRODUCERS_TABLE
 from tables.seen_ids_table import TABLE_NAME
 
 log = logging.getLogger(__name__)
-#: Bind addresses only this machine reaches.
+#: Bind addresses that only this machine can reach (no warning without a token there).
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 

@@ -117,6 +117,12 @@ def setting(
     return field(default=default, metadata={"setting": Setting(env, help, within, one_of)})
 
 
+def secret(default: str, env: str, help: str) -> str:
+    """A settings field left out of the settings' repr, so a password or token never reaches
+    a log line that prints the settings."""
+    return field(default=default, repr=False, metadata={"setting": Setting(env, help)})
+
+
 def _problems(exc: ValueError) -> list[str]:
     """The problems an error of :meth:`EnvSettings.check` lists (or its message)."""
     listed: list[str] | None = getattr(exc, "problems", None)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import functools
 import ssl
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from aiokafka.helpers import create_ssl_context
 
-from envsettings import EnvSettings, Setting, setting
+from envsettings import EnvSettings, Setting, secret, setting
 
 #: Values of ``KAFKA_SECURITY_PROTOCOL`` and ``KAFKA_SASL_MECHANISM``.
 PLAINTEXT, SSL, SASL_SSL = "PLAINTEXT", "SSL", "SASL_SSL"
@@ -43,11 +43,6 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
 }
-
-
-def _secret(default: str, env: str, help: str) -> str:
-    """A settings field that is left out of the settings' repr (a password)."""
-    return field(default=default, repr=False, metadata={"setting": Setting(env, help)})
 
 
 @dataclass(frozen=True)
@@ -72,7 +67,7 @@ class KafkaSecuritySettings(EnvSettings):
         "SASL user name (the Kafka principal User:<name> the ACLs are granted to). Needed with "
         "SASL_SSL.",
     )
-    sasl_password: str = _secret(
+    sasl_password: str = secret(
         "",
         "KAFKA_SASL_PASSWORD",
         "SASL password (with SASL_SSL; or use KAFKA_SASL_PASSWORD_FILE). Never logged or shown.",

@@ -14,9 +14,9 @@ to the topic the worker reads) and ``DEDUPE_MAX_EVENT_BYTES`` / ``DEDUPE_MAX_MES
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from envsettings import Setting, SettingsError, setting
+from envsettings import SettingsError, secret, setting
 from envsettings.kafka_security import SECURITY_FIELDS, KafkaSecuritySettings
 from ingest.cors import CorsPolicy, origin_problems
 
@@ -56,17 +56,12 @@ class IngestSettings(KafkaSecuritySettings):
         "(the worker's DEDUPE_SOURCE_POLICIES and DEDUPE_SCOPE read it). Empty: no "
         "authentication, and a warning at start-up.",
     )
-    metrics_token: str = field(
-        default="",
-        repr=False,  # a secret: not in the settings' repr or the start-up log
-        metadata={
-            "setting": Setting(
-                "DEDUPE_INGEST_METRICS_TOKEN",
-                "Token GET /metrics requires: 'Authorization: Bearer <token>' or the password "
-                "of Basic auth (envsettings/tokens.py). Empty: open to anyone who reaches "
-                "the port. /v1/ (write keys), /health and /ready are not affected.",
-            )
-        },
+    metrics_token: str = secret(
+        "",
+        "DEDUPE_INGEST_METRICS_TOKEN",
+        "Token GET /metrics requires: 'Authorization: Bearer <token>' or the password "
+        "of Basic auth (envsettings/tokens.py). Empty: open to anyone who reaches "
+        "the port. /v1/ (write keys), /health and /ready are not affected.",
     )
     cors_origins: str = setting(
         "*",
