@@ -40,6 +40,23 @@ class Staging:
             staged = self.staged[partition] = {}
         staged[key] = value
 
+    def value(
+        self, partition: int, key: bytes, load: Callable[[int, bytes], bytes | None]
+    ) -> bytes | None:
+        """``key``'s value in ``partition``: the open transaction's staged write, else the
+        committed value, loaded by ``load(partition, key)`` once per transaction (or prefetched)
+        and kept until :meth:`forget_reads`."""
+        staged = self.staged.get(partition)
+        if staged is not None and key in staged:
+            return staged[key]
+        read = self.read.get(partition)
+        if read is None:
+            read = self.read[partition] = {}
+        elif key in read:
+            return read[key]
+        value = read[key] = load(partition, key)
+        return value
+
     def take(self, partition: int) -> dict[bytes, bytes | None] | None:
         """Remove and return ``partition``'s staged writes (None: none were staged). The cached
         reads stay until the write that applies them calls :meth:`forget_reads`."""

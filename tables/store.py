@@ -83,9 +83,6 @@ class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type:
         super().__init__(url, app, table, **kwargs)
         self._partition_of = partition_of
         self._staging = Staging(None if self.key_format == 0 else self.disk_keys)
-        # The staging's dicts, bound here for the per-record lookup (:meth:`get_in`).
-        self._staged = self._staging.staged
-        self._read = self._staging.read
         self._store_stopped = False
         #: Partition -> the keys its restore into an empty database wrote so far (begin_bulk to
         #: end_bulk): the index upkeep reads back only those (``tables/written_keys.py``).

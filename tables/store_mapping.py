@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 from rocksdict import Rdict
 
 from tables.partitions import PartitionSet
+from tables.staging import Staging
 
 
 class StoreMapping:
@@ -21,8 +22,7 @@ class StoreMapping:
 
     _partition_of: Callable[[], int]
     _partitions: PartitionSet
-    _staged: dict[int, dict[bytes, bytes | None]]
-    _read: dict[int, dict[bytes, bytes | None]]
+    _staging: Staging
 
     if TYPE_CHECKING:  # the store's own methods (tables/store.py)
 
@@ -40,17 +40,7 @@ class StoreMapping:
     def get_in(self, partition: int, key: bytes) -> bytes | None:
         """``key``'s value in ``partition``: this transaction's staged write, else the
         committed value (read once per transaction, or prefetched)."""
-        staged = self._staged.get(partition)
-        if staged is not None and key in staged:
-            return staged[key]
-        read = self._read.get(partition)
-        if read is None:
-            read = self._read[partition] = {}
-        elif key in read:
-            return read[key]
-        value: bytes | None = self.db(partition).get(self.disk_key(key))
-        read[key] = value
-        return value
+        return self._staging.value(partition, key, self.committed_get)
 
     def committed_get(self, partition: int, key: bytes) -> bytes | None:
         """``key``'s committed value in ``partition``, read from the database now."""
@@ -64,12 +54,8 @@ class StoreMapping:
         self.stage(self._partition_of(), key, None)
 
     def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Stage a write (None: delete) in ``partition``'s open transaction (per record: the
-        staging's dict, without a call)."""
-        staged = self._staged.get(partition)
-        if staged is None:
-            staged = self._staged[partition] = {}
-        staged[key] = value
+        """Stage a write (None: delete) in ``partition``'s open transaction."""
+        self._staging.stage(partition, key, value)
 
     def _contains(self, key: bytes) -> bool:
         return self._get(key) is not None
