@@ -41,19 +41,48 @@ from tables.transactional import TransactionalTable
 log = logging.getLogger(__name__)
 
 
-class DedupeApp(faust.App):  # type: ignore[misc]
-    """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`."""
+@dataclass(frozen=True)
+class AppParts:
+    """What the app serves, built after it (the tables are declared on the app)."""
 
-    dedupe_settings: Settings
-    #: Where the fault tests act (:func:`fault_points`); read by the transaction manager,
-    #: which Faust creates.
-    fault_points: FaultPoints
     #: The state that follows the transactions (registered with them at start-up).
     seen_ids_table: TransactionalTable
     producer_seqs_table: TransactionalTable
     dedup: Deduplicator
     #: Where the consumer hands source records (see app.eos.Consumer).
     batch_handler: BatchHandler
+
+
+class DedupeApp(faust.App):  # type: ignore[misc]
+    """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`.
+
+    Faust creates the consumer, the transaction manager and the recovery itself, from the app:
+    they read the settings and the fault points here. The tables are declared on the app, so
+    the parts that hold them are handed in once, by :meth:`serve`, before the worker starts."""
+
+    seen_ids_table: TransactionalTable
+    producer_seqs_table: TransactionalTable
+    dedup: Deduplicator
+    batch_handler: BatchHandler
+
+    def __init__(
+        self, app_id: str, *, settings: Settings, points: FaultPoints, **options: Any
+    ) -> None:
+        self.dedupe_settings = settings
+        #: Where the fault tests act (:func:`fault_points`); read by the transaction manager.
+        self.fault_points = points
+        self._served = False
+        super().__init__(app_id, **options)
+
+    def serve(self, parts: AppParts) -> None:
+        """The tables, the deduplicator and the batch handler this app runs (once)."""
+        if self._served:
+            raise RuntimeError("the app's parts are handed in once, by the factory")
+        self._served = True
+        self.seen_ids_table = parts.seen_ids_table
+        self.producer_seqs_table = parts.producer_seqs_table
+        self.dedup = parts.dedup
+        self.batch_handler = parts.batch_handler
 
     def _new_transport(self) -> Any:
         return Transport(self.conf.broker_consumer, self)
@@ -168,8 +197,11 @@ def fault_points() -> FaultPoints:
 def create_app(settings: Settings) -> Pipeline:
     """Build the dedup worker for ``settings``."""
     brokers = [URL(f"kafka://{b.strip()}") for b in settings.bootstrap_servers.split(",")]
+    points = fault_points()
     app = DedupeApp(
         settings.app_id,
+        settings=settings,
+        points=points,
         broker=brokers,
         broker_credentials=settings.faust_credentials(),
         store="rocksdb://",
@@ -203,8 +235,6 @@ def create_app(settings: Settings) -> Pipeline:
         # A recovery that ends a partition only on records applied (recovery/faust_adapter.py).
         TableManager=TransactionalTableManager,
     )
-    app.dedupe_settings = settings
-    points = app.fault_points = fault_points()
     recovery.install(
         app,
         changelog_reader(settings),
@@ -226,9 +256,8 @@ def create_app(settings: Settings) -> Pipeline:
     dedup = Deduplicator(
         settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings), points
     )
-    app.seen_ids_table, app.producer_seqs_table, app.dedup = seen_ids, producer_seqs, dedup
     register_agents(app, source)
-    app.batch_handler = batch_handler(app, dedup)
+    app.serve(AppParts(seen_ids, producer_seqs, dedup, batch_handler(app, dedup)))
     register_views(app, dedup)
     if settings.snapshot_dir:
         schedule = SnapshotSchedule(Path(settings.snapshot_dir), settings.snapshot_keep)

@@ -57,13 +57,15 @@ def install(
     async def find(tp: TP, start: int, end: int) -> int | None:
         return await reader.first_committed(TopicPartition(*tp), start, end, timeout=timeout)
 
-    recovery.end_rule = EndRule(find, reader.close)
-    if bulk:
-        restorer = Restorer(reader, on_progress)
-        recovery.follower = Follower(reader)
-        recovery.bulk = BulkRestores(
-            restorer,
-            highwater=recovery.bulk_highwater,
-            store=recovery.bulk_store,
-            restored=recovery.bulk_restored,
-        )
+    end_rule = EndRule(find, reader.close)
+    if not bulk:
+        recovery.use(end_rule, None, None)
+        return
+    restorer = Restorer(reader, on_progress)
+    bulk_restores = BulkRestores(
+        restorer,
+        highwater=recovery.bulk_highwater,
+        store=recovery.bulk_store,
+        restored=recovery.bulk_restored,
+    )
+    recovery.use(end_rule, bulk_restores, Follower(reader))

@@ -1,13 +1,9 @@
-"""The Faust adapter: the module that names Faust's private internals of the recovery.
-
-:class:`TransactionalRecovery` keeps Faust's loop (``Recovery._slurp_changelogs``) for what
-Faust still reads, with the end rule of ``recovery/end_rule.py`` instead of Faust's (a consumer
-*position* at the end, which skips records fetched and not applied), and hands our tables'
-partitions to the bulk path: active ones to the restorer (``recovery/bulk.py``; Faust's
-consumer waits at their end), standby ones to the follower (``recovery/follow.py``).
+"""The Faust adapter of the recovery: Faust's loop (``Recovery._slurp_changelogs``) for what Faust
+still reads, ended by ``recovery/end_rule.py`` (Faust's rule, a consumer *position* at the end,
+skips records fetched and not applied); our tables' active partitions go to the restorer
+(``recovery/bulk.py``), standby ones to the follower (``recovery/follow.py``).
 :data:`FAUST_PRIVATES` lists the Faust members the worker relies on and the files naming them
-(``tests/unit/test_private_names.py`` checks both).
-"""
+(``tests/unit/test_private_names.py`` checks both)."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ import asyncio
 import logging
 from collections import Counter
 from time import monotonic
-from typing import Any
+from typing import Any, cast
 
 from aiokafka.structs import TopicPartition
 from faust import App
@@ -39,35 +35,31 @@ from recovery.retry import GaveUp
 log = logging.getLogger(__name__)
 
 #: ``(class, member, files that name it)``: Faust's (and mode's) private or undocumented members
-#: the worker relies on; outside the recovery, the consumer's, the app's and the store's.
-HERE = "recovery/faust_adapter.py"
+#: the worker relies on. Outside the recovery: Faust's consumer (app/eos/consumer.py), app
+#: (app/factory.py) and store hooks (tables/store_mapping.py), each subclassed in one module.
+HERE, CONSUMER, APP = "recovery/faust_adapter.py", "app/eos/consumer.py", "app/factory.py"
 _RECOVERY = """_slurp_changelogs _seek_offsets _set_recovery_started _set_recovery_ended buffers
     _active_events_received_at _standby_events_received_at _last_active_event_processed_at
     _processing_times _last_flush_at _actives_span _standbys_span num_samples_required_for_estimate
     buffer_sizes flush_buffers need_recovery active_remaining standby_remaining_total
     signal_recovery_end"""
 _CONSUMER = """_new_consumer_thread _drain_messages _wait_next_records _to_message _read_offset
-    _buffered_partitions perform_seek consumer_stopped_errors suspend_flow"""
-_APP = "_new_transport _consumer_wait_empty on_init_dependencies in_transaction"
+    _buffered_partitions perform_seek consumer_stopped_errors suspend_flow flow_active _thread"""
+_THREAD = "_highwaters _fetch_records _create_worker_consumer _ensure_consumer"
+_STORE = "tables/store_mapping.py, bench/age_out.py, bench/scale.py"
 FAUST_PRIVATES: list[tuple[type, str, str]] = [
     *((TableManager, name, HERE) for name in ("_recovery", "_changelog_queue")),
     *((Recovery, name, HERE) for name in _RECOVERY.split()),
     *((Recovery, n, f"{HERE}, recovery/end_rule.py") for n in ("tp_to_table", "active_highwaters")),
-    (Recovery, "completed", "app/web.py, app/eos/manager.py"),
-    (App, "_crash", f"{HERE}, app/eos/consumer.py"),
-    *((App, n, "app/factory.py") for n in _APP.split()),
-    (App, "rebalancing", "app/eos/manager.py, app/web.py"),
-    *(
-        (SerializedStore, n, "tables/store_mapping.py")
-        for n in ("_get", "_set", "_del", "_iteritems")
-    ),
-    *((FaustConsumer, name, "app/eos/consumer.py") for name in _CONSUMER.split()),
-    (FaustConsumer, "flow_active", "app/eos/consumer.py, app/eos/manager.py"),
-    (FaustConsumer, "_thread", "app/eos/manager.py"),
-    *((ConsumerThread, n, "app/eos/consumer.py") for n in ("_highwaters", "_fetch_records")),
-    (ConsumerThread, "_create_worker_consumer", "app/eos/consumer.py"),
-    (ConsumerThread, "_ensure_consumer", "app/eos/consumer.py, app/eos/manager.py"),
-    (ServiceThread, "thread_loop", "app/eos/manager.py"),
+    (Recovery, "completed", f"app/web.py, {CONSUMER}"),
+    (App, "_crash", f"{HERE}, {CONSUMER}"),
+    *((App, n, APP) for n in ("_new_transport", "_consumer_wait_empty", "on_init_dependencies")),
+    (App, "in_transaction", f"{APP}, app/eos/*"),
+    (App, "rebalancing", f"app/web.py, {CONSUMER}"),
+    *((SerializedStore, n, _STORE) for n in ("_get", "_set", "_del", "_iteritems")),
+    *((FaustConsumer, name, CONSUMER) for name in _CONSUMER.split()),
+    *((ConsumerThread, n, CONSUMER) for n in _THREAD.split()),
+    (ServiceThread, "thread_loop", CONSUMER),
     *((FaustTxns, n, "app/eos/manager.py") for n in ("on_rebalance", "on_partitions_revoked")),
 ]
 
@@ -75,9 +67,9 @@ FAUST_PRIVATES: list[tuple[type, str, str]] = [
 class TransactionalRecovery(Recovery):  # type: ignore[misc]
     """Faust's recovery service, with our end rule and bulk paths (module docstring)."""
 
-    #: Handed in by ``recovery.install``. Without an end rule no partition ends before its last
-    #: record was applied; without the bulk restores and the follower, Faust's loop reads our
-    #: tables' active and standby partitions.
+    #: Handed in by :meth:`use`. Without an end rule no partition ends before its last record
+    #: was applied; without the bulk restores and the follower, Faust's loop reads our tables'
+    #: active and standby partitions.
     end_rule: EndRule | None = None
     bulk: BulkRestores | None = None
     follower: Follower | None = None
@@ -89,6 +81,10 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         #: The standby partitions of this rebalance the follower takes, as Faust adds them.
         self._standbys_next: dict[TP, BulkTarget] = {}
+
+    def use(self, end_rule: EndRule, bulk: BulkRestores | None, follower: Follower | None) -> None:
+        """The end rule, and the bulk restores and follower (None: Faust's loop reads all)."""
+        self.end_rule, self.bulk, self.follower = end_rule, bulk, follower
 
     async def on_stop(self) -> None:
         await super().on_stop()
@@ -147,7 +143,7 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
 
     @Service.task  # type: ignore[untyped-decorator]
     async def _slurp_changelogs(self) -> None:
-        """Faust's loop (``faust/recovery/faust_adapter.py``), with our end rule."""
+        """Faust's loop (``faust/tables/recovery.py``), with our end rule."""
         queue = self.tables.changelog_queue
         while not self.should_stop:
             try:
@@ -197,8 +193,7 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         return self.active_highwaters.get(TP(*tp)) if TP(*tp) in self.active_tps else None
 
     def bulk_store(self, tp: TopicPartition) -> BulkTarget:
-        store: BulkTarget = self.tp_to_table[TP(*tp)].data
-        return store
+        return cast(BulkTarget, self.tp_to_table[TP(*tp)].data)
 
     def bulk_restored(self, tp: TopicPartition, highwater: int) -> None:
         self.active_offsets[TP(*tp)] = highwater
