@@ -13,7 +13,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import faust
 from aiokafka.client import AIOKafkaClient
 from yarl import URL
 
@@ -21,6 +20,7 @@ import recovery
 from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
+from app.eos.consumer import FaustAppHooks
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import RebalanceSensor, restore_progress
 from app.retry import retrying
@@ -53,7 +53,7 @@ class AppParts:
     batch_handler: BatchHandler
 
 
-class DedupeApp(faust.App):  # type: ignore[misc]
+class DedupeApp(FaustAppHooks):
     """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`.
 
     Faust creates the consumer, the transaction manager and the recovery itself, from the app:
@@ -84,17 +84,15 @@ class DedupeApp(faust.App):  # type: ignore[misc]
         self.dedup = parts.dedup
         self.batch_handler = parts.batch_handler
 
-    def _new_transport(self) -> Any:
-        return Transport(self.conf.broker_consumer, self)
+    #: Faust builds its transport from this: our consumer and transaction manager.
+    transport_type = Transport
 
-    async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
-        """Faust waits here for the agents to finish their current records, on a rebalance and
-        on a stop; on a stop it closes the tables right after. Commit now, while the stores are
+    async def consumer_idle(self) -> None:
+        """Faust waits for the agents to finish their current records, on a rebalance and on a
+        stop; on a stop it closes the tables right after. Commit now, while the stores are
         open, so the last transaction's writes reach RocksDB with its changelog offset (on a
         rebalance this is the commit ``on_partitions_revoked`` would make a moment later)."""
-        await super()._consumer_wait_empty(consumer, logger)
-        transactions: TaskTransactionManager = self.consumer.transactions
-        await transactions.commit_all()
+        await self.transactions.commit_all()
 
     def on_init_dependencies(self) -> Any:
         """Faust's services, with :class:`app.metrics.RebalanceSensor` for its Monitor sensor.

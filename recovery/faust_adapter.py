@@ -35,8 +35,8 @@ from recovery.retry import GaveUp
 log = logging.getLogger(__name__)
 
 #: ``(class, member, files that name it)``: Faust's (and mode's) private or undocumented members
-#: the worker relies on. Outside the recovery: Faust's consumer (app/eos/consumer.py), app
-#: (app/factory.py) and store hooks (tables/store_mapping.py), each subclassed in one module.
+#: the worker relies on. Outside the recovery: the consumer's and the app's (app/eos/consumer.py)
+#: and the store's subclass hooks (tables/store_mapping.py); app/factory.py overrides mode's.
 HERE, CONSUMER, APP = "recovery/faust_adapter.py", "app/eos/consumer.py", "app/factory.py"
 _RECOVERY = """_slurp_changelogs _seek_offsets _set_recovery_started _set_recovery_ended buffers
     _active_events_received_at _standby_events_received_at _last_active_event_processed_at
@@ -53,7 +53,8 @@ FAUST_PRIVATES: list[tuple[type, str, str]] = [
     *((Recovery, n, f"{HERE}, recovery/end_rule.py") for n in ("tp_to_table", "active_highwaters")),
     (Recovery, "completed", f"app/web.py, {CONSUMER}"),
     (App, "_crash", f"{HERE}, {CONSUMER}"),
-    *((App, n, APP) for n in ("_new_transport", "_consumer_wait_empty", "on_init_dependencies")),
+    *((App, n, CONSUMER) for n in ("_new_transport", "_consumer_wait_empty")),
+    (App, "on_init_dependencies", APP),
     (App, "in_transaction", f"{APP}, app/eos/*"),
     (App, "rebalancing", f"app/web.py, {CONSUMER}"),
     *((SerializedStore, n, _STORE) for n in ("_get", "_set", "_del", "_iteritems")),

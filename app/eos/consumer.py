@@ -5,6 +5,7 @@ tests/unit/test_private_names.py).
   ``DEDUPE_FETCH_MAX_WAIT``.
 - :class:`Consumer`: records of the source topics go to the app's batch handler, one call per
   fetched partition batch, instead of Faust's per-record stream.
+- :class:`FaustAppHooks`: the app's transport and its hook once the agents are idle.
 - :func:`request_rejoin` and :func:`records_held_back`: what the manager asks of Faust's
   consumer and app.
 """
@@ -16,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import faust
 from aiokafka import AIOKafkaConsumer
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
@@ -59,6 +61,24 @@ def records_held_back(app: Any) -> bool:
         or not app.tables.recovery.completed.is_set()
         or not app.consumer.flow_active
     )
+
+
+class FaustAppHooks(faust.App):  # type: ignore[misc]
+    """The Faust app's consumer hooks, named here (Faust's private members) so the app's own
+    module does not: the transport Faust builds (``transport_type``: our consumer and
+    transaction manager) and :meth:`consumer_idle`, awaited once the agents are idle."""
+
+    transport_type: type
+
+    def _new_transport(self) -> Any:
+        return self.transport_type(self.conf.broker_consumer, self)
+
+    async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
+        await super()._consumer_wait_empty(consumer, logger)
+        await self.consumer_idle()
+
+    async def consumer_idle(self) -> None:
+        """Called once the agents finished their current records (a rebalance, a stop)."""
 
 
 class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
