@@ -13,7 +13,10 @@ Contenders, one at a time, each a subprocess (so its process tree can be measure
   (Spark ``dropDuplicatesWithinWatermark``, on ``local[2]``: two cores);
 - (f) our exactly-once worker as two processes in one consumer group
   (``bench.contenders.worker_group``), one per core as Spark has them: (b) is one Python
-  process, so one core.
+  process, so one core;
+- (g) ``bench.contenders.kstreams_dedup``: Kafka Streams (exactly_once_v2, a RocksDB window
+  store, one stream thread), the Java application in ``bench/contenders/kstreams/`` built
+  with Maven on its first run.
 
 A contender whose module is missing, which exits early or does not finish is recorded as failed
 or incomplete, with its error, and the run goes on.
@@ -135,7 +138,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="records per profile (BENCH_EVENTS; default 2,000,000)",
     )
     p.add_argument(
-        "--contenders", default=",".join(CONTENDERS), help="which of a,b,d,e,f (default all)"
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"which of {','.join(CONTENDERS)} (default all)",
     )
     p.add_argument(
         "--profiles", default=",".join(PROFILES), help=f"{','.join(PROFILES)} (default all)"

@@ -54,25 +54,38 @@ def test_per_million_and_per_id_figures() -> None:
 def test_targets_met_and_missed() -> None:
     rows = [
         _ok("a", 10_000, 150),
-        _ok("b", 6_000, 300),
-        _ok("d", 7_000, 900),
+        _ok("b", 10_500, 140, disk_bytes=45_000, stored_ids=900),
+        _ok("g", 14_000, 120, disk_bytes=90_000, stored_ids=900),
+        _ok("d", 6_000, 900, disk_bytes=40_000, stored_ids=900),
         Result("e", status="failed", error="boom"),
     ]
     got = targets(rows, 0.1)
-    assert got[0] == "(b) >= 50% of (a)'s throughput: MET (60%)"
-    assert got[1].startswith("(b) ahead of (d) Quix Streams, exactly-once: NOT MET (0.86x)")
-    assert "unknown" in got[2] and "did not complete" in got[2]
-    assert got[3] == "(b) p99 <= commit interval + 250 ms = 350 ms: MET (p99 300 ms)"
+    assert got[0] == "(b) >= 1x (a) copy, EOS, no dedup: MET (1.05x)"
+    assert got[1] == "(b) >= 0.8x (g) Kafka Streams, exactly_once_v2: NOT MET (0.75x)"
+    assert got[2] == "(b) >= 2x (d) Quix Streams, exactly-once: NOT MET (1.75x)"
+    assert got[3].startswith("(b) >= 1x (e) Spark") and got[3].endswith("did not complete)")
+    assert got[4] == "(b) p99 <= commit interval + 50 ms = 150 ms: MET (p99 140 ms)"
+    assert (
+        got[5]
+        == "(b) state bytes per id below (d) Quix Streams, exactly-once: NOT MET (50.0 vs 44.4)"
+    )
+    assert got[6].startswith("(b) state bytes per id below (e) Spark") and got[6].endswith(
+        "unknown"
+    )
+    assert (
+        got[7]
+        == "(b) state bytes per id below (g) Kafka Streams, exactly_once_v2: MET (50.0 vs 100.0)"
+    )
 
 
 def test_two_processes_are_compared_with_spark_on_its_two_cores() -> None:
     rows = [_ok("b", 6_000, 300), _ok("e", 7_000, 900), _ok("f", 10_500, 250)]
     got = targets(rows, 0.1)
-    assert got[2] == (
+    assert got[1] == (
         "(f), our worker on two processes, ahead of (e) Spark dropDuplicatesWithinWatermark "
         "(both on two cores): MET (1.50x)"
     )
-    assert got[1].endswith("NOT MET (0.86x)")  # (b) is still judged on its own
+    assert got[0].endswith("NOT MET (0.86x)")  # (b) is still judged on its own
     assert not any(line.startswith("(f)") for line in targets(rows[:2], 0.1))
 
 
