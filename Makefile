@@ -32,7 +32,7 @@ BROWSER_DIR := .cache/browser
 .PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
-        spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery \
+        spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery bench-ingest \
         servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
         test-prerequisites test-lane-faults test-lane-others
 
@@ -221,6 +221,11 @@ bench-recovery: $(STAMP) kafka-jars ## Time to ready from an empty data dir: Fau
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
 	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
 	  $(PY) -m bench.recovery $(BENCH_RECOVERY_ARGS)
+
+bench-ingest: $(STAMP) kafka-jars ## The ingest service vs a bare produce-only handler: events/s, ack and clean-topic latency (bench/results-ingest.md)
+	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
+	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
+	  $(PY) -m bench.ingest $(BENCH_INGEST_ARGS)
 
 bench-idempotency: $(STAMP) ## Claims/s and p99 per store vs bare INSERT / SET NX / Powertools (bench/results-idempotency.md)
 	$(SERVERS) up
