@@ -87,7 +87,8 @@ class WindowWatch:
             s = self.seen.status(p)
             new_ids = (s["ids_held"] or 0) + (s["expired"] or 0) + (s["evicted"] or 0)
             newest = self._newest(p, s["newest_first_seen_ms"])
-            self.recent.setdefault(p, RecentRate()).observe(newest, new_ids)
+            if newest:  # an empty partition has no stream time yet: nothing to measure from
+                self.recent.setdefault(p, RecentRate()).observe(newest, new_ids)
             warning = self.forecast(p).warning
             if warning is None:
                 self.warned_at.pop(p, None)
