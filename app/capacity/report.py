@@ -157,7 +157,7 @@ def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
         row("restore from the changelog", span(pl.restore_seconds_per_partition), ""),
         row("effective window", span(pl.effective_window), ""),
         "",
-        f"Per worker ({pl.partitions_per_worker} partition(s) on the busiest of {w}): memory "
+        f"Per worker (the busiest of {w} holds {pl.partitions_per_worker} partitions): memory "
         f"{size(pl.memory_per_worker)} (bounded by the RocksDB settings, not by the ids held; "
         f"total {size(pl.memory_per_worker * w)}), restore {span(pl.restore_seconds_per_worker)}, "
         f"load {pl.busiest_worker_events:,.0f} events/s of "
@@ -198,6 +198,15 @@ def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
             f"WARNING: the busiest worker gets more events than it processes: use "
             f"at least {pl.min_partitions_for_rate} partitions and workers."
         )
+    measured = figures["largest_partition_measured"].value
+    if pl.ids_held_per_partition > measured:
+        lines.append(
+            f"Note: {pl.ids_held_per_partition:,.0f} ids per partition is "
+            f"{pl.ids_held_per_partition / measured:,.1f}x the most the benchmarks measured "
+            f"({measured:,.0f}): disk and memory are extrapolated (bytes per id held after "
+            "compaction, caches bounded by settings); `python -m bench.scale --partitions 1 "
+            f"--ids {pl.ids_held_per_partition:.0f}` measures one such partition."
+        )
     lines += ["", "From these measured figures (docs/operations.md, 'Sizing a pipeline'):"]
     used = f"{pl.disk_bytes_per_id:.1f} bytes/id"
     if not load.compact_ids:
@@ -209,7 +218,7 @@ def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
     for name, fig in figures.items():
         note = f"; used: {notes[name]}" if name in notes else ""
         lines.append(f"  {fig.value:,g} {fig.unit}: {fig.meaning}{note} [{fig.cited}]")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def main(argv: list[str]) -> int:

@@ -34,3 +34,15 @@ def test_a_changed_row_no_longer_matches(tmp_path: Path) -> None:
         read_cited({**row, "row": "gone"}, tmp_path)
     with pytest.raises(LookupError):
         read_cited({"file": "r.md", "bullet": "nothing"}, tmp_path)
+
+
+def test_the_sizing_section_of_the_operations_guide_quotes_the_current_figures() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("## Sizing a pipeline", 1)[1].split("\n## ", 1)[0]
+    for name, figure in FIGURES.items():
+        if name in ("worker_rss_mib_at_scale", "largest_partition_measured"):
+            continue  # quoted as the larger memory figure and as "6.25M"
+        shown = f"{figure.value:,.1f}" if figure.value % 1 or figure.value < 100 else ""
+        shown = shown or f"{figure.value:,.0f}"
+        assert shown in section, f"docs/operations.md, Sizing a pipeline: {name} {shown}"
+    assert f"{FIGURES['largest_partition_measured'].value / 1e6:.2f}M" in section
