@@ -5,7 +5,9 @@ it: a table ``row`` (its first cell) and ``column`` (optionally inside a ``secti
 with that heading), or a list item starting with ``bullet`` (the first number after its
 colon). ``tests/unit/test_capacity_figures.py`` reads every one of them with
 :func:`read_cited` and compares: a benchmark rerun that moves a figure fails that test until
-``figures.json`` follows, so the tool never sizes from figures no benchmark produced.
+``figures.json`` follows, so the tool never sizes from figures no benchmark produced. The
+benchmarks make it follow themselves: each one calls :func:`refresh` after writing its results
+file, which takes the figures citing that file from it.
 """
 
 from __future__ import annotations
@@ -89,3 +91,28 @@ def read_cited(source: dict[str, str], root: Path = ROOT) -> float:
         elif cells[0] == source["row"]:
             return numbers(cells[header.index(source["column"])])[pick]
     raise LookupError(f"{source['file']}: no row {source['row']!r}")
+
+
+def refresh(results: Path, path: Path = FIGURES_FILE, root: Path = ROOT) -> list[str]:
+    """Take the figures citing ``results`` from it (a benchmark just rewrote it) into
+    ``figures.json``; the names of those that changed. A results file outside ``root`` (a
+    test's) or one no figure cites changes nothing."""
+    try:
+        cited_as = results.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return []
+    raw: dict[str, Any] = json.loads(path.read_text())
+    changed = []
+    for name, f in raw["figures"].items():
+        if f["file"] != cited_as:
+            continue
+        try:
+            value = read_cited({k: str(v) for k, v in f.items() if k != "value"}, root)
+        except LookupError:
+            continue  # a partial run without that row: the unit test names the figure
+        if value != f["value"]:
+            f["value"] = int(value) if value.is_integer() else value
+            changed.append(name)
+    if changed:
+        path.write_text(json.dumps(raw, indent=2) + "\n")
+    return changed

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.capacity.figures import ROOT, load, read_cited
+from app.capacity.figures import ROOT, load, read_cited, refresh
 
 FIGURES = load()
 
@@ -46,3 +46,26 @@ def test_the_sizing_section_of_the_operations_guide_quotes_the_current_figures()
         shown = shown or f"{figure.value:,.0f}"
         assert shown in section, f"docs/operations.md, Sizing a pipeline: {name} {shown}"
     assert f"{FIGURES['largest_partition_measured'].value / 1e6:.2f}M" in section
+
+
+def test_a_benchmark_that_rewrites_its_results_moves_the_figures_citing_them(
+    tmp_path: Path,
+) -> None:
+    figures = tmp_path / "figures.json"
+    figures.write_text(
+        '{"figures": {"rate": {"value": 1500, "unit": "u", "meaning": "m", "file": "bench/r.md",'
+        ' "row": "bulk", "column": "rate"}, "other": {"value": 7, "unit": "u", "meaning": "m",'
+        ' "file": "bench/o.md", "bullet": "x"}}}'
+    )
+    (tmp_path / "bench").mkdir()
+    results = tmp_path / "bench" / "r.md"
+    results.write_text("| run | rate |\n|---|---|\n| bulk | 1,500 |\n")
+    assert refresh(results, figures, tmp_path) == []
+    results.write_text("| run | rate |\n|---|---|\n| bulk | 2,250.5 |\n")
+    assert refresh(results, figures, tmp_path) == ["rate"]
+    moved = load(figures)
+    assert moved["rate"].value == 2250.5 and moved["other"].value == 7
+    # a results file outside the repository (a test's) or without the row changes nothing
+    assert refresh(tmp_path.parent / "r.md", figures, tmp_path) == []
+    results.write_text("| run | rate |\n|---|---|\n| other | 9 |\n")
+    assert refresh(results, figures, tmp_path) == []
