@@ -28,6 +28,8 @@ OLDEST_SCAN = 64
 
 
 class WindowWatch:
+    """The forecast of each partition this worker owns, and its warnings."""
+
     def __init__(self, seen: SeenIds) -> None:
         self.seen = seen
         self.recent: dict[int, RecentRate] = {}
@@ -35,15 +37,17 @@ class WindowWatch:
         self.warned_at: dict[int, float] = {}
         self.checked_at = -1e18
 
-    def oldest_first_seen_ms(self, partition: int) -> int | None:
+    def oldest_first_seen_ms(self, partition: int, scan: bool = False) -> int | None:
         """The oldest first sighting held: the age-out's own figure once it has scanned, else
-        read once from the committed age-out index (the state as restored)."""
+        read once from the committed age-out index (the state as restored). ``scan``: read it
+        now if not read yet; only :meth:`check` does, when the worker is ready, so a web
+        request never opens a database that is being restored."""
         known = self.seen.status(partition)["oldest_first_seen_ms"]
         if known is not None:
             return known
-        if partition not in self.oldest_at_start:
+        if scan and partition not in self.oldest_at_start:
             self.oldest_at_start[partition] = self._scan_oldest(partition)
-        return self.oldest_at_start[partition]
+        return self.oldest_at_start.get(partition)
 
     def _scan_oldest(self, partition: int) -> int | None:
         store = self.seen.store
@@ -64,13 +68,13 @@ class WindowWatch:
         """Stream time: the live figure once a record was processed, else the restored one."""
         return self.seen.store.summary(partition).newest_ms if live is None else live
 
-    def forecast(self, partition: int) -> Forecast:
+    def forecast(self, partition: int, scan: bool = False) -> Forecast:
         s = self.seen.status(partition)
         held, newest = s["ids_held"] or 0, self._newest(partition, s["newest_first_seen_ms"])
         recent = self.recent.get(partition)
         return forecast(
             partition,
-            held_rate(held, self.oldest_first_seen_ms(partition), newest),
+            held_rate(held, self.oldest_first_seen_ms(partition, scan), newest),
             None if recent is None else recent.rate(),
             self.seen.cap,
             self.seen.min_window_ms,
@@ -89,7 +93,7 @@ class WindowWatch:
             newest = self._newest(p, s["newest_first_seen_ms"])
             if newest:  # an empty partition has no stream time yet: nothing to measure from
                 self.recent.setdefault(p, RecentRate()).observe(newest, new_ids)
-            warning = self.forecast(p).warning
+            warning = self.forecast(p, scan=True).warning
             if warning is None:
                 self.warned_at.pop(p, None)
             elif now - self.warned_at.get(p, -1e18) >= REPEAT_EVERY:
