@@ -2,7 +2,8 @@
 
 Once the worker is ready (its partitions' state restored) and every :data:`CHECK_EVERY`
 seconds after, it samples each partition it owns, logs a warning for each partition whose
-forecast is short (when it turns short, then at most every :data:`REPEAT_EVERY`), and keeps
+forecast is short (when it turns short, then at most every :data:`REPEAT_EVERY`) and, once
+per assignment, the forecast of one that is not, and keeps
 the forecast that ``/stats`` (``window_forecast``) and ``/metrics``
 (``dedupe_predicted_window_seconds``) show.
 """
@@ -35,6 +36,8 @@ class WindowWatch:
         self.recent: dict[int, RecentRate] = {}
         self.oldest_at_start: dict[int, int | None] = {}
         self.warned_at: dict[int, float] = {}
+        #: Partitions whose forecast was logged since they were assigned here.
+        self.told: set[int] = set()
         self.checked_at = -1e18
 
     def oldest_first_seen_ms(self, partition: int, scan: bool = False) -> int | None:
@@ -84,21 +87,34 @@ class WindowWatch:
         """Sample and warn for ``partitions`` (those this worker owns, its state ready)."""
         now = time.monotonic()
         partitions = list(partitions)
-        for gone in set(self.recent) - set(partitions):  # revoked: its state may come back other
+        kept_for = set(self.recent) | set(self.oldest_at_start) | set(self.warned_at) | self.told
+        for gone in kept_for - set(partitions):  # revoked: its state may come back another
             for kept in (self.recent, self.oldest_at_start, self.warned_at):
                 kept.pop(gone, None)
+            self.told.discard(gone)
         for p in partitions:
             s = self.seen.status(p)
             new_ids = (s["ids_held"] or 0) + (s["expired"] or 0) + (s["evicted"] or 0)
             newest = self._newest(p, s["newest_first_seen_ms"])
             if newest:  # an empty partition has no stream time yet: nothing to measure from
                 self.recent.setdefault(p, RecentRate()).observe(newest, new_ids)
-            warning = self.forecast(p, scan=True).warning
-            if warning is None:
+            f = self.forecast(p, scan=True)
+            if f.warning is None:
                 self.warned_at.pop(p, None)
+                if f.predicted_window_ms is not None and p not in self.told:
+                    # Once per assignment: what the cap leaves at the rate seen so far.
+                    log.info(
+                        "partition %d: the size cap holds %.1f h of ids at the observed new-id "
+                        "rate, not under DEDUPE_MIN_WINDOW (%.1f h)",
+                        p,
+                        f.predicted_window_ms / 3_600_000,
+                        f.min_window_ms / 3_600_000,
+                    )
             elif now - self.warned_at.get(p, -1e18) >= REPEAT_EVERY:
                 self.warned_at[p] = now
-                log.warning("%s", warning)
+                log.warning("%s", f.warning)
+            if f.predicted_window_ms is not None:
+                self.told.add(p)
 
     async def tick(
         self, ready: Callable[[], bool], partitions: Callable[[], Iterable[int]]
