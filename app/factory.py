@@ -28,7 +28,8 @@ from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule
 from app.topic_safety import parse_count
 from app.topics import ensure_topics
-from app.web import register_views
+from app.web import is_ready, register_views
+from app.window_watch import WindowWatch
 from recovery import TransactionalTableManager
 from recovery.reader import ChangelogReader
 from recovery.restore import FETCH_BYTES
@@ -256,7 +257,14 @@ def create_app(settings: Settings) -> Pipeline:
     )
     register_agents(app, source)
     app.serve(AppParts(seen_ids, producer_seqs, dedup, batch_handler(app, dedup)))
-    register_views(app, dedup)
+    watch = WindowWatch(dedup.seen_ids)
+    register_views(app, dedup, watch)
+
+    async def watch_windows() -> None:
+        await watch.tick(lambda: is_ready(app), lambda: app.consumer.transactions.tasks)
+
+    app.timer(1.0)(watch_windows)
+
     if settings.snapshot_dir:
         schedule = SnapshotSchedule(Path(settings.snapshot_dir), settings.snapshot_keep)
         app.timer(settings.snapshot_interval)(schedule.take)

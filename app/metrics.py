@@ -7,6 +7,8 @@ Per partition this worker owns (label ``partition``):
 - ``dedupe_strategy_records_total{strategy=message_id|producer_sequence|off, outcome=...}``
 - ``dedupe_producers_held``
 - ``dedupe_ids_held``, ``dedupe_effective_window_seconds``, ``dedupe_consumer_lag``
+- ``dedupe_predicted_window_seconds``: the window the size cap will leave at the observed
+  new-id rate (``app/window_watch.py``)
 - ``dedupe_aged_out_total{reason=expired|evicted}``
 - ``dedupe_commits_total``, ``dedupe_last_commit_timestamp_seconds``
 
@@ -149,6 +151,11 @@ class PartitionCollector(Collector):
         window = GaugeMetricFamily(
             "dedupe_effective_window_seconds", "Effective dedup window", labels=["partition"]
         )
+        predicted = GaugeMetricFamily(
+            "dedupe_predicted_window_seconds",
+            "Window the size cap will leave at the observed new-id rate (cap / rate)",
+            labels=["partition"],
+        )
         lag = GaugeMetricFamily(
             "dedupe_consumer_lag", "Records not yet processed", labels=["partition"]
         )
@@ -169,6 +176,9 @@ class PartitionCollector(Collector):
             held.add_metric([p], s["ids_held"])
             if s["effective_window_ms"] is not None:
                 window.add_metric([p], s["effective_window_ms"] / 1000)
+            forecast_ms = s["window_forecast"]["predicted_window_ms"]
+            if forecast_ms is not None:
+                predicted.add_metric([p], forecast_ms / 1000)
             if s["consumer_lag"] is not None:
                 lag.add_metric([p], s["consumer_lag"])
             if s["last_commit_at"] is not None:
@@ -181,7 +191,8 @@ class PartitionCollector(Collector):
         for name, s in stats["standbys"].items():
             if s["lag"] is not None:
                 standby_lag.add_metric([name.rsplit("-", 1)[0], str(s["partition"])], s["lag"])
-        yield from (records, by_strategy, aged, commits, held, producers, window, lag, last)
+        yield from (records, by_strategy, aged, commits, held, producers, window, predicted)
+        yield from (lag, last)
         yield standby_lag
 
 

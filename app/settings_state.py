@@ -29,8 +29,9 @@ class StateSettings(EnvSettings):
         True,
         "DEDUPE_BULK_RESTORE",
         "Rebuild taken-over state partitions with the bulk restorer (whole write batches, "
-        "recovery/restore.py); false: Faust's per-record recovery, many times slower (bench/results-recovery.md; kept as a "
-        "fallback and as the recovery benchmark's baseline).",
+        "recovery/restore.py); false: Faust's per-record recovery, many times slower "
+        "(bench/results-recovery.md; kept as a fallback and as the recovery benchmark's "
+        "baseline).",
     )
     snapshot_dir: str = setting(
         "",

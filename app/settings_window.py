@@ -65,7 +65,8 @@ class WindowSettings(EnvSettings):
         86400.0,
         "DEDUPE_MIN_WINDOW",
         "A warning is logged when the size cap makes a partition's effective window shorter "
-        "(than this, or than DEDUPE_WINDOW when that is shorter).",
+        "(than this, or than DEDUPE_WINDOW when that is shorter), and before that, when the "
+        "observed new-id rate will fill the cap sooner (window_forecast in /stats).",
         within=(0.0, 3650 * 86400.0),
     )
     eviction_batch: int = setting(

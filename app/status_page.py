@@ -3,9 +3,10 @@
 Its script reads the worker's own JSON endpoints every two seconds (``/ready``, ``/stats``)
 and draws them: whether the worker is ready, the transaction protocol, one row per partition it
 owns (state, lag, ids held, effective window, last commit and its latency, records forwarded,
-repeats dropped, dead letters) and the standby copies it keeps. The lookup box asks
-``/messages/{id}`` (any worker answers for any id: it forwards to the owner) and shows the
-answer; ``/?id=<messageId>`` looks an id up on load, for links from logs and alerts.
+repeats dropped, dead letters, and the window the size cap will leave at the observed new-id
+rate, "short:" when that is under DEDUPE_MIN_WINDOW) and the standby copies it keeps. The
+lookup box asks ``/messages/{id}`` (any worker answers for any id: it forwards to the owner)
+and shows the answer; ``/?id=<messageId>`` looks an id up on load, for links from logs and alerts.
 The page shows what the endpoints say and nothing more: docs/operations.md explains each figure.
 """
 
@@ -38,7 +39,7 @@ PAGE = """<!doctype html>
 <table id="partitions"><thead><tr>
   <th>partition</th><th>state</th><th>lag</th><th>ids held</th><th>effective window</th>
   <th>last commit</th><th>commit latency</th><th>forwarded</th><th>repeats dropped</th>
-  <th>dead-lettered</th>
+  <th>dead-lettered</th><th>window the cap will leave</th>
 </tr></thead><tbody></tbody></table>
 <h2>Standby copies</h2>
 <table id="standbys"><thead><tr><th>changelog partition</th><th>lag</th></tr></thead>
@@ -58,6 +59,10 @@ function age(seconds) {
   if (s < 7200) return (s / 60).toFixed(0) + " min";
   if (s < 172800) return (s / 3600).toFixed(1) + " h";
   return (s / 86400).toFixed(1) + " days";
+}
+function forecast(f) {
+  if (!f || f.predicted_window_ms === null) return "-";
+  return (f.warning ? "short: " : "") + age(f.predicted_window_ms / 1000);
 }
 function cells(row, values) {
   const tr = document.createElement("tr");
@@ -85,7 +90,8 @@ async function refresh() {
        s.effective_window_ms === null ? "full" : age(s.effective_window_ms / 1000),
        s.last_commit_at ? age(now - s.last_commit_at) + " ago" : "-",
        s.last_commit_seconds === null ? "-" : (s.last_commit_seconds * 1000).toFixed(0) + " ms",
-       num(s.forwarded), num(s.duplicates_dropped), num(s.dead_lettered)])));
+       num(s.forwarded), num(s.duplicates_dropped), num(s.dead_lettered),
+       forecast(s.window_forecast)])));
     $("standbys").tBodies[0].replaceChildren(...Object.entries(stats.standbys).map(
       ([name, s]) => cells({standby: name}, [name, num(s.lag)])));
   } catch (err) {

@@ -14,7 +14,9 @@
   (producer-sequence strategy); 404 when unknown. Any worker answers, as above.
 - ``GET /stats``: the dedup policy in force, the Kafka transaction protocol the producers run
   (``transactions``: ``protocol``, ``setting``, ``cluster_transaction_version``) and, per
-  partition this worker owns: ids held, effective window, oldest and newest first sighting, ids
+  partition this worker owns: ids held, effective window, oldest and newest first sighting, the
+  window forecast (``window_forecast``: the observed new-id rate, the window the size cap will
+  leave, and a warning when that is under DEDUPE_MIN_WINDOW: ``app/window_watch.py``), ids
   expired and evicted, producers held, records forwarded / dropped / dead-lettered / re-keyed /
   reusing an id by this process (also per strategy), record batches handled, consumer lag,
   commits and the last commit.
@@ -47,6 +49,7 @@ from app.lookup import OutputLocator
 from app.rules import partition_for
 from app.strategy import scoped_key
 from app.web_guard import guarded
+from app.window_watch import WindowWatch
 from tables.producers import TABLE_NAME as PRODUCERS_TABLE
 from tables.seen_ids_table import TABLE_NAME
 
@@ -90,7 +93,7 @@ def _lag(app: faust.App, tm: TaskTransactionManager, topic: str, partition: int)
     return max(high - task.positions.get(tp, high), 0)
 
 
-def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
+def partition_stats(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> dict[str, Any]:
     """The figures of ``/stats`` and ``/metrics``."""
     tm: TaskTransactionManager = app.consumer.transactions
     seen = dedup.seen_ids
@@ -100,6 +103,7 @@ def partition_stats(app: faust.App, dedup: Deduplicator) -> dict[str, Any]:
         partitions[str(p)] = {
             "state": task.state.value,
             **seen.status(p),
+            "window_forecast": watch.forecast(p).as_dict(),
             **(dedup.producers.status(p) if dedup.producers is not None else {}),
             **{outcome: counts.get(outcome, 0) for outcome in metrics.OUTCOMES},
             "by_strategy": _by_strategy(dedup, p),
@@ -142,12 +146,12 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def register_views(app: faust.App, dedup: Deduplicator) -> None:
+def register_views(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> None:
     settings = dedup.settings
     locator = OutputLocator(
         settings.bootstrap_servers, settings.output_topic, **settings.kafka_client_kwargs()
     )
-    metrics.register(lambda: partition_stats(app, dedup), settings)
+    metrics.register(lambda: partition_stats(app, dedup, watch), settings)
     Guarded = guarded(settings.web_token)
     if not settings.web_token and settings.web_host not in LOOPBACK:
         log.warning(
@@ -194,7 +198,7 @@ def register_views(app: faust.App, dedup: Deduplicator) -> None:
     @app.page("/stats")
     class Stats(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request) -> Response:
-            return self.json(partition_stats(app, dedup))
+            return self.json(partition_stats(app, dedup, watch))
 
     @app.page("/metrics")
     class Metrics(Guarded):  # type: ignore[misc,valid-type]

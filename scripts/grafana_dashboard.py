@@ -105,6 +105,12 @@ ROWS: list[tuple[str, list[tuple[str, str, list[Query]]]]] = [
                         f"dedupe_effective_window_seconds{{{W}}}",
                         "partition {{partition}}",
                     ),
+                    by(
+                        "partition",
+                        "min",
+                        f"dedupe_predicted_window_seconds{{{W}}}",
+                        "partition {{partition}}: what the cap will leave",
+                    ),
                     (f"min(dedupe_min_window_seconds{{{W}}})", "minimum"),
                 ],
             ),

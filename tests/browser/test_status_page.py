@@ -90,6 +90,11 @@ def test_the_status_page_draws_the_partitions_and_answers_a_lookup(
         assert figures[0] == p and figures[1] == s["state"]
         assert figures[3] == f"{s['ids_held']:,}", (figures, s)
         assert figures[7] == f"{s['forwarded']:,}" and figures[8] == f"{s['duplicates_dropped']:,}"
+        forecast = s["window_forecast"]  # the last column: the window the cap will leave
+        if forecast["predicted_window_ms"] is None:
+            assert figures[10] == "-", (figures, forecast)
+        else:
+            assert figures[10].startswith("short: ") == (forecast["warning"] is not None)
     assert 'class="badge ok">ready<' in dom
     answer = re.search(r'<div id="answer" data-status="(\d+)">(.*?)</div>', dom, re.S)
     assert answer, dom[-3000:]

@@ -48,6 +48,7 @@ def stats_snapshot() -> dict[str, Any]:
         "commits": 1,
         "ids_held": 1,
         "effective_window_ms": 1000,
+        "window_forecast": {"predicted_window_ms": 2000},
         "consumer_lag": 1,
         "last_commit_at": 1.0,
     }
