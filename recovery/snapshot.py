@@ -38,13 +38,15 @@ from rocksdict import (
     SstFileWriter,
 )
 
+from tables.formats import SNAPSHOT
 from tables.rocks import META_CF, OFFSET_KEY, RESTORING_KEY, PartitionDB
 
 log = logging.getLogger(__name__)
 
 #: 2: ``seen_ids`` keys in their compact disk form (``tables/keys.py``); 1: every key as written.
-#: A snapshot's files hold the databases' keys as they are, so another format is refused.
-FORMAT = 2
+#: A snapshot's files hold the databases' keys as they are, so another format is refused (the
+#: versions and the rule: ``tables/formats.py``).
+FORMAT = SNAPSHOT.current
 MANIFEST = "manifest.json"
 _DB = re.compile(r"(?P<table>[a-z_]+)-(?P<partition>\d+)\.db")
 
@@ -203,11 +205,9 @@ def problems(
     except (ValueError, KeyError, TypeError) as exc:
         return [f"{manifest_path} is unreadable ({exc!r})"]
     found: list[str] = []
-    if manifest.format != FORMAT:
-        found.append(
-            f"snapshot format {manifest.format}, this worker reads {FORMAT}: take a new "
-            "snapshot with this version, or start without one (the changelog rebuilds the state)"
-        )
+    refused = SNAPSHOT.problem(manifest.format, f"the snapshot in {src}")
+    if refused is not None:
+        found.append(refused)
     theirs, ours = manifest.identity, identity
     for name in ("app_id", "input_topic", "partitions"):
         if getattr(theirs, name) != getattr(ours, name):
