@@ -19,7 +19,7 @@ any of the code under test.
 - ``changelog.jsonl``: one line per changelog record, ``{"partition", "txn", "key", "value",
   "headers"}`` (key and value base64, value null for a tombstone; ``txn`` numbers each
   partition's transactions), in the order the worker sends them;
-- ``data/``: the tables dir of a worker that committed those transactions (the store's live
+- ``tables/``: the tables dir of a worker that committed those transactions (the store's live
   commit path, ``TransactionalStore.commit_partition``), flushed and closed;
 - ``snapshot/``: ``python -m app snapshot``'s files of that data dir (``recovery/snapshot.py``).
 """
@@ -184,7 +184,7 @@ def main() -> None:
         # RocksDB's own info logs are not part of the format (it writes new ones on open).
         for log in tables.glob("*.db/LOG*"):
             log.unlink()
-        shutil.copytree(tables, ROOT / "data")
+        shutil.copytree(tables, ROOT / "tables")
     size = sum(p.stat().st_size for p in ROOT.rglob("*") if p.is_file())
     print(f"wrote {ROOT} ({size:,} bytes)")
 

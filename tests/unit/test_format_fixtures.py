@@ -63,7 +63,7 @@ def store_on(tmp_path: Path) -> Any:
 def test_the_fixtures_are_small_and_complete() -> None:
     assert sum(len(expected_entries(p)) for p in range(IDENTITY.partitions)) == 295
     assert sum(f.stat().st_size for f in ROOT.rglob("*") if f.is_file()) < 400_000
-    assert json.loads((ROOT / "data" / DATA_DIR_FILE).read_text()) == {"format": 1}
+    assert json.loads((ROOT / "tables" / DATA_DIR_FILE).read_text()) == {"format": 1}
     assert json.loads((ROOT / "snapshot" / "manifest.json").read_text())["format"] == 2
 
 
@@ -71,7 +71,7 @@ def test_the_fixtures_are_small_and_complete() -> None:
 def test_a_data_dir_of_format_1_is_read(tmp_path: Path, store_on: Any, version_file: bool) -> None:
     """Without the file: a data dir written before versions were recorded, read as format 1
     and given the file."""
-    shutil.copytree(ROOT / "data", tmp_path / "tables")  # RocksDB writes to what it opens
+    shutil.copytree(ROOT / "tables", tmp_path / "tables")  # RocksDB writes to what it opens
     if not version_file:
         (tmp_path / "tables" / DATA_DIR_FILE).unlink()
     store = store_on(tmp_path)
