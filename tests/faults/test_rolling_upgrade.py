@@ -12,14 +12,20 @@ fixtures of the current formats (tests/unit/test_format_fixtures.py).
 
 from __future__ import annotations
 
+import asyncio
+import json
+import shutil
 import signal
 import time
 
 import pytest
 
+from tables.formats import CHANGELOG, CHANGELOG_FIELD, DATA_DIR, DATA_DIR_FILE
+from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.faults.conftest import Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.faults.test_recovery_takeover import restores_logged
+from tests.integration.test_changelog_fixture import produce_transactions
 from tests.support import Broker, Names, Worker, get
 
 pytestmark = pytest.mark.faults
@@ -87,3 +93,63 @@ def test_f25_rolling_upgrade_one_worker_at_a_time_under_load(
         report,
         waited,
     )
+
+
+def test_a_worker_stops_on_a_changelog_transaction_of_a_newer_format(
+    broker: Broker, names: Names, workers: list[Worker]
+) -> None:
+    """The rollback hazard the two-step changelog change avoids: an older worker meets a
+    transaction a newer version wrote. Restoring it into an empty data dir, the worker must
+    stop with the refusal (tables/formats.py), not go on and decide records against it."""
+    worker = Worker(broker, names, partitions=1)
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    assert worker.kill(signal.SIGTERM) == 0
+    newer = {names.input_topic: 5, CHANGELOG_FIELD: CHANGELOG.current + 1}
+    asyncio.run(
+        produce_transactions(
+            broker.bootstrap,
+            f"{names.app_id}-seen_ids-changelog",
+            [(0, [(b"m-newer", b"\x00" * 24), (SOURCE_OFFSETS_KEY, json.dumps(newer).encode())])],
+        )
+    )
+    shutil.rmtree(worker.data_dir)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while worker.alive():
+        assert time.monotonic() < deadline, "the worker went on with a newer changelog format"
+        time.sleep(0.5)
+    last = worker.log_text().rsplit("===== start", 1)[-1]
+    assert "partition 0 is in changelog format 2; this worker reads 1" in last, last[-3000:]
+    assert "Crashed reason=FormatRefused" in last
+    # It never became ready, so it never decided a record against that state.
+    assert "[^Worker]: Ready" not in last
+    assert worker.proc is not None and worker.proc.returncode != 0
+
+
+def test_a_worker_stops_on_a_data_dir_of_a_newer_format_and_leaves_it_alone(
+    broker: Broker, names: Names, workers: list[Worker]
+) -> None:
+    """An older worker started on a data dir a newer version wrote (tables/data_dir.py)."""
+    worker = Worker(broker, names, partitions=1)
+    workers.append(worker)
+    worker.start()
+    worker.wait_ready()
+    assert worker.kill(signal.SIGTERM) == 0
+    (version_file,) = worker.data_dir.rglob(DATA_DIR_FILE)
+    assert json.loads(version_file.read_text()) == {"format": DATA_DIR.current}
+    newer = json.dumps({"format": DATA_DIR.current + 1})
+    version_file.write_text(newer)
+    before = sorted(p.name for p in version_file.parent.rglob("*"))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while worker.alive():
+        assert time.monotonic() < deadline, "the worker went on with a newer data dir"
+        time.sleep(0.5)
+    last = worker.log_text().rsplit("===== start", 1)[-1]
+    refusal = "is in data dir format 2; this worker reads 1: it was written by a newer version"
+    assert refusal in last, last[-3000:]
+    assert "[^Worker]: Ready" not in last
+    assert version_file.read_text() == newer
+    assert sorted(p.name for p in version_file.parent.rglob("*")) == before
