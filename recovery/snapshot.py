@@ -38,6 +38,7 @@ from rocksdict import (
     SstFileWriter,
 )
 
+from tables.data_dir import open_data_dir
 from tables.formats import SNAPSHOT
 from tables.rocks import META_CF, OFFSET_KEY, RESTORING_KEY, PartitionDB
 
@@ -250,7 +251,9 @@ def restore(
             "data dir away before restoring a snapshot into it"
         )
     manifest = Manifest.decode((src / MANIFEST).read_text())
-    tables_dir.mkdir(parents=True, exist_ok=True)
+    # The databases about to be written are this version's layout: say so (tables/data_dir.py;
+    # a data dir left by a newer version is refused here, before anything is written).
+    open_data_dir(tables_dir)
     for copy in manifest.copies:
         path = tables_dir / f"{copy.table}-{copy.partition}.db"
         extra = tuple(sorted(n for n in copy.families if n not in ("default", META_CF)))

@@ -20,7 +20,8 @@ OffsetCheckpoint.java``: the version is written first, the read switches on it, 
 one throws "Unknown offset checkpoint version" instead of being guessed at). Here a version this
 worker reads (:attr:`Format.reads`) is read; any other is refused with a message that names the
 way forward, one for a version older than this worker reads and one for a newer one, so an
-older worker never misreads what a newer one wrote. A change of the changelog format ships in
+older worker stops (:class:`FormatRefused` ends the worker before it is ready) rather than
+misread what a newer one wrote. A change of the changelog format ships in
 two releases (docs/operations.md "Upgrading"): the first reads the new version and still writes
 the old one, the second writes the new one, so no worker of a rolling upgrade meets a record
 newer than it reads.

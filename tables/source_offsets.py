@@ -9,10 +9,11 @@ bookkeeping key that says a live commit (not a restore) applied it.
 
 The record also carries the changelog's format version (:data:`tables.formats.CHANGELOG_FIELD`,
 once per transaction): every write of a record, live or restored, checks it first, so a store
-never applies a transaction of a changelog format this worker does not read (it raises
-:class:`tables.formats.FormatRefused`). A record without the field is version 1 (written before
-the field existed); workers of that time look up only their source topics in it, so they read
-records with the field too (a rollback to them is safe).
+never applies the record of a transaction in a changelog format this worker does not read (it
+raises :class:`tables.formats.FormatRefused`, and the worker stops: ``recovery/bulk.py``,
+``recovery/follow.py`` and ``recovery/faust_adapter.py`` let it through). A record without the
+field is version 1 (written before the field existed); workers of that time look up only their
+source topics in it, so they read records with the field too (a rollback to them is safe).
 """
 
 from __future__ import annotations

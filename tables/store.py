@@ -223,8 +223,9 @@ class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type:
         if len(ids) < len(writes):
             for key, value in writes:
                 if key == SOURCE_OFFSETS_KEY and value is not None:  # bookkeeping, not an id
-                    # Before anything of the write: a transaction of a changelog format this
-                    # worker does not read is never applied (tables/formats.py).
+                    # Before anything of this write: the record, the transaction's last, of a
+                    # changelog format this worker does not read is never applied, and the
+                    # refusal stops the worker (tables/formats.py).
                     check_changelog_version(
                         value, f"the {self.table_name} changelog's partition {partition}"
                     )

@@ -115,3 +115,13 @@ def test_the_changelog_dump_of_format_1_restores_through_faust_s_recovery_path(
         offsets[partition] += 1
     store.apply_changelog_batch(events, to_key=lambda k: k, to_value=lambda v: v)
     assert_holds_the_fixture(store)
+
+
+def test_a_snapshot_restore_writes_the_data_dir_version(tmp_path: Path) -> None:
+    options, family_options, _cache = options_for(RocksTuning())
+
+    def open_db(path: Path, extra: tuple[str, ...]) -> PartitionDB:
+        return PartitionDB(path, options, family_options, extra)
+
+    restore(ROOT / "snapshot", tmp_path / "tables", open_db, progress=lambda _: None)
+    assert read_version(tmp_path / "tables") == 1
