@@ -4,8 +4,10 @@ last is ready again, while a steady stream flows. Each stop hands the worker's p
 the others (warm standby copies), each start takes some back. Exactly once throughout.
 
 The restarted workers run the same code (a test cannot ship two releases); what a rolling
-upgrade adds to a plain restart is the version checks, which the unit tier covers against the
-fixtures of the current formats (tests/unit/test_format_fixtures.py).
+upgrade adds to a plain restart is the version checks: the unit and integration tiers read the
+kept fixtures of the current formats (tests/unit/test_format_fixtures.py,
+tests/integration/test_changelog_fixture.py), and the last two tests here start a real worker
+on a changelog and on a data dir of a newer format, which it must refuse.
 
     DEDUPE_TEST_KAFKA_PORT=19092 .venv/bin/python -m pytest tests/faults/test_rolling_upgrade.py
 """
@@ -20,6 +22,7 @@ import time
 
 import pytest
 
+from scripts.topic_reader import end_offsets
 from tables.formats import CHANGELOG, CHANGELOG_FIELD, DATA_DIR, DATA_DIR_FILE
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.faults.conftest import Reliability
@@ -58,8 +61,8 @@ def test_f25_rolling_upgrade_one_worker_at_a_time_under_load(
         worker.start()
         worker.wait_ready()
     stream = scaled_stream(90_000, seed=25)
-    # Steady over ~100 s: longer than three stops and starts (15-25 s each on 2 cores), so
-    # every restart meets a flowing stream.
+    # Steady over ~100 s: longer than the three stops and starts, so every restart meets a
+    # flowing stream (asserted before each one and after the last).
     feeder = Feeder(broker, names, stream, seconds=100)
     time.sleep(8.0)
     ready_s = []
@@ -78,10 +81,13 @@ def test_f25_rolling_upgrade_one_worker_at_a_time_under_load(
     report, waited = drain_and_verify(broker, names, workers, partitions=PARTITIONS)
     logs = [w.log_text() for w in fleet]
     restored = sum(sum(restores_logged(text).values()) for text in logs)
+    changelog = sum(
+        asyncio.run(end_offsets(broker.bootstrap, f"{names.app_id}-seen_ids-changelog")).values()
+    )
     print(
         f"\nrolling upgrade: events={len(stream.records)} restarts={WORKERS} "
         f"SIGTERM to every worker ready {', '.join(f'{s:.1f}s' for s in ready_s)}; "
-        f"changelog offsets restored over the run: {restored}"
+        f"changelog offsets restored over the run: {restored} of {changelog}"
     )
     # Every worker stopped cleanly and came back: two "Ready" lines each.
     assert all(text.count("[^Worker]: Ready") == 2 for text in logs)
