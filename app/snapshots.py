@@ -29,6 +29,7 @@ from app.settings import Settings
 from app.topics import TopicMismatch, delete_retention_ms
 from envsettings import parse_duration
 from recovery.snapshot import MANIFEST, Identity, Manifest, problems, restore, take
+from tables.formats import FormatRefused
 from tables.protocol import changelog_topic
 from tables.rocks import PartitionDB, options_for
 from tables.seen_ids_table import TABLE_NAME, rocks_tuning
@@ -127,7 +128,7 @@ def main(argv: list[str]) -> int:
 
     try:
         manifest = restore(args.src, where, open_db, progress=print)
-    except ValueError as exc:
+    except (ValueError, FormatRefused) as exc:
         print(f"dedupe restore: {exc}", file=sys.stderr)
         return 1
     print(

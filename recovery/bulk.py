@@ -19,6 +19,7 @@ from aiokafka.structs import TopicPartition
 
 from recovery.restore import BulkTarget, Restorer
 from recovery.retry import RESTORE_LIMIT_SECONDS, Backoff
+from tables.formats import FormatRefused
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ class BulkRestores:
                     try:
                         if await self._restore_one(tp, number, should_stop):
                             break
-                    except asyncio.CancelledError:
-                        raise
+                    except (asyncio.CancelledError, FormatRefused):
+                        raise  # a refusal stops the worker: no retry reads another format
                     except Exception as exc:
                         # The store kept a prefix; less often while it keeps failing, so that
                         # a broker that is down is not asked once a second.

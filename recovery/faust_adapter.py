@@ -31,6 +31,7 @@ from recovery.end_rule import IDLE_WAIT_SECONDS, EndRule
 from recovery.follow import Follower
 from recovery.restore import BulkTarget
 from recovery.retry import GaveUp
+from tables.formats import FormatRefused
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +162,8 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
                 await self._apply(event)
                 self._maybe_signal_recovery_end()
                 self._maybe_signal_standbys_ready()
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, FormatRefused):
+                raise  # a refusal stops the worker: the record is not skipped
             except Exception as exc:
                 log.warning("Error in recovery %r", exc, exc_info=True)
 

@@ -29,6 +29,7 @@ from aiokafka.structs import TopicPartition
 
 from recovery.restore import BulkTarget, RecordSource, wait_compacted, write_batches
 from recovery.retry import Backoff
+from tables.formats import FormatRefused
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ class Follower:
             try:
                 await self._turn()
                 backoff.reset()
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, FormatRefused):
+                raise  # a refusal stops the worker: no retry reads another format
             except Exception as exc:
                 delay = backoff.failed(exc)
                 # The partitions are set up again (the reader itself is shared with the

@@ -38,13 +38,16 @@ from rocksdict import (
     SstFileWriter,
 )
 
+from tables.data_dir import open_data_dir
+from tables.formats import SNAPSHOT
 from tables.rocks import META_CF, OFFSET_KEY, RESTORING_KEY, PartitionDB
 
 log = logging.getLogger(__name__)
 
 #: 2: ``seen_ids`` keys in their compact disk form (``tables/keys.py``); 1: every key as written.
-#: A snapshot's files hold the databases' keys as they are, so another format is refused.
-FORMAT = 2
+#: A snapshot's files hold the databases' keys as they are, so another format is refused (the
+#: versions and the rule: ``tables/formats.py``).
+FORMAT = SNAPSHOT.current
 MANIFEST = "manifest.json"
 _DB = re.compile(r"(?P<table>[a-z_]+)-(?P<partition>\d+)\.db")
 
@@ -203,11 +206,9 @@ def problems(
     except (ValueError, KeyError, TypeError) as exc:
         return [f"{manifest_path} is unreadable ({exc!r})"]
     found: list[str] = []
-    if manifest.format != FORMAT:
-        found.append(
-            f"snapshot format {manifest.format}, this worker reads {FORMAT}: take a new "
-            "snapshot with this version, or start without one (the changelog rebuilds the state)"
-        )
+    refused = SNAPSHOT.problem(manifest.format, f"the snapshot in {src}")
+    if refused is not None:
+        found.append(refused)
     theirs, ours = manifest.identity, identity
     for name in ("app_id", "input_topic", "partitions"):
         if getattr(theirs, name) != getattr(ours, name):
@@ -250,7 +251,9 @@ def restore(
             "data dir away before restoring a snapshot into it"
         )
     manifest = Manifest.decode((src / MANIFEST).read_text())
-    tables_dir.mkdir(parents=True, exist_ok=True)
+    # The databases about to be written are this version's layout: say so (tables/data_dir.py;
+    # a data dir left by a newer version is refused here, before anything is written).
+    open_data_dir(tables_dir)
     for copy in manifest.copies:
         path = tables_dir / f"{copy.table}-{copy.partition}.db"
         extra = tuple(sorted(n for n in copy.families if n not in ("default", META_CF)))

@@ -1,6 +1,7 @@
 """The per-partition RocksDB databases of one table: where they live, opening them (a damaged
 one is set aside and rebuilt from the changelog, and so is one whose keys are in another disk
-form than the store writes), closing them, removing them."""
+form than the store writes; a directory in a format this worker does not read is refused before
+any, ``tables/data_dir.py``), closing them, removing them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from rocksdict import Options
 
+from tables.data_dir import open_data_dir
 from tables.rocks import PartitionDB
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ class PartitionSet:
         self._extra_cfs = extra_cfs
         self._bulk_options = bulk_options
         self._open: dict[int, PartitionDB] = {}
+        #: The directory's version, once checked (``tables/data_dir.py``).
+        self.format: int | None = None
 
     def path(self, partition: int) -> Path:
         return self.directory / f"{self._table_name}-{partition}.db"
@@ -53,6 +57,10 @@ class PartitionSet:
         return pdb
 
     def _open_db(self, partition: int, *, bulk: bool = False) -> PartitionDB:
+        if self.format is None:
+            # Before any database is opened: one of a version this worker does not read is
+            # never opened, let alone written (FormatRefused stops the worker).
+            self.format = open_data_dir(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(partition)
         try:

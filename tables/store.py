@@ -34,7 +34,11 @@ from rocksdict import Rdict, WriteBatch
 from tables.partitions import PartitionSet
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, store_options
-from tables.source_offsets import SOURCE_OFFSETS_KEY, put_source_offsets
+from tables.source_offsets import (
+    SOURCE_OFFSETS_KEY,
+    check_changelog_version,
+    put_source_offsets,
+)
 from tables.staging import Staging
 from tables.store_mapping import StoreMapping
 from tables.store_restore import RestoreWrites
@@ -216,6 +220,12 @@ class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type:
         if len(ids) < len(writes):
             for key, value in writes:
                 if key == SOURCE_OFFSETS_KEY and value is not None:  # bookkeeping, not an id
+                    # Before anything of this write: the record, the transaction's last, of a
+                    # changelog format this worker does not read is never applied, and the
+                    # refusal stops the worker (tables/formats.py).
+                    check_changelog_version(
+                        value, f"the {self.table_name} changelog's partition {partition}"
+                    )
                     put_source_offsets(batch, pdb.meta_handle, value, source_offsets_at)
         self.extend_batch(partition, pdb, batch, ids)
         self._staging.forget_reads(partition)  # committed values change with this write

@@ -107,8 +107,22 @@ def test_a_snapshot_of_an_older_format_is_refused(tables_dir: Path, tmp_path: Pa
     raw["format"] = 1
     (snap / MANIFEST).write_text(json.dumps(raw))
     assert problems(snap, IDENTITY, None) == [
-        "snapshot format 1, this worker reads 2: take a new snapshot with this version, or "
-        "start without one (the changelog rebuilds the state)"
+        f"the snapshot in {snap} is in snapshot format 1; this worker reads 2: take a new "
+        "snapshot with this version, or start without one (the changelog rebuilds the state)"
+    ]
+
+
+def test_a_snapshot_of_a_newer_format_is_refused(tables_dir: Path, tmp_path: Path) -> None:
+    """An older worker never ingests files a newer version laid out (tables/formats.py)."""
+    snap = tmp_path / "snap"
+    take(tables_dir, snap, IDENTITY, progress=lambda _: None)
+    raw = json.loads((snap / MANIFEST).read_text())
+    raw["format"] = 3
+    (snap / MANIFEST).write_text(json.dumps(raw))
+    assert problems(snap, IDENTITY, None) == [
+        f"the snapshot in {snap} is in snapshot format 3; this worker reads 2: it was taken by "
+        "a newer version: restore it with that version (or a later one), or start without one "
+        "(the changelog rebuilds the state)"
     ]
 
 

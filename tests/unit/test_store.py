@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -13,6 +14,7 @@ import pytest
 from faust.types import TP
 from rocksdict import AccessType, Options, Rdict
 
+from tables.formats import CHANGELOG_FIELD, FormatRefused
 from tables.rocks import META_CF, OFFSET_KEY
 from tables.rocks_options import MEMTABLE_BLOOM_RATIO, RocksTuning
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
@@ -853,3 +855,18 @@ def test_the_changelog_records_are_the_staged_writes_one_per_key(
     assert s.changelog_records(2) == []
     s.discard_partition(0)
     assert s.changelog_records(0) == []
+
+
+def test_a_transaction_of_a_newer_changelog_format_is_refused_before_any_of_it_is_written(
+    harness: Harness,
+) -> None:
+    """An older worker restoring what a newer one wrote stops (tables/formats.py) instead of
+    holding ids it may misread: neither the ids nor the offset of the refused write land."""
+    store = harness.new_store()
+    store.write_restored(0, [(b"a", b"1"), (SOURCE_OFFSETS_KEY, b'{"in":3}')], 1, wal=True)
+    newer = json.dumps({"in": 9, CHANGELOG_FIELD: 2}).encode()
+    with pytest.raises(FormatRefused, match="partition 0 is in changelog format 2"):
+        store.write_restored(0, [(b"b", b"2"), (SOURCE_OFFSETS_KEY, newer)], 5, wal=True)
+    assert on_disk_split(store, 0)[0] == {b"a": b"1"}
+    assert store.source_offsets(0) == {"in": 3}
+    assert store.partition_db(0).offset() == 1

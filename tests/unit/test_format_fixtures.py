@@ -1,0 +1,127 @@
+"""This version reads the kept fixtures of data dir format 1, snapshot format 2 and changelog
+format 1 (tests/format_fixtures.py says what they hold and how to regenerate them): every id,
+its first-seen time (and the rest of its entry), and each partition's source offsets come back
+exactly, through the worker's own store on real RocksDB. The changelog dump's restore from a
+real broker is tests/integration/test_changelog_fixture.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recovery.snapshot import problems, restore
+from tables.data_dir import read_version
+from tables.formats import DATA_DIR_FILE
+from tables.rocks import PartitionDB, options_for
+from tables.rocks_options import RocksTuning
+from tables.seen_ids_index import SeenIdsStore
+from tables.window import Entry
+from tests.format_fixtures import (
+    IDENTITY,
+    ROOT,
+    expected_entries,
+    expected_source_offsets,
+    new_store,
+    read_dump,
+)
+
+
+def assert_holds_the_fixture(store: SeenIdsStore) -> None:
+    for p in range(IDENTITY.partitions):
+        expected = expected_entries(p)
+        held = {store.written_key(raw): Entry.decode(value) for raw, value in store.db(p).items()}
+        assert held == expected
+        # The worker's own lookups (UUIDs in their 16-byte disk form) find every one.
+        for key, entry in expected.items():
+            value = store.committed_get(p, key)
+            assert value is not None and Entry.decode(value) == entry
+        assert store.source_offsets(p) == expected_source_offsets(p)
+        # The age-out index holds every id once (derived on write: tables/seen_ids_index.py).
+        assert sum(1 for _ in store.index(p, b"")) == len(expected)
+
+
+@pytest.fixture
+def store_on(tmp_path: Path) -> Any:
+    opened: list[SeenIdsStore] = []
+
+    def open_on(parent: Path) -> SeenIdsStore:
+        store = new_store(parent)
+        opened.append(store)
+        return store
+
+    yield open_on
+    for store in opened:
+        for p in range(IDENTITY.partitions):
+            store.close_partition(p)
+
+
+def test_the_fixtures_are_small_and_complete() -> None:
+    assert sum(len(expected_entries(p)) for p in range(IDENTITY.partitions)) == 295
+    assert sum(f.stat().st_size for f in ROOT.rglob("*") if f.is_file()) < 400_000
+    assert json.loads((ROOT / "tables" / DATA_DIR_FILE).read_text()) == {"format": 1}
+    assert json.loads((ROOT / "snapshot" / "manifest.json").read_text())["format"] == 2
+
+
+@pytest.mark.parametrize("version_file", [True, False], ids=["format-1", "before-the-file"])
+def test_a_data_dir_of_format_1_is_read(tmp_path: Path, store_on: Any, version_file: bool) -> None:
+    """Without the file: a data dir written before versions were recorded, read as format 1
+    and given the file."""
+    shutil.copytree(ROOT / "tables", tmp_path / "tables")  # RocksDB writes to what it opens
+    if not version_file:
+        (tmp_path / "tables" / DATA_DIR_FILE).unlink()
+    store = store_on(tmp_path)
+    assert_holds_the_fixture(store)
+    assert read_version(tmp_path / "tables") == 1
+
+
+def test_a_snapshot_of_format_2_is_accepted_and_restored(tmp_path: Path, store_on: Any) -> None:
+    src = ROOT / "snapshot"
+    assert problems(src, IDENTITY, None) == []
+    options, family_options, _cache = options_for(RocksTuning())
+
+    def open_db(path: Path, extra: tuple[str, ...]) -> PartitionDB:
+        return PartitionDB(path, options, family_options, extra)
+
+    manifest = restore(src, tmp_path / "tables", open_db, progress=lambda _: None)
+    assert [c.offset for c in manifest.copies] == [158, 161]
+    store = store_on(tmp_path)
+    assert_holds_the_fixture(store)
+    assert [store.partition_db(p).offset() for p in range(2)] == [158, 161]
+
+
+def test_the_changelog_dump_of_format_1_restores_through_faust_s_recovery_path(
+    tmp_path: Path, store_on: Any
+) -> None:
+    """The per-record path (``DEDUPE_BULK_RESTORE=false``): each record as Faust's recovery
+    hands it over, at the offsets a broker gives them (a commit marker after each
+    transaction). The bulk path on a real broker: tests/integration/test_changelog_fixture.py."""
+    store = store_on(tmp_path)
+    offsets = dict.fromkeys(range(IDENTITY.partitions), 0)
+    last_txn: dict[int, int] = {}
+    events = []
+    for partition, txn, key, value in read_dump(ROOT / "changelog.jsonl"):
+        if last_txn.setdefault(partition, txn) != txn:
+            offsets[partition] += 1  # the previous transaction's commit marker
+            last_txn[partition] = txn
+        message = types.SimpleNamespace(
+            topic="c", partition=partition, offset=offsets[partition], key=key, value=value
+        )
+        events.append(types.SimpleNamespace(message=message))
+        offsets[partition] += 1
+    store.apply_changelog_batch(events, to_key=lambda k: k, to_value=lambda v: v)
+    assert_holds_the_fixture(store)
+
+
+def test_a_snapshot_restore_writes_the_data_dir_version(tmp_path: Path) -> None:
+    options, family_options, _cache = options_for(RocksTuning())
+
+    def open_db(path: Path, extra: tuple[str, ...]) -> PartitionDB:
+        return PartitionDB(path, options, family_options, extra)
+
+    restore(ROOT / "snapshot", tmp_path / "tables", open_db, progress=lambda _: None)
+    assert read_version(tmp_path / "tables") == 1
