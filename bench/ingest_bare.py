@@ -6,9 +6,9 @@
 (gunzipped when ``Content-Encoding: gzip``), parsed, each event produced as compact JSON keyed
 by its ``messageId``, and ``{"success": true}`` answered once Kafka acknowledged every event,
 with the producer the ingest service uses (acks=all, idempotent, the same linger and batch
-size: ``ingest/sink.py``). Nothing else: no write key, no validation, no enrichment, no
-limits, no metrics. What the service does beyond this is what the benchmark prices
-(``bench/ingest.py``). SIGTERM stops it (status 0).
+size, its placement and its JSON library: ``ingest/sink.py``). Nothing else: no write key, no
+validation, no enrichment, no limits, no metrics. What the service does beyond this is what
+the benchmark prices (``bench/ingest.py``). SIGTERM stops it (status 0).
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
-import json
 import signal
 
+import orjson
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 
+from app import rules
 from ingest.settings import IngestSettings
 
 
@@ -43,19 +44,18 @@ async def serve(bootstrap: str, topic: str, port: int) -> None:
         max_request_size=4 * 1024 * 1024,
     )
     await producer.start()
+    partitions = len(await producer.partitions_for(topic))
 
     async def handle(request: web.Request) -> web.Response:
         raw = await request.read()
         if request.headers.get("Content-Encoding") == "gzip":
             raw = gzip.decompress(raw)
-        events = events_of(request.match_info["kind"], json.loads(raw))
+        events = events_of(request.match_info["kind"], orjson.loads(raw))
+        keys = [str(e.get("messageId", "")).encode() for e in events]
+        homes = rules.partitions_for(keys, partitions)
         sends = [
-            await producer.send(
-                topic,
-                json.dumps(e, separators=(",", ":")).encode(),
-                key=str(e.get("messageId", "")).encode(),
-            )
-            for e in events
+            await producer.send(topic, orjson.dumps(e), key=k, partition=p)
+            for e, k, p in zip(events, keys, homes, strict=True)
         ]
         await asyncio.gather(*sends)
         return web.json_response({"success": True})

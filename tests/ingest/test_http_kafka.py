@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from app import rules
+from scripts.topic_reader import read_topic_sync
 from tests.ingest.cases import BAD_REQUESTS, BadRequest
-from tests.ingest.support import IngestProcess, create_topic, records_in
+from tests.ingest.support import IngestProcess, create_topic, json_headers, records_in
 from tests.support import Broker, unique_suffix
 
 pytestmark = pytest.mark.integration
@@ -56,3 +58,42 @@ def test_bad_request_is_answered_with_its_status_and_nothing_reaches_kafka(
     assert body["success"] is False and body["code"] == case.code
     assert case.fragment in body["error"], body["error"]
     assert records_in(broker, service.topic) == 0
+
+
+def test_accepted_events_land_in_the_partition_the_worker_expects(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """Each event in the partition Kafka's default partitioner gives its messageId (the
+    worker's placement rule), so the worker never re-keys what the service sent."""
+    topic = f"in-{unique_suffix()}"
+    asyncio.run(create_topic(broker, topic, partitions=8))
+    proc = IngestProcess(broker, topic, tmp_path / "ingest.log")
+    proc.start()
+    try:
+        proc.wait_ready()
+        ids = [f"m-{i}-{unique_suffix()}" for i in range(300)]
+        batch = {
+            "batch": [{"type": "track", "event": "E", "userId": "u", "messageId": m} for m in ids]
+        }
+        req = urllib.request.Request(
+            proc.url + "/v1/batch",
+            data=json.dumps(batch).encode(),
+            headers=json_headers(),
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+        single = {"type": "track", "event": "E", "userId": "u", "messageId": "m-single"}
+        req = urllib.request.Request(
+            proc.url + "/v1/track",
+            data=json.dumps(single).encode(),
+            headers=json_headers(),
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+    finally:
+        assert proc.stop() == 0, proc.log_text()[-3000:]
+    records = read_topic_sync(broker.bootstrap, topic)
+    assert sorted(r.key for r in records if r.key) == sorted(m.encode() for m in [*ids, "m-single"])
+    misplaced = [r for r in records if r.partition != rules.partition_for(r.key or b"", 8)]
+    assert misplaced == []
+    assert len({r.partition for r in records}) == 8
