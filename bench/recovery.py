@@ -74,7 +74,7 @@ from bench.contender_process import free_port
 from bench.machine import machine, versions
 from bench.measure import disk_bytes
 from bench.results_file import write_latest
-from bench.scale import uuid_like
+from bench.scale_ids import uuid_like
 from recovery.restore import FETCH_BYTES
 from scripts.topic_reader import committed_offsets, end_offsets
 from tables.window import encode_entry
@@ -118,7 +118,7 @@ def ids_for(count: int, partitions: int, uuids: bool = False) -> dict[int, list[
 
     By default numbered ids (not UUID-shaped, kept as text) that sort in the order they are
     written, the kindest order for RocksDB; ``uuids``: random UUIDv4-shaped ids
-    (:func:`bench.scale.uuid_like`, 16 bytes on disk), in no order, as analytics.js and the
+    (:func:`bench.scale_ids.uuid_like`, 16 bytes on disk), in no order, as analytics.js and the
     Segment SDKs send them."""
     by: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     for i in range(count):
