@@ -17,7 +17,6 @@ from tables.seen_ids_index import SeenIdsStore
 
 BUCKET_MS = 1_000
 
-
 WINDOW_MS = 10_000
 
 

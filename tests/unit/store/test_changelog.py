@@ -18,6 +18,9 @@ from tests.unit.store.support import (
     tp,
 )
 
+# --- recovery from the changelog -------------------------------------------------------------
+
+
 #: (batch as (partition, offset, key, value)), expected content per partition incl. offset key
 BATCHES = [
     pytest.param(

@@ -93,6 +93,9 @@ def test_commit_only_touches_its_partition(harness: Harness, store: Transactiona
     assert read(harness, store, 1, b"b") == b"1"
 
 
+# --- source offsets: each transaction's record of them, kept apart from the ids --------------
+
+
 def test_source_offsets_commit_with_the_transaction_and_are_not_ids(
     harness: Harness, store: TransactionalStore
 ) -> None:
@@ -166,6 +169,9 @@ def test_rebuild_partition_deletes_its_database_only(
     assert store.staged_count(0) == 0  # the open transaction's writes went with it
     assert on_disk_split(store, 1)[0] == {b"id": b"v"}
     assert store.source_offsets_at(1) == 5
+
+
+# --- an offset is never recorded without the writes it covers -------------------------------
 
 
 def test_an_offset_whose_writes_are_gone_is_not_recorded(

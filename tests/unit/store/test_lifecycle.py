@@ -41,6 +41,9 @@ def locked_by_this_process(path: Path) -> bool:
     return False
 
 
+# --- restart ---------------------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("close", ["on_stop", "on_rebalance_to_nothing"])
 async def test_committed_state_survives_reopen_staged_does_not(
     harness: Harness, store: TransactionalStore, close: str
@@ -69,6 +72,9 @@ async def test_committed_state_survives_reopen_staged_does_not(
     assert read(harness, reopened, 0, b"staged-0") is None
     assert read(harness, reopened, 3, b"staged-3") is None
     assert sorted(reopened.keys()) == [b"a", b"b", b"c"]
+
+
+# --- rebalance and reset ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -137,6 +143,9 @@ async def test_reset_state_keeps_other_tables(harness: Harness, other_name: str)
 def test_partition_path_layout(store: TransactionalStore) -> None:
     assert store.partition_path(3) == store.directory / "seen-3.db"
     assert store.directory == Path(store.app.conf.tabledir)
+
+
+# --- the offset key stays internal -----------------------------------------------------------
 
 
 VIEWS: list[tuple[str, Callable[[TransactionalStore], Iterable[Any]]]] = [
@@ -217,6 +226,9 @@ def test_offset_key_is_not_readable_as_a_table_key(
     assert on_disk_split(store, 1) == ({OFFSET_KEY: first_seen}, offset_bytes(20))
     assert store.persisted_offset(tp(1)) == 20
     assert read(harness, store, 1, OFFSET_KEY) == first_seen
+
+
+# --- unsupported operations ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

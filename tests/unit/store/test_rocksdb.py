@@ -10,6 +10,8 @@ from tables.rocks_options import MEMTABLE_BLOOM_RATIO, RocksTuning
 from tables.store import TransactionalStore
 from tests.unit.store.support import Harness
 
+# --- RocksDB tuning ----------------------------------------------------------------------------
+
 
 def fill(harness: Harness, store: TransactionalStore, partitions: int, keys: int) -> list[int]:
     """Commit ``keys`` 100-byte values into each partition; each partition's memtable bytes

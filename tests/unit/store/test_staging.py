@@ -18,6 +18,8 @@ from tests.unit.store.support import (
     tp,
 )
 
+# --- staged writes ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("write_p", "read_p"), [(0, 0), (3, 3), (0, 1), (2, 0)])
 def test_staged_writes_are_visible_only_to_their_partition(
@@ -72,6 +74,9 @@ def test_later_staged_write_to_same_key_wins(harness: Harness, store: Transactio
     assert store.staged_count(0) == 2
     store.commit_partition(0, 9)
     assert on_disk(store, 0) == {b"a": b"2", b"b": b"3", OFFSET_KEY: through_marker(9)}
+
+
+# --- discard ---------------------------------------------------------------------------------
 
 
 def test_discard_partition_drops_staged_writes(harness: Harness, store: TransactionalStore) -> None:
