@@ -34,7 +34,8 @@ from tests.faults.scenario import (
 )
 from tests.integration.test_input_contract import BAD
 from tests.integration.test_pipelines import create_topic
-from tests.support import WORKER_TRANSACTION_TIMEOUT, Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import WORKER_TRANSACTION_TIMEOUT, Worker
 
 pytestmark = pytest.mark.faults
 

@@ -49,13 +49,14 @@ from tests.faults.proxy import Link
 from tests.faults.proxy_conn import Action
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.ingest.support import WRITE_KEY, IngestProcess, records_in
-from tests.support import WORKER_TRANSACTION_TIMEOUT, Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import WORKER_TRANSACTION_TIMEOUT, Worker
 
 pytestmark = pytest.mark.faults
 
 BASE = int(os.environ.get("DEDUPE_NETFAULT_KAFKA_PORT", str(TEST_PORT + 10)))
 LINKS = 4
-SESSION_TIMEOUT = 3.0  # tests.support.Worker's DEDUPE_SESSION_TIMEOUT
+SESSION_TIMEOUT = 3.0  # tests.workers.Worker's DEDUPE_SESSION_TIMEOUT
 TRANSACTION_TIMEOUT = WORKER_TRANSACTION_TIMEOUT
 
 

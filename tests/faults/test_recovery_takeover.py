@@ -49,7 +49,8 @@ from recovery.snapshot import Identity, problems
 from scripts.streams import Stream, build_stream, produce
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
-from tests.support import ROOT, Broker, Names, Worker, get, wait_drained
+from tests.support import ROOT, Broker, Names
+from tests.workers import Worker, get, wait_drained
 
 pytestmark = pytest.mark.faults
 

@@ -47,7 +47,8 @@ from tests.spark.harness import (
     table_file_count,
     uncommitted_files,
 )
-from tests.support import ROOT, Broker, Names, Worker, wait_drained
+from tests.support import ROOT, Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
