@@ -47,7 +47,7 @@ _RECOVERY = """_slurp_changelogs _seek_offsets _set_recovery_started _set_recove
 _CONSUMER = """_new_consumer_thread _drain_messages _wait_next_records _to_message _read_offset
     _buffered_partitions perform_seek consumer_stopped_errors suspend_flow flow_active _thread"""
 _THREAD = "_highwaters _fetch_records _create_worker_consumer _ensure_consumer"
-_STORE = "tables/store_mapping.py, bench/age_out.py, bench/scale.py"
+_STORE = "tables/store_mapping.py, bench/age_out.py, bench/scale.py, bench/scale_phases.py"
 FAUST_PRIVATES: list[tuple[type, str, str]] = [
     *((TableManager, name, HERE) for name in ("_recovery", "_changelog_queue")),
     *((Recovery, name, HERE) for name in _RECOVERY.split()),

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import Broker, Names, Worker, unique_suffix
+from tests.support import Broker, Names, unique_suffix
+from tests.workers import Worker
 
 #: Tests use their own broker port so they never touch a broker of `make run` on 9092.
 TEST_PORT = int(os.environ.get("DEDUPE_TEST_KAFKA_PORT", "19092"))

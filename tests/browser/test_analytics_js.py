@@ -26,7 +26,8 @@ from scripts.topic_reader import read_topic
 from scripts.verify import check
 from tests.browser.support import Chromium, PageServer
 from tests.ingest.support import WRITE_KEY, IngestProcess, records_in
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,8 @@ import pytest
 from tests.browser.test_status_page import ARTIFACTS, chromium
 from tests.ingest.cases import sdk_event
 from tests.ingest.support import IngestProcess, json_headers
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,8 @@ import pytest
 from app.rules import partition_for
 from scripts.streams import build_stream, produce
 from tests.browser.support import CHROMIUM_FLAGS, chromium_binary
-from tests.support import ROOT, Broker, Names, Worker, wait_drained
+from tests.support import ROOT, Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ from aiokafka.client import CoordinationType
 
 from scripts.kafka_cluster import KAFKA_SCRIPT, Cluster
 from scripts.kafka_cluster_nodes import Node
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 #: Replication 3 for the topics the workers create (Kafka's broker default would do the same;
 #: said outright so the test does not depend on it).

@@ -25,7 +25,8 @@ from tests.cluster.test_broker_faults import SOAK_BOTH
 from tests.faults.conftest import SCALE
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
-from tests.support import Broker, Names, Worker, get
+from tests.support import Broker, Names
+from tests.workers import Worker, get
 
 pytestmark = pytest.mark.faults
 

@@ -28,7 +28,8 @@ from tests.faults.conftest import SCALE
 from tests.faults.proxy import Link
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 pytestmark = pytest.mark.faults
 

@@ -43,8 +43,9 @@ from tests.ingest.cases import sdk_event
 from tests.ingest.support import IngestProcess, records_in
 from tests.reliability import Reliability
 from tests.spark.harness import LakeJob, read_without_spark
-from tests.spark.test_pipeline import clean_ends
-from tests.support import ROOT, Broker, Names, Worker
+from tests.spark.pipeline_support import clean_ends
+from tests.support import ROOT, Broker, Names
+from tests.workers import Worker
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 
 from tests.integration.test_pipelines import refusal
-from tests.support import Broker, Names, Worker, create_topic, topic_state
+from tests.support import Broker, Names, create_topic, topic_state
+from tests.workers import Worker
 
 PARTITIONS = 4
 

@@ -19,7 +19,8 @@ correlation id) and keeps a log of the transaction requests it saw (:class:`TxnR
 ``EndTxn`` and ``InitProducerId`` with producer id, epoch and answer), which the tests use to
 drive the timing of a fault and to prove what a cut-off client did after the heal.
 
-How to run: it is started by ``tests/faults/test_network.py`` (``make test-faults``); by hand::
+How to run: it is started by the network fault tests (``tests/faults/network/``,
+``make test-faults``); by hand::
 
     link = Link(listen_port=49205, target_port=49204).start()
     link.cut("both"); ...; link.heal(); link.stop()

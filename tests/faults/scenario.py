@@ -13,7 +13,8 @@ from app.settings import Settings
 from scripts.streams import Stream, build_stream, produce
 from scripts.verify import FullReport, verify_pipeline
 from tests.faults.conftest import SCALE, Reliability
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 
 def scaled_stream(unique: int, seed: int, duplicates: float = 0.1) -> Stream:

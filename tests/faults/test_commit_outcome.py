@@ -33,7 +33,8 @@ from scripts.verify import check
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import drain_and_verify, record, started
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.faults
 

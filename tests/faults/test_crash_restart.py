@@ -17,7 +17,8 @@ from scripts.topic_reader import read_topic
 from scripts.verify import check
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder
-from tests.support import Broker, Names, Worker, drained, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, drained, wait_drained
 
 pytestmark = pytest.mark.faults
 

@@ -13,7 +13,8 @@ import pytest
 
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream
-from tests.support import Broker, Names, Worker, get
+from tests.support import Broker, Names
+from tests.workers import Worker, get
 
 pytestmark = pytest.mark.faults
 

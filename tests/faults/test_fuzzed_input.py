@@ -25,7 +25,8 @@ from scripts.streams import OutRecord, produce
 from scripts.topic_reader import read_topic
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import drain_and_verify, record
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 pytestmark = pytest.mark.faults
 

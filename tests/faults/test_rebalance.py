@@ -11,7 +11,8 @@ import pytest
 
 from tests.faults.conftest import Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, scaled_stream
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 pytestmark = pytest.mark.faults
 

@@ -27,9 +27,10 @@ from tables.formats import CHANGELOG, CHANGELOG_FIELD, DATA_DIR, DATA_DIR_FILE
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.faults.conftest import Reliability
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
-from tests.faults.test_recovery_takeover import restores_logged
+from tests.faults.test_restore_faults import restores_logged
 from tests.integration.test_changelog_fixture import produce_transactions
-from tests.support import Broker, Names, Worker, get
+from tests.support import Broker, Names
+from tests.workers import Worker, get
 
 pytestmark = pytest.mark.faults
 

@@ -17,7 +17,8 @@ from scripts.streams import build_mixed_stream
 from scripts.verify import verify_pipeline
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, record, settings_of
-from tests.support import Broker, Names, Worker, drained, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, drained, wait_drained
 
 pytestmark = pytest.mark.faults
 

@@ -12,7 +12,8 @@ from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
 from tables.seen_ids_table import changelog_topic_name
 from tests.faults.broken_workers import forward_every_copy, offsets_before_send
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.faults
 

@@ -30,7 +30,8 @@ from tables.seen_ids_index import INDEX_CF
 from tables.window import Entry
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, record, settings_of
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.faults
 

@@ -17,7 +17,7 @@ import redis
 from idempotent_consumer import RedisStore, SyncIdempotency
 
 from tests.idempotency.conftest import Servers
-from tests.support import port_in_range
+from tests.workers import port_in_range
 
 pytestmark = pytest.mark.idempotency
 

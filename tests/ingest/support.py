@@ -25,7 +25,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from scripts.topic_reader import end_offsets
-from tests.support import ROOT, Broker, port_in_range, signal_and_wait
+from tests.support import ROOT, Broker
+from tests.workers import port_in_range, signal_and_wait
 
 WRITE_KEY = "test-write-key"
 

@@ -28,7 +28,8 @@ from scripts.topic_reader import Record, read_topic
 from scripts.verify import check
 from tests.ingest.cases import sdk_event
 from tests.ingest.support import WRITE_KEY, IngestProcess, json_headers, records_in
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

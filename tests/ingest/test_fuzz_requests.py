@@ -22,8 +22,8 @@ from app.settings import Settings
 from ingest.app import create_app
 from ingest.settings import IngestSettings
 from tests.ingest.fuzz import Request, requests
+from tests.ingest.recording import RecordingSink
 from tests.ingest.support import WRITE_KEY
-from tests.ingest.test_app import RecordingSink
 
 WORKER = Settings.from_env({})
 

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ingest.app import create_app
 from ingest.settings import IngestSettings
 from tests.ingest.cases import sdk_event
+from tests.ingest.recording import RecordingSink, serve
 from tests.ingest.support import WRITE_KEY, json_headers
-from tests.ingest.test_app import RecordingSink, serve
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

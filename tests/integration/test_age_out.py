@@ -21,7 +21,8 @@ from scripts.topic_reader import read_topic
 from tables.rocks import META_CF
 from tables.seen_ids_index import INDEX_CF, SUMMARY_KEY
 from tables.window import Entry
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,8 @@ from recovery.reader import ChangelogReader
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import end_offsets, read_topic
 from tables.source_offsets import SOURCE_OFFSETS_KEY
-from tests.support import Broker, Names, Worker, create_topic, wait_drained
+from tests.support import Broker, Names, create_topic
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

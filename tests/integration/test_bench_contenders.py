@@ -26,7 +26,8 @@ from aiokafka.structs import TopicPartition
 
 from scripts.streams import Stream, build_stream, produce
 from scripts.topic_reader import Record, committed_offsets, end_offsets, read_topic
-from tests.support import ROOT, Broker, Names, signal_and_wait
+from tests.support import ROOT, Broker, Names
+from tests.workers import signal_and_wait
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,8 @@ from aiokafka import AIOKafkaProducer
 
 from app.capacity.figures import load
 from app.capacity.model import Load, plan
-from tests.support import ROOT, Broker, Names, Worker, get, wait_drained
+from tests.support import ROOT, Broker, Names
+from tests.workers import Worker, get, wait_drained
 
 pytestmark = pytest.mark.integration
 

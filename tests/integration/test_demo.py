@@ -11,7 +11,8 @@ import pytest
 
 from scripts.demo import run
 from tests.faults.scenario import settings_of
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,8 @@ import pytest
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
 from scripts.verify import check
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

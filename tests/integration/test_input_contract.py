@@ -12,7 +12,8 @@ from aiokafka import AIOKafkaProducer
 
 from app import rules
 from scripts.topic_reader import read_topic
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

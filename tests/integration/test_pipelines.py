@@ -20,7 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets, read_topic
 from scripts.verify import check
-from tests.support import Broker, Names, Worker, unique_suffix, wait_drained
+from tests.support import Broker, Names, unique_suffix
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

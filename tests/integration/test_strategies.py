@@ -18,7 +18,8 @@ from app import strategy
 from app.rules import partition_for
 from scripts.topic_reader import read_topic
 from tests.integration.test_worker_endpoints import both_ready
-from tests.support import Broker, Names, Worker, get, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, get, wait_drained
 
 pytestmark = pytest.mark.integration
 

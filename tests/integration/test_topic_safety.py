@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 
 from tests.integration.test_pipelines import refusal
-from tests.support import Broker, Names, Worker, create_topic, topic_state
+from tests.support import Broker, Names, create_topic, topic_state
+from tests.workers import Worker
 
 
 def test_single_node_defaults_create_unreplicated_topics_and_start(

@@ -26,7 +26,8 @@ from app.eos.txn_protocol import cluster_features, detect
 from app.eos.txn_v2 import is_v2
 from app.settings import Settings
 from scripts.topic_reader import committed_offsets, end_offsets, read_topic
-from tests.support import Broker, Names, Worker, create_topic, get, unique_suffix
+from tests.support import Broker, Names, create_topic, unique_suffix
+from tests.workers import Worker, get
 
 pytestmark = pytest.mark.integration
 

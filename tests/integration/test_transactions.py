@@ -26,7 +26,8 @@ from scripts.verify import check
 from tables.keys import from_disk
 from tables.rocks import META_CF
 from tables.source_offsets import SOURCE_OFFSETS_KEY, decode_source_offsets
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

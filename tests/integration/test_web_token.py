@@ -14,7 +14,8 @@ import urllib.request
 
 from app.rules import partition_for
 from scripts.streams import build_stream, produce
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 TOKEN = "s3cret-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}

@@ -10,7 +10,8 @@ import signal
 import pytest
 
 from tests.integration.test_age_out import T0, Send, feed, output, start, stats
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 pytestmark = pytest.mark.integration
 

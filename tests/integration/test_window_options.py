@@ -14,7 +14,8 @@ from aiokafka import AIOKafkaProducer
 
 from tables.window import Entry
 from tests.integration.test_age_out import T0, output, start, stats, store_state
-from tests.support import Broker, Names, Worker, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ import pytest
 from app.rules import partition_for
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import read_topic
-from tests.support import Broker, Names, Worker, get, wait_drained
+from tests.support import Broker, Names
+from tests.workers import Worker, get, wait_drained
 
 pytestmark = pytest.mark.integration
 

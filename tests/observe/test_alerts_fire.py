@@ -21,7 +21,8 @@ import pytest
 
 from scripts import grafana_dashboard
 from tests.observe.prometheus import Prometheus
-from tests.support import Broker, Names, Worker
+from tests.support import Broker, Names
+from tests.workers import Worker
 
 ALERT = "DedupeWorkerDown"
 

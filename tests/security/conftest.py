@@ -20,7 +20,8 @@ import pytest
 from app.settings import Settings
 from scripts import kafka_acls
 from tests.faults.scenario import settings_of
-from tests.support import KAFKA_SCRIPT, Broker, Names, Worker, unique_suffix
+from tests.support import KAFKA_SCRIPT, Broker, Names, unique_suffix
+from tests.workers import Worker
 
 PORT = int(os.environ.get("DEDUPE_TEST_SECURE_KAFKA_PORT", "19192"))
 

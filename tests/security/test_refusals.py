@@ -20,7 +20,8 @@ from scripts import kafka_acls
 from tests.ingest.support import WRITE_KEY, IngestProcess, json_headers
 from tests.security.conftest import SecureBroker, worker_as
 from tests.security.test_ingest import create_input
-from tests.support import Names, Worker
+from tests.support import Names
+from tests.workers import Worker
 
 #: A refusal must come at start-up, not after a timeout.
 PROMPT = 30.0

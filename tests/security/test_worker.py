@@ -17,7 +17,8 @@ from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
 from tests.faults.scenario import Feeder
 from tests.security.conftest import SecureBroker, worker_as
-from tests.support import Names, Worker, drained, get, wait_drained
+from tests.support import Names
+from tests.workers import Worker, drained, get, wait_drained
 
 
 def test_worker_dedups_as_its_own_principal_and_never_shows_its_password(

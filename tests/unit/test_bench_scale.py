@@ -1,4 +1,5 @@
-"""The pure parts of the scale benchmark (bench/scale.py), and a tiny run end to end."""
+"""The pure parts of the scale benchmark (bench/scale_ids.py, bench/scale_measure.py), and a
+tiny run end to end (bench/scale.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,8 @@ import pytest
 
 from app.rules import partition_for
 from bench import scale
-from bench.scale import (
-    SPAN_MS,
-    T0,
-    first_seen_ms,
-    mix64,
-    parse_vm_kib,
-    sample_by_partition,
-    uuid_like,
-)
+from bench.scale_ids import SPAN_MS, T0, first_seen_ms, mix64, sample_by_partition, uuid_like
+from bench.scale_measure import parse_vm_kib
 
 UUID4 = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 

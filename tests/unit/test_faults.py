@@ -1,5 +1,6 @@
 """The fault tests' fault points (``app/fault_injection.py``): the plan, and the actions that
-wrap the commit request and the batch handler (on the fake producer of test_commit.py)."""
+wrap the commit request and the batch handler (on the fake producer of
+tests/unit/commit_fakes.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from app import fault_injection as faults
 from app.eos import Outcome, Task
 from app.factory import fault_points
 from app.fault_points import NO_FAULTS
-from tests.unit.test_commit import SOURCE, setup
+from tests.unit.commit_fakes import SOURCE, setup
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from tables.window_forecast import (
     forecast,
     held_rate,
 )
-from tests.unit.test_seen_ids import World
+from tests.unit.seen_ids.support import World
 
 HOUR_MS = 3_600_000
 

@@ -13,8 +13,8 @@ from app.dedup import RecordOutcome
 from app.settings import Settings
 from tables import window
 from tables.seen_ids import SeenIds
+from tests.unit.seen_ids.support import BUCKET_MS, WINDOW_MS, World
 from tests.unit.test_dedup_strategies import ev, rec, run, settings
-from tests.unit.test_seen_ids import BUCKET_MS, WINDOW_MS, World
 
 DAY = 86_400_000
 

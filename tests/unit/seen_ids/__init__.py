@@ -1,0 +1,1 @@
+"""Tests of ``tables.seen_ids`` on a real RocksDB store, by feature."""

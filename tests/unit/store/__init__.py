@@ -1,0 +1,1 @@
+"""Tests of ``tables.store.TransactionalStore`` on real rocksdict databases, by feature."""
