@@ -1,5 +1,6 @@
 """``python -m app worker``: start a dedup worker (Faust's worker command line);
-``python -m app snapshot --to DIR`` / ``restore --from DIR``: state as files (app/snapshots.py).
+``python -m app snapshot --to DIR`` / ``restore --from DIR``: state as files (app/snapshots.py);
+``python -m app grow --partitions M``: more partitions, the ids held kept (app/grow.py).
 
 Settings come from the environment (docs/settings.md); an invalid one stops the worker at once
 with exit status 2 and a message naming the variable. The log level is DEDUPE_LOG_LEVEL unless
@@ -30,6 +31,14 @@ def _stopped_while_starting(signum: int, _frame: FrameType | None) -> None:
 def main() -> None:
     # Faust's worker replaces this with its own graceful stop once it runs.
     signal.signal(signal.SIGTERM, _stopped_while_starting)
+    if sys.argv[1:2] == ["grow"]:
+        from app.grow import main as grow
+
+        try:
+            raise SystemExit(grow(sys.argv[1:]))
+        except SettingsError as exc:
+            print(f"dedupe: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     if sys.argv[1:2] in (["snapshot"], ["restore"]):
         from app.snapshots import main as snapshots
 
