@@ -123,9 +123,11 @@ async def _move(settings: Settings, target: int, chunk: int, changelogs: list[st
     committed = await started_consumer(isolation_level="read_committed", **reader)
     uncommitted = await started_consumer(isolation_level="read_uncommitted", **reader)
     settle = max(settings.transaction_timeout, 60.0) + 30.0
-    moved_total = read_total = 0
+    moved_total = 0
+    totals = []
     try:
         for changelog in changelogs:
+            held = moved = 0
             for p in range(target):
                 tp = TopicPartition(changelog, p)
                 await wait_settled(committed, uncommitted, tp, settle)
@@ -152,13 +154,18 @@ async def _move(settings: Settings, target: int, chunk: int, changelogs: list[st
                     done += len(part)
                     _say(f"{changelog}-{p}: moved {done} of {len(moves)} (committed)")
                 _say(f"{changelog}-{p}: {read} ids read, {len(moves)} moved")
-                read_total += read
-                moved_total += len(moves)
+                # Partitions are read in order and ids only move to higher ones (p + j*N), so
+                # each id is counted once, in the partition it ends in.
+                held += read - len(moves)
+                moved += len(moves)
+            totals.append((held, moved))
+            moved_total += moved
     finally:
         await committed.stop()
         await uncommitted.stop()
         await producer.stop()
-    _say(f"ids read: {read_total}, moved: {moved_total}")
+    for what, (held, moved) in zip(("ids", "producers"), totals, strict=False):
+        _say(f"{what} held: {held}, moved by this run: {moved}")
     return moved_total
 
 

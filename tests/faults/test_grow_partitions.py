@@ -1,4 +1,4 @@
-"""F24: grow a running pipeline from 4 to 8 partitions (``python -m app grow``) while events
+"""F24: grow a running pipeline from 8 to 16 partitions (``python -m app grow``) while events
 flow, with a kill -9 of the tool mid-move and of a worker during the catch-up; the clean topic
 still holds every unique event exactly once.
 
@@ -7,8 +7,8 @@ tests/faults/test_grow_partitions.py -q -s`` (a real broker; real worker process
 
 The stream's repeats (immediate, late by thousands of records, null-keyed) span the move: the
 first half is fed by one producer from before the workers stop until after they restart, so
-its metadata still says 4 partitions and the workers re-key what it places by the old count;
-the second half by a new producer that places by 8.
+its metadata still says 8 partitions and the workers re-key what it places by the old count;
+the second half by a new producer that places by 16.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.grow_kafka import group_members
-from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream, started
+from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
 from tests.support import ROOT, Broker, Names, Worker, get
 
 pytestmark = pytest.mark.faults
 
-OLD, NEW = 4, 8
+OLD, NEW = 8, 16
 
 
 def grow_command(worker: Worker, chunk: int) -> list[str]:
@@ -101,13 +101,18 @@ def ids_held(grown: list[Worker], timeout: float = 60) -> dict[int, int]:
         time.sleep(1)
 
 
-def test_grow_4_to_8_partitions_with_kills(
+def test_grow_8_to_16_partitions_with_kills(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
-    stream = scaled_stream(60_000, seed=45, duplicates=0.2)
-    old = [started(broker, names, workers, index=i) for i in range(2)]
-    first_half = Feeder(broker, names, stream, seconds=60, part=(0, 2))
-    time.sleep(10)
+    stream = scaled_stream(100_000, seed=45, duplicates=0.2)
+    old = [Worker(broker, names, index=i, partitions=OLD) for i in range(2)]
+    workers.extend(old)
+    for w in old:
+        w.start()
+    for w in old:
+        w.wait_ready()
+    first_half = Feeder(broker, names, stream, seconds=150, part=(0, 2))
+    time.sleep(20)
 
     refused = run_grow(old[0])
     assert refused.returncode == 1 and "worker(s) of group" in refused.stderr, refused.stderr
@@ -123,18 +128,20 @@ def test_grow_4_to_8_partitions_with_kills(
     print(rerun.stdout)
     move_seconds = time.monotonic() - moving_started
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    totals = re.search(r"ids read: (\d+), moved: (\d+)", rerun.stdout)
+    totals = re.search(r"ids held: (\d+), moved by this run: (\d+)", rerun.stdout)
     assert totals, rerun.stdout
     moved_after_kill = int(totals.group(2))
     assert moved_after_kill > 0, rerun.stdout
     again = run_grow(old[0])
     assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout
+    # the same ids, each counted once, and none left to move
+    assert f"ids held: {totals.group(1)}, moved by this run: 0" in again.stdout, again.stdout
 
-    # A worker started with the old count still refuses: the topics have 8 partitions now.
+    # A worker started with the old count still refuses: the topics have NEW partitions now.
     stale = Worker(broker, names, index=5, partitions=OLD)
     stale.start()
     assert stale.proc is not None and stale.proc.wait(120) != 0
-    assert "has 8 partitions, DEDUPE_PARTITIONS is 4" in stale.log_text()
+    assert f"has {NEW} partitions, DEDUPE_PARTITIONS is {OLD}" in stale.log_text()
 
     first_half.assert_flowing()
     grown = [Worker(broker, names, index=i, partitions=NEW) for i in range(2)]
