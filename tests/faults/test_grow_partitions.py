@@ -31,6 +31,9 @@ from tests.support import ROOT, Broker, Names, Worker, get
 pytestmark = pytest.mark.faults
 
 OLD, NEW = 8, 16
+#: Each worker keeps a warm copy of the other's partitions: the old copies must apply the
+#: moves' tombstones and the new ones restore from nothing, like the partitions themselves.
+STANDBYS = {"DEDUPE_STANDBY_REPLICAS": "1"}
 
 
 def grow_command(worker: Worker, chunk: int) -> list[str]:
@@ -101,11 +104,29 @@ def ids_held(grown: list[Worker], timeout: float = 60) -> dict[int, int]:
         time.sleep(1)
 
 
+def copies_and_owned(worker: Worker, timeout: float = 90) -> set[int]:
+    """The seen_ids partitions ``worker`` owns or keeps a standby copy of, once it covers all
+    of them (the other worker's new partitions included)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, stats = get(worker, "/stats")
+        covered: set[int] = set()
+        if status == 200:
+            covered = {int(p) for p in stats["partitions"]} | {
+                s["partition"]
+                for name, s in stats["standbys"].items()
+                if "-seen_ids-changelog-" in name
+            }
+        if covered == set(range(NEW)) or time.monotonic() > deadline:
+            return covered
+        time.sleep(1)
+
+
 def test_grow_8_to_16_partitions_with_kills(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
     stream = scaled_stream(100_000, seed=45, duplicates=0.2)
-    old = [Worker(broker, names, index=i, partitions=OLD) for i in range(2)]
+    old = [Worker(broker, names, index=i, partitions=OLD, extra_env=STANDBYS) for i in range(2)]
     workers.extend(old)
     for w in old:
         w.start()
@@ -144,12 +165,14 @@ def test_grow_8_to_16_partitions_with_kills(
     assert f"has {NEW} partitions, DEDUPE_PARTITIONS is {OLD}" in stale.log_text()
 
     first_half.assert_flowing()
-    grown = [Worker(broker, names, index=i, partitions=NEW) for i in range(2)]
+    grown = [Worker(broker, names, index=i, partitions=NEW, extra_env=STANDBYS) for i in range(2)]
     workers.extend(grown)
     for w in grown:
         w.start()  # the same data dirs: old-layout stores catch up from the changelog's tail
     for w in grown:
         w.wait_ready()
+    covered = copies_and_owned(grown[0])
+    assert covered == set(range(NEW)), covered
     second_half = Feeder(broker, names, stream, seconds=20, part=(1, 2))
     time.sleep(4)
     second_half.assert_flowing()
@@ -171,7 +194,7 @@ def test_grow_8_to_16_partitions_with_kills(
     record(
         reliability,
         f"F24 partitions grown {OLD} -> {NEW} while events flow (kill -9 of the tool mid-move, "
-        "then of a worker in the catch-up)",
+        "then of a worker in the catch-up; standbys on)",
         events=len(stream.records),
         injected=2,
         report=report,
