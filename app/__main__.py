@@ -2,6 +2,7 @@
 ``python -m app snapshot --to DIR`` / ``restore --from DIR``: state as files (app/snapshots.py);
 ``python -m app plan --new-ids-per-second N --window 7d ...``: size a pipeline
 (app/capacity/report.py).
+``python -m app grow --partitions M``: more partitions, the ids held kept (app/grow.py).
 
 Settings come from the environment (docs/settings.md); an invalid one stops the worker at once
 with exit status 2 and a message naming the variable. The log level is DEDUPE_LOG_LEVEL unless
@@ -36,6 +37,14 @@ def main() -> None:
         from app.capacity.report import main as plan
 
         raise SystemExit(plan(sys.argv[2:]))
+    if sys.argv[1:2] == ["grow"]:
+        from app.grow import main as grow
+
+        try:
+            raise SystemExit(grow(sys.argv[1:]))
+        except SettingsError as exc:
+            print(f"dedupe: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     if sys.argv[1:2] in (["snapshot"], ["restore"]):
         from app.snapshots import main as snapshots
 

@@ -18,7 +18,9 @@ off                    nothing: every copy forwarded          the messageId or f
 =====================  ====================================  ===========================
 
 A record not keyed and placed by its decision key is re-keyed through the repartition topic
-first, headers kept, so every copy meets the same partition's state.
+first, headers kept, so every copy meets the same partition's state. That holds for records
+read from the repartition topic as well, which matters after the partition count grew
+(``app/grow.py``): one re-keyed under the old count goes round once more.
 """
 
 from __future__ import annotations
@@ -80,7 +82,6 @@ class Deduplicator:
         self.exclude = strategy.field_list(settings.fingerprint_exclude)
         self.verify = settings.verify_content
         self.kafka_time = settings.time_source == "kafka"
-        self._input_topic = settings.input_topic
         self._partitions = settings.partitions
         self._max_event = settings.max_event_bytes
         self._max_id = settings.max_message_id_bytes
@@ -142,9 +143,10 @@ class Deduplicator:
             if tally is not None and chosen is not self.default:
                 tally[(chosen.value, outcome)] += 1
             return outcome
-        if message.topic == self._input_topic and rules.misplaced(
-            message.key, message.partition, key, self._partitions, key_partition
-        ):
+        # Repartition records are checked too: one re-keyed under an older partition count
+        # (before ``python -m app grow``) sits where that count placed it, and its id's state now
+        # lives elsewhere; under an unchanged count it is always in place (one hop at most).
+        if rules.misplaced(message.key, message.partition, key, self._partitions, key_partition):
             # The fingerprint header is not sent on: the second pass computes it again.
             outcome = await self._rekey(txn, message, key, message.headers or (), timestamp_ms)
         elif chosen is _OFF:
@@ -230,9 +232,7 @@ class Deduplicator:
             return await self._dead_letter(txn, message, checked, timestamp_ms)
         key = parsed.producer
         headers = message.headers or ()
-        if message.topic == s.input_topic and rules.misplaced(
-            message.key, message.partition, key, s.partitions, key_partition
-        ):
+        if rules.misplaced(message.key, message.partition, key, s.partitions, key_partition):
             return await self._rekey(txn, message, key, headers, timestamp_ms)
         assert self.producers is not None
         doc = checked.doc if isinstance(checked, rules.Valid) else None

@@ -53,7 +53,8 @@ class KafkaSettings(KafkaSecuritySettings):
         8,
         "DEDUPE_PARTITIONS",
         "Partition count of input, repartition, changelog, output and dead-letter topics. "
-        "Existing topics must agree or the worker refuses to start.",
+        "Existing topics must agree or the worker refuses to start; `python -m app grow` raises "
+        "it to a multiple with the ids held kept (docs/operations.md).",
         within=(1, 10_000),
     )
     replication_factor: str = setting(

@@ -161,6 +161,23 @@ async def test_records_from_the_repartition_topic_are_decided_where_they_land() 
     assert [s.topic for s in txn.sent] == [SETTINGS.output_topic]
 
 
+async def test_a_repartition_record_placed_under_an_older_partition_count_is_rekeyed() -> None:
+    """After ``python -m app grow`` from 4 to 8 partitions: a record the old workers re-keyed sits
+    in murmur2 % 4, and its id's state now lives in murmur2 % 8 (app/grow.py)."""
+    mid = next(m for m in (f"grown-{i}" for i in range(100)) if _moved(m.encode()))
+    old = rules.partition_for(mid.encode(), 4)
+    right = rules.partition_for(mid.encode(), SETTINGS.partitions)
+    rekeyed = Msg(SETTINGS.repartition_topic, old, 0, mid.encode(), event(mid))
+    outcomes, txn, table = await run(rekeyed)
+    assert outcomes == [RecordOutcome.REKEYED]
+    assert [(s.topic, s.partition) for s in txn.sent] == [(SETTINGS.repartition_topic, right)]
+    assert table.first == {}
+
+
+def _moved(key: bytes) -> bool:
+    return rules.partition_for(key, 4) != rules.partition_for(key, SETTINGS.partitions)
+
+
 @pytest.mark.parametrize(
     "value, reason",
     [
