@@ -26,7 +26,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from app.grow_kafka import group_members
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
-from tests.support import ROOT, Broker, Names, Worker, get
+from tests.support import ROOT, Broker, Names
+from tests.workers import Worker, get
 
 pytestmark = pytest.mark.faults
 
