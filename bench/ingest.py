@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--latency-seconds", type=float, default=15.0)
     p.add_argument("--results", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    asyncio.run(main_async(args, "python -m bench.ingest " + shlex.join(argv or sys.argv[1:])))
+    given = shlex.join(argv if argv is not None else sys.argv[1:])
+    asyncio.run(main_async(args, f"python -m bench.ingest {given}".strip()))
 
 
 if __name__ == "__main__":
