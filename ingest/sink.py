@@ -4,8 +4,9 @@
 raises otherwise; the service answers 200 only after it returned. Records are keyed by the
 messageId's UTF-8 bytes and sent to the partition Kafka's default partitioner gives that key
 (murmur2, as Java's), computed for a whole request at once by the worker's own placement rule
-(``app.rules.partitions_for``, vectorised; aiokafka's partitioner is pure Python and cost a
-tenth of a batch's CPU): the worker never has to re-key them.
+(``app.rules.partitions_for``, vectorised; aiokafka's partitioner is pure Python and runs per
+record, a large share of a batch's CPU in ``make bench-ingest``'s profile): the worker never
+has to re-key them.
 
 The producer is idempotent, so its own retries inside one request never duplicate a record. A
 request that fails part way (some records written, then an error or timeout) is answered 503;

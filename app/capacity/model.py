@@ -2,7 +2,7 @@
 pipeline", states the same formulas for an operator).
 
 With ``r`` new ids per second over ``P`` partitions (Kafka's murmur2 partitioner spreads
-distinct ids evenly: 6,247,949..6,252,212 of 50M over 8 in bench/results-scale.md), a
+distinct ids evenly: the ids held per partition in bench/results-scale.md), a
 partition takes ``r / P`` new ids per second and keeps each for the window, the allowed
 lateness and at most one age-out bucket (``tables/window.py``: a bucket goes once all of it is
 that far behind). So it would hold ``r / P * (W + L + bucket)`` ids; the cap holds it at
