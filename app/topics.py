@@ -11,10 +11,9 @@ output (clean)     messageId / the first copy, unchanged       this worker, in t
 dead-letter        original key / original value + reason      this worker, in the transaction
 =================  ==========================================  ==================================
 
-All have ``DEDUPE_PARTITIONS`` partitions. The worker creates missing ones and refuses to start
-when an existing one has another partition count: the state of id X lives in partition
-murmur2(X) % N, so every topic on the path must agree on N (``python -m app grow`` raises N
-for all of them at once, with the ids held moved: ``app/grow.py``).
+All have ``DEDUPE_PARTITIONS`` partitions, created when missing; another count on an existing
+one stops the worker: the state of id X lives in partition murmur2(X) % N, so every topic on
+the path agrees on N (``python -m app grow``, ``app/grow.py``, raises it for all, ids moved).
 
 The consumer group and the changelog are named from ``DEDUPE_APP_ID`` alone, so they belong to
 one pipeline (one input topic). Before anything else the worker reads the group's committed
