@@ -156,41 +156,31 @@ def run_contender(name: str, broker: Broker, names: Names, timeout: float) -> No
         signal_and_wait(proc, signal.SIGKILL, 30)
 
 
-def test_quix_contender_forwards_each_id_once(broker: Broker, names: Names) -> None:
-    if importlib.util.find_spec("quixstreams") is None:  # not imported here: it warns
-        pytest.skip("quixstreams is not installed (the bench extra: pip install -e '.[bench]')")
-    run_contender("quix_dedup", broker, names, timeout=120)
-
-    # Restarted on its state: a second pass of the same stream is dropped whole, once the
-    # group's committed offsets (Quix commits them in its transactions) cover it.
+def rerun_on_state(name: str, broker: Broker, names: Names, timeout: float) -> None:
+    """Restarted on its state: a second pass of the same stream is dropped whole, once the
+    group's committed offsets (committed in the contender's transactions) cover it."""
     stream = contender_stream()
     asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
-    log = names.data_root / "quix_dedup.log"
-    proc = start_contender("quix_dedup", broker, names, log)
+    log = names.data_root / f"{name}.log"
+    proc = start_contender(name, broker, names, log)
     try:
-        wait_committed(broker, names, proc, log, timeout=60)
+        wait_committed(broker, names, proc, log, timeout=timeout)
         records = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
         assert_first_copies(records, stream)
         assert signal_and_wait(proc, signal.SIGTERM, 60) == 0, log.read_text()[-4000:]
     finally:
         signal_and_wait(proc, signal.SIGKILL, 30)
+
+
+def test_quix_contender_forwards_each_id_once(broker: Broker, names: Names) -> None:
+    if importlib.util.find_spec("quixstreams") is None:  # not imported here: it warns
+        pytest.skip("quixstreams is not installed (the bench extra: pip install -e '.[bench]')")
+    run_contender("quix_dedup", broker, names, timeout=120)
+    rerun_on_state("quix_dedup", broker, names, timeout=60)
 
 
 def test_kafka_streams_contender_forwards_each_id_once(broker: Broker, names: Names) -> None:
     if shutil.which("mvn") is None or shutil.which("java") is None:
         pytest.fail("the Kafka Streams contender needs java and mvn: apt-get install maven")
     run_contender("kstreams_dedup", broker, names, timeout=180)
-
-    # Restarted on its state: a second pass of the same stream is dropped whole, once the
-    # group's committed offsets (committed in its transactions) cover it.
-    stream = contender_stream()
-    asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
-    log = names.data_root / "kstreams_dedup.log"
-    proc = start_contender("kstreams_dedup", broker, names, log)
-    try:
-        wait_committed(broker, names, proc, log, timeout=120)
-        records = asyncio.run(read_topic(broker.bootstrap, names.output_topic))
-        assert_first_copies(records, stream)
-        assert signal_and_wait(proc, signal.SIGTERM, 60) == 0, log.read_text()[-4000:]
-    finally:
-        signal_and_wait(proc, signal.SIGKILL, 30)
+    rerun_on_state("kstreams_dedup", broker, names, timeout=120)
