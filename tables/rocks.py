@@ -38,8 +38,9 @@ SYNCED = WriteOptions()
 SYNCED.sync = True
 
 #: Level-0 files of the ids that start a compaction (RocksDB's default, in the usual options).
-#: A bulk restore compacts nothing while it writes (see :func:`store_options`) and counts as
-#: done only once level 0 holds fewer files than this again (:meth:`PartitionDB.compacting`).
+#: A bulk restore compacts nothing while it writes (see :func:`store_options`); at its end every
+#: level-0 file starts one (:meth:`PartitionDB.start_compactions`), since its flushes are
+#: uncompressed, and it counts as done only once level 0 is empty.
 LEVEL0_COMPACTION_FILES = 4
 
 
@@ -123,14 +124,22 @@ class PartitionDB:
 
     def start_compactions(self) -> None:
         """Let RocksDB compact the ids again, in its own threads (a bulk restore turned its
-        compactions off, :func:`store_options`)."""
-        self.db.set_options({"disable_auto_compactions": "false"})
+        compactions off, :func:`store_options`). In bulk mode a single level-0 file starts
+        one: the restore flushed its files uncompressed, and with the usual trigger a restore
+        of fewer write batches would leave them so until the worker's own flushes add enough."""
+        trigger = 1 if self.bulk else LEVEL0_COMPACTION_FILES
+        self.db.set_options(
+            {
+                "disable_auto_compactions": "false",
+                "level0_file_num_compaction_trigger": str(trigger),
+            }
+        )
 
     def compacting(self) -> bool:
-        """True while level 0 of the ids holds enough files for a compaction (after a bulk
-        restore, until RocksDB has compacted what it wrote): writes could stall on it."""
+        """True while level 0 of the ids holds files a compaction will take: in bulk mode any
+        (the restore's uncompressed flushes), otherwise enough that writes could stall."""
         files = self.db.property_int_value("rocksdb.num-files-at-level0") or 0
-        return files >= LEVEL0_COMPACTION_FILES
+        return files >= (1 if self.bulk else LEVEL0_COMPACTION_FILES)
 
     def restoring(self) -> bool:
         """True while a bulk restore writes without the write-ahead log: opened in this state,
