@@ -28,6 +28,10 @@ times it from process start to ``GET /ready`` = 200:
   exactly-once contender) deduplicates every id once, which fills its changelog, then starts
   on an empty state dir and rebuilds it (skip with ``--skip-quix``: it fills at some 30,000
   ids/s);
+- ``kstreams``: Kafka Streams (``bench/contenders/kstreams_dedup.py``, the throughput
+  benchmark's contender (g), exactly_once_v2) the same way: fills its changelog, then restores
+  its window store on an empty state dir (RocksDB write batches with the WAL off), timed by its
+  own restore listener (skip with ``--skip-kstreams``);
 - standby takeover: a second worker with ``DEDUPE_STANDBY_REPLICAS=1`` joins the restarted one,
   and once its standby copies are caught up the first is killed (kill -9): seconds from the
   kill until the second is ready with every partition (the session timeout included), and the
@@ -65,6 +69,7 @@ from bench.recovery_changelog import (
     ids_for,
     write_changelog,
 )
+from bench.recovery_peers import kstreams_recovery, quix_recovery
 from bench.recovery_procs import (
     SESSION_TIMEOUT,
     STARTED,
@@ -75,7 +80,6 @@ from bench.recovery_procs import (
     stop,
     worker_env,
 )
-from bench.recovery_quix import quix_recovery
 from bench.recovery_report import Run, render
 from bench.results_file import write_latest
 
@@ -172,6 +176,9 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     if not args.skip_quix:
         recovery, _total = quix_recovery(bootstrap, tag, by_partition, root, args.timeout)
         runs.append(Run("quix", None, recovery))
+    if not args.skip_kstreams:
+        recovery, _total = kstreams_recovery(bootstrap, tag, by_partition, root, args.timeout)
+        runs.append(Run("kstreams", None, recovery))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return runs, sizes
@@ -193,6 +200,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-faust", action="store_true", help="no per-record recovery run")
     parser.add_argument(
         "--skip-quix", action="store_true", help="no Quix Streams recovery run (some 30k ids/s)"
+    )
+    parser.add_argument(
+        "--skip-kstreams", action="store_true", help="no Kafka Streams recovery run"
     )
     parser.add_argument(
         "--session-timeout",

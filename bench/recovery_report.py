@@ -37,7 +37,11 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
     faust, limit = by.get("faust"), by["limit"]
     faust_rate, limit_rate = (faust.rate(args.ids) if faust else None), limit.rate(args.ids)
     for r in runs:
-        rate = r.rate(args.ids) if r.mode in ("limit", "reader", "faust", "bulk", "quix") else None
+        rate = (
+            r.rate(args.ids)
+            if r.mode in ("limit", "reader", "faust", "bulk", "quix", "kstreams")
+            else None
+        )
         vs = f"{rate / faust_rate:.1f}x" if rate and faust_rate else ""
         vs_limit = f"{rate / limit_rate:.2f}x" if rate and limit_rate else ""
         ready = "" if r.ready_s is None else f"{r.ready_s:.1f}"
@@ -55,6 +59,12 @@ def render(args: argparse.Namespace, runs: list[Run], sizes: dict[str, float], c
         "recovery start to end)"
         if "quix" in by
         else "- quix: not run (--skip-quix)",
+        "- kstreams: Kafka Streams (the throughput benchmark's contender (g), exactly_once_v2) "
+        "restoring its RocksDB window store of the same ids from its own changelog on an empty "
+        "state dir (RocksDB write batches with the WAL off), from its restore listener's first "
+        "start to last end"
+        if "kstreams" in by
+        else "- kstreams: not run (--skip-kstreams)",
         f"- the bulk restorer's own figure (its log: records over its restore time): "
         f"{bulk.logged_rate:,.0f} records/s"
         if bulk.logged_rate
