@@ -34,11 +34,12 @@ Actions:
 - ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
   partition's end without delivering the records in between, as Faust's consumer does when it
   drops a fetched batch (the stall watchdog must bring them back).
-- ``hold`` (``restoring`` only): the fetched records reach the restorer only after
-  ``HOLD_SECONDS``, and the restore waits meanwhile, while Faust's consumer is at the end of
-  the partition and its recovery queue stays empty for more than two of Faust's 5 s waits (the
-  takeover race of fault row F16: a recovery that ends on the consumer's position ends before
-  the store holds the partition).
+- ``hold`` (``restoring`` only): the fetched records, and from then on the first fetch with
+  records of each other partition, reach the restorer only after ``HOLD_SECONDS``; the restore
+  waits meanwhile, while Faust's consumer is at the end of the partition and its recovery queue
+  stays empty for more than two of Faust's 5 s waits (the takeover race of fault row F16: a
+  recovery that ends on the consumer's position, or on anything but the restore reaching the
+  end of every partition, ends before the store holds them).
 
 Production never sets it, and never imports this module.
 """
@@ -147,12 +148,19 @@ class HeldSource:
     def __init__(self, plan: FaultPlan, source: RecordSource) -> None:
         self.plan = plan
         self.source = source
+        #: The partitions whose first fetch was held (none: the action has not fired).
+        self.held: set[TopicPartition] = set()
 
     async def fetch(
         self, tp: TopicPartition, offset: int, end: int, *, max_wait_ms: int | None = None
     ) -> Fetched:
         fetched = await self.source.fetch(tp, offset, end, max_wait_ms=max_wait_ms)
-        if fetched.records and self.plan.reach("restoring") == "hold":
+        if (
+            fetched.records
+            and tp not in self.held
+            and (bool(self.held) or self.plan.reach("restoring") == "hold")
+        ):
+            self.held.add(tp)
             log.warning(
                 "fault injection: holding %d fetched changelog records of %s-%d for %gs",
                 len(fetched.records),

@@ -10,10 +10,11 @@ so a worker that sat idle ran the check 0-5 s into its next takeover. The bulk r
 every partition now, and Faust's consumer waits at the end of each one it restores: to Faust's
 loop every restore looks complete from the start.
 
-- F16 drives that moment: the fault point ``restoring=hold`` keeps the restorer's first fetch
-  from it for 12 s (more than two waits), so the restore waits while Faust's consumer is at
-  the end and its queue is empty. With Faust's loop back in place of the adapter's
-  (``recovery/faust_adapter.py``, ``_slurp_changelogs``) the worker reports ready while the
+- F16 drives that moment: the fault point ``restoring=hold`` keeps each partition's first
+  fetch from the restorer for 12 s (more than two waits), so the restore waits while Faust's
+  consumer is at the end and its queue is empty. With Faust's loop back in place of the
+  adapter's (``recovery/faust_adapter.py``, ``_slurp_changelogs``), or a partition counted as
+  restored when its restore starts (``recovery/bulk.py``), the worker reports ready while a
   restore is held and the store check fails.
 - F17 is the way it was seen: a survivor idle for more than two waits takes over partitions
   with large changelogs (kill -9 of the other worker), then a worker with a wiped data dir
@@ -63,7 +64,7 @@ def test_f16_changelog_records_in_transit_past_two_recovery_waits(
     a = one_worker_processed(broker, names, workers, stream, partitions)
     a.kill(signal.SIGKILL)
     # A new owner with no local state: it restores both partitions from the changelog, and
-    # the restorer's first fetch reaches it 12 s late.
+    # the first fetch of each reaches the restorer 12 s late.
     b = Worker(
         broker,
         names,
