@@ -6,7 +6,7 @@ data. This store keeps each partition's writes *staged* in memory until the part
 transaction commits (:meth:`commit_partition`), then writes them together with the changelog
 offset they correspond to in one atomic RocksDB write batch. A failed transaction drops them
 (:meth:`discard_partition`). Invariant: each partition's database holds exactly a prefix of the
-committed changelog, up to the offset stored under :attr:`offset_key`; Faust's recovery replays the
+committed changelog, up to the offset stored under :attr:`offset_key`; the recovery restores the
 rest (``read_committed``) on assignment.
 
 Reads during processing see the committed data plus the partition's own staged writes
@@ -175,8 +175,8 @@ class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type:
         ``changelog_offset`` is the offset of the transaction's last changelog record. The
         commit marker follows it at ``changelog_offset + 1`` (only this partition's
         transactional producer writes that changelog partition, and a fenced one cannot), so
-        the store records that it holds the changelog *through the marker*: Faust's recovery
-        then finds nothing left to read, instead of waiting 5 s for a record that never comes.
+        the store records that it holds the changelog *through the marker*: a recovery then
+        finds nothing left to read.
         """
         staged = self._staging.take(partition)
         if not staged and changelog_offset is None:

@@ -218,12 +218,6 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                     read_offset[tp] = messages[-1].offset
                     await asyncio.shield(handler(messages, generation_id))
                 continue
-            recovering = self.app.tables.recovery.in_recovery
-            if self.transactions.points.changelog_fetched(
-                tp, fetched, recovering, self._deliver_changelog
-            ):
-                read_offset[tp] = fetched[-1].offset
-                continue
             for record in fetched:
                 if r_offset is not None and record.offset < r_offset:
                     continue
@@ -231,9 +225,3 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                     self.callback(to_message(tp, record)), self.suspend_flow.wait()
                 )
                 read_offset[tp] = record.offset
-
-    async def _deliver_changelog(self, tp: TP, fetched: list[Any]) -> None:
-        """Changelog records a fault point kept back (``recovering=hold``), to the recovery
-        now, in order."""
-        for record in fetched:
-            await self.callback(self._to_message(tp, record))
