@@ -1,9 +1,8 @@
-"""The Faust adapter of the recovery: Faust's loop (``Recovery._slurp_changelogs``) for what Faust
-still reads, ended by ``recovery/end_rule.py`` (Faust's rule, a consumer *position* at the end,
-skips records fetched and not applied); our tables' active partitions go to the restorer
-(``recovery/bulk.py``), standby ones to the follower (``recovery/follow.py``).
-:data:`FAUST_PRIVATES` lists the Faust members the worker relies on and the files naming them
-(``tests/unit/test_private_names.py`` checks both)."""
+"""The Faust adapter of the recovery: Faust's loop (``RecoveryShim.slurp_changelogs``) for
+what Faust still reads, ended by ``recovery/end_rule.py`` (Faust's rule, a consumer *position*
+at the end, skips records fetched and not applied); our tables' active partitions go to the
+restorer (``recovery/bulk.py``), standby ones to the follower (``recovery/follow.py``).
+Faust's private members are reached through the shims of ``adapters/faust_privates.py``."""
 
 from __future__ import annotations
 
@@ -14,18 +13,11 @@ from time import monotonic
 from typing import Any, cast
 
 from aiokafka.structs import TopicPartition
-from faust import App
-from faust.stores.base import SerializedStore
-from faust.tables import TableManager
-from faust.tables.recovery import Recovery
-from faust.transport.consumer import TransactionManager as FaustTxns
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread as ConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP, EventT
 from faust.utils.tracing import finish_span
 from mode import Service
-from mode.threads import ServiceThread
 
+from adapters.faust_privates import RecoveryShim, TableManagerShim, crash
 from recovery.bulk import BulkRestores
 from recovery.end_rule import IDLE_WAIT_SECONDS, EndRule
 from recovery.follow import Follower
@@ -35,38 +27,8 @@ from tables.formats import FormatRefused
 
 log = logging.getLogger(__name__)
 
-#: ``(class, member, files that name it)``: Faust's (and mode's) private or undocumented members
-#: the worker relies on. Outside the recovery: the consumer's and the app's (app/eos/consumer.py)
-#: and the store's subclass hooks (tables/store_mapping.py); app/factory.py overrides mode's.
-HERE, CONSUMER, APP = "recovery/faust_adapter.py", "app/eos/consumer.py", "app/factory.py"
-_RECOVERY = """_slurp_changelogs _seek_offsets _set_recovery_started _set_recovery_ended buffers
-    _active_events_received_at _standby_events_received_at _last_active_event_processed_at
-    _processing_times _last_flush_at _actives_span _standbys_span num_samples_required_for_estimate
-    buffer_sizes flush_buffers need_recovery active_remaining standby_remaining_total
-    signal_recovery_end"""
-_CONSUMER = """_new_consumer_thread _drain_messages _wait_next_records _to_message _read_offset
-    _buffered_partitions perform_seek consumer_stopped_errors suspend_flow flow_active _thread"""
-_THREAD = "_highwaters _fetch_records _create_worker_consumer _ensure_consumer"
-_STORE = "tables/store_mapping.py, bench/age_out.py, bench/scale.py, bench/scale_phases.py"
-FAUST_PRIVATES: list[tuple[type, str, str]] = [
-    *((TableManager, name, HERE) for name in ("_recovery", "_changelog_queue")),
-    *((Recovery, name, HERE) for name in _RECOVERY.split()),
-    *((Recovery, n, f"{HERE}, recovery/end_rule.py") for n in ("tp_to_table", "active_highwaters")),
-    (Recovery, "completed", f"app/web.py, {CONSUMER}"),
-    (App, "_crash", f"{HERE}, {CONSUMER}"),
-    *((App, n, CONSUMER) for n in ("_new_transport", "_consumer_wait_empty")),
-    (App, "on_init_dependencies", APP),
-    (App, "in_transaction", f"{APP}, app/eos/*"),
-    (App, "rebalancing", f"app/web.py, {CONSUMER}"),
-    *((SerializedStore, n, _STORE) for n in ("_get", "_set", "_del", "_iteritems")),
-    *((FaustConsumer, name, CONSUMER) for name in _CONSUMER.split()),
-    *((ConsumerThread, n, CONSUMER) for n in _THREAD.split()),
-    (ServiceThread, "thread_loop", CONSUMER),
-    *((FaustTxns, n, "app/eos/manager.py") for n in ("on_rebalance", "on_partitions_revoked")),
-]
 
-
-class TransactionalRecovery(Recovery):  # type: ignore[misc]
+class TransactionalRecovery(RecoveryShim):
     """Faust's recovery service, with our end rule and bulk paths (module docstring)."""
 
     #: Handed in by :meth:`use`. Without an end rule no partition ends before its last record
@@ -75,9 +37,6 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
     end_rule: EndRule | None = None
     bulk: BulkRestores | None = None
     follower: Follower | None = None
-    # Faust's attributes that mypy cannot type from its code:
-    _last_active_event_processed_at: float | None
-    _standbys_span: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,16 +94,15 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
             await self.bulk.run(lambda: bool(self.should_stop))
         except GaveUp as exc:
             log.critical("%s: stopping the worker", exc)
-            self.app._crash(exc)
+            crash(self.app, exc)
 
-    def _set_recovery_started(self) -> None:
+    def set_recovery_started(self) -> None:
         """Faust's, and the end signal is cleared here, when a recovery starts, instead of at
         every turn of the loop below: the restorer may end a recovery between two turns."""
-        super()._set_recovery_started()
+        super().set_recovery_started()
         self.signal_recovery_end.clear()
 
-    @Service.task  # type: ignore[untyped-decorator]
-    async def _slurp_changelogs(self) -> None:
+    async def slurp_changelogs(self) -> None:
         """Faust's loop (``faust/tables/recovery.py``), with our end rule."""
         queue = self.tables.changelog_queue
         while not self.should_stop:
@@ -167,12 +125,12 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
             except Exception as exc:
                 log.warning("Error in recovery %r", exc, exc_info=True)
 
-    async def _seek_offsets(
+    async def seek_offsets(
         self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
     ) -> None:
         """Faust's seek; then our tables' active partitions go to the restorer, and any other
         one short of its end by commit markers alone ends here, not after an idle wait."""
-        await super()._seek_offsets(consumer, tps, offsets, title)
+        await super().seek_offsets(consumer, tps, offsets, title)
         if offsets is not self.active_offsets:
             return
         remaining = self.active_remaining()
@@ -209,10 +167,10 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         active = tp in self.active_tps
         if active:
             offsets = self.active_offsets
-            self._active_events_received_at[tp] = now
+            self.active_events_received_at[tp] = now
         elif tp in self.standby_tps:
             offsets = self.standby_offsets
-            self._standby_events_received_at.setdefault(tp, now)
+            self.standby_events_received_at.setdefault(tp, now)
         else:
             # Faust fell through here and applied the record to the previous record's table.
             log.warning("recovery: record of %s-%d, which is not assigned, ignored", *tp)
@@ -236,16 +194,17 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
         if len(buffer) >= bufsize:
             table.apply_changelog_batch(buffer)
             buffer.clear()
-            self._last_flush_at = now
+            self.last_flush_at = now
         if not active:
             return
         after = monotonic()
-        last = self._last_active_event_processed_at
+        last = self.last_active_event_processed_at
         if last is not None:
-            self._processing_times.append(after - last)
-            if len(self._processing_times) > self.num_samples_required_for_estimate:
-                self._processing_times.popleft()
-        self._last_active_event_processed_at = after
+            times = self.processing_times
+            times.append(after - last)
+            if len(times) > self.num_samples_required_for_estimate:
+                times.popleft()
+        self.last_active_event_processed_at = after
         highwater = self.active_highwaters.get(tp)
         if highwater is not None and highwater - offset == 1:
             await self.end_if_complete(tp, idle=False)  # the end is one offset away: a marker?
@@ -260,41 +219,37 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
     def _maybe_signal_recovery_end(self) -> None:
         if self.in_recovery and not self.need_recovery():
             self.flush_buffers()  # apply anything still in the buffers
-            self._set_recovery_ended()
-            if self._actives_span is not None:
-                self._actives_span.set_tag("Actives-Ready", True)
+            self.set_recovery_ended()
+            if self.actives_span is not None:
+                self.actives_span.set_tag("Actives-Ready", True)
             self.signal_recovery_end.set()
 
     def _maybe_signal_standbys_ready(self) -> None:
-        standby_ready = self._standbys_span is None and self.tables.standbys_ready
+        standby_ready = self.standbys_span is None and self.tables.standbys_ready
         if not standby_ready and not self.standby_remaining_total():
-            if self._standbys_span is not None:
-                finish_span(self._standbys_span)
-                self._standbys_span = None
+            if self.standbys_span is not None:
+                finish_span(self.standbys_span)
+                self.standbys_span = None
             self.tables.on_standbys_ready()
 
 
-class TransactionalTableManager(TableManager):  # type: ignore[misc]
+class TransactionalTableManager(TableManagerShim):
     """Faust's table manager with :class:`TransactionalRecovery` (the app's ``TableManager``)."""
-
-    _recovery: Recovery | None
-    _changelog_queue: Any
 
     @property
     def changelog_queue(self) -> Any:
         """Faust's queue, not emptied when the app's flow resumes (records queued as standbys
         started fetching were lost); stale records are skipped by :meth:`_apply` instead."""
-        if self._changelog_queue is None:
-            self._changelog_queue = self.app.FlowControlQueue(
+        if self.changelog_queue_built is None:
+            self.changelog_queue_built = self.app.FlowControlQueue(
                 maxsize=self.app.conf.stream_buffer_maxsize, clear_on_resume=False
             )
-        return self._changelog_queue
+        return self.changelog_queue_built
 
     @property
     def recovery(self) -> TransactionalRecovery:
-        if self._recovery is None:
-            self._recovery = TransactionalRecovery(
+        if self.recovery_built is None:
+            self.recovery_built = TransactionalRecovery(
                 self.app, self, beacon=self.beacon, loop=self.loop
             )
-        recovery: TransactionalRecovery = self._recovery
-        return recovery
+        return cast(TransactionalRecovery, self.recovery_built)
