@@ -7,7 +7,8 @@ copied from snapshots. Imports go one way: ``app`` -> ``recovery`` -> ``tables``
   ``bulk.py``: the restores a recovery queues, retried with ``retry.py``'s backoff and limit.
 - ``follow.py``: standby partitions followed into their stores.
 - ``faust_adapter.py``: Faust's recovery service with the above (a partition's recovery ends
-  when its restore reached the end); the module that names Faust's private internals.
+  when its restore reached the end), subclassing the recovery shim of
+  ``adapters/faust_privates.py`` (the module that names Faust's private internals).
 - ``snapshot.py``: a copy of the stores taken and restored (``app/snapshots.py`` runs it).
 
 The store's side of a restore stays in ``tables/``: the write path it goes through

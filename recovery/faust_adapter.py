@@ -4,8 +4,7 @@ recovery ends; every partition is read with the one changelog reader (``recovery
 active ones by the restorer (``recovery/bulk.py``), standby ones by the follower
 (``recovery/follow.py``). Faust's per-record loop applies nothing, and never ends a partition
 on its consumer's *position*, which says what was fetched, not what a store holds.
-:data:`FAUST_PRIVATES` lists the Faust members the worker relies on and the files naming them
-(``tests/unit/test_private_names.py`` checks both)."""
+Faust's private members are reached through the shims of ``adapters/faust_privates.py``."""
 
 from __future__ import annotations
 
@@ -16,17 +15,10 @@ from collections import Counter
 from typing import Any, cast
 
 from aiokafka.structs import TopicPartition
-from faust import App
-from faust.stores.base import SerializedStore
-from faust.tables import TableManager
-from faust.tables.recovery import Recovery
-from faust.transport.consumer import TransactionManager as FaustTxns
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread as ConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP, CollectionT
 from mode import Service
-from mode.threads import ServiceThread
 
+from adapters.faust_privates import RecoveryShim, TableManagerShim, crash
 from recovery.bulk import BulkRestores
 from recovery.follow import Follower
 from recovery.restore import BulkTarget
@@ -35,35 +27,8 @@ from tables.transactional import TransactionalTable
 
 log = logging.getLogger(__name__)
 
-#: ``(class, member, files that name it)``: Faust's (and mode's) private or undocumented members
-#: the worker relies on. Outside the recovery: the consumer's and the app's (app/eos/consumer.py)
-#: and the store's subclass hooks (tables/store_mapping.py); app/factory.py overrides mode's.
-HERE, CONSUMER, APP = "recovery/faust_adapter.py", "app/eos/consumer.py", "app/factory.py"
-_RECOVERY = """_slurp_changelogs _seek_offsets _set_recovery_started _set_recovery_ended
-    _actives_span need_recovery active_remaining signal_recovery_end tp_to_table
-    active_highwaters"""
-_CONSUMER = """_new_consumer_thread _drain_messages _wait_next_records _to_message _read_offset
-    _buffered_partitions perform_seek consumer_stopped_errors suspend_flow flow_active _thread"""
-_THREAD = "_highwaters _fetch_records _create_worker_consumer _ensure_consumer"
-_STORE = "tables/store_mapping.py, bench/age_out.py, bench/scale.py, bench/scale_phases.py"
-FAUST_PRIVATES: list[tuple[type, str, str]] = [
-    (TableManager, "_recovery", HERE),
-    *((Recovery, name, HERE) for name in _RECOVERY.split()),
-    (Recovery, "completed", f"app/web.py, {CONSUMER}"),
-    (App, "_crash", f"{HERE}, {CONSUMER}"),
-    *((App, n, CONSUMER) for n in ("_new_transport", "_consumer_wait_empty")),
-    (App, "on_init_dependencies", APP),
-    (App, "in_transaction", f"{APP}, app/eos/*"),
-    (App, "rebalancing", f"app/web.py, {CONSUMER}"),
-    *((SerializedStore, n, _STORE) for n in ("_get", "_set", "_del", "_iteritems")),
-    *((FaustConsumer, name, CONSUMER) for name in _CONSUMER.split()),
-    *((ConsumerThread, n, CONSUMER) for n in _THREAD.split()),
-    (ServiceThread, "thread_loop", CONSUMER),
-    *((FaustTxns, n, "app/eos/manager.py") for n in ("on_rebalance", "on_partitions_revoked")),
-]
 
-
-class TransactionalRecovery(Recovery):  # type: ignore[misc]
+class TransactionalRecovery(RecoveryShim):
     """Faust's recovery service, with the restorer and the follower (module docstring)."""
 
     #: Handed in by :meth:`use` (``recovery.install``) before the app starts.
@@ -112,21 +77,20 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
             await self.bulk.run(lambda: bool(self.should_stop))
         except GaveUp as exc:
             log.critical("%s: stopping the worker", exc)
-            self.app._crash(exc)
+            crash(self.app, exc)
 
-    def _set_recovery_started(self) -> None:
+    def set_recovery_started(self) -> None:
         """Faust's, and the end signal is cleared here, when a recovery starts, instead of at
         every turn of Faust's loop: the restorer ends a recovery whenever its last partition is
         restored."""
-        super()._set_recovery_started()
+        super().set_recovery_started()
         self.signal_recovery_end.clear()
 
-    @Service.task  # type: ignore[untyped-decorator]
-    async def _slurp_changelogs(self) -> None:
+    async def slurp_changelogs(self) -> None:
         """Replaces Faust's loop (``faust/tables/recovery.py``), which applied the records
         Faust's consumer queued and, after two empty 5 s waits of the queue, ended each active
         partition whose consumer *position* had reached its end: the position of a partition
-        the restorer reads is its end from the start (:meth:`_seek_offsets`), so Faust's loop
+        the restorer reads is its end from the start (:meth:`seek_offsets`), so Faust's loop
         ended a restore still under way (fault row F16). Here a partition ends only when its
         restore reached the end (:meth:`bulk_restored`).
 
@@ -141,12 +105,12 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(queue.get(), timeout=1.0)
 
-    async def _seek_offsets(
+    async def seek_offsets(
         self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
     ) -> None:
         """Faust's seek; then every active partition short of its end goes to the restorer,
         and Faust's consumer waits at its end: it must not read it as well."""
-        await super()._seek_offsets(consumer, tps, offsets, title)
+        await super().seek_offsets(consumer, tps, offsets, title)
         if offsets is not self.active_offsets:
             return
         remaining = self.active_remaining()
@@ -169,16 +133,14 @@ class TransactionalRecovery(Recovery):  # type: ignore[misc]
 
     def _maybe_signal_recovery_end(self) -> None:
         if self.in_recovery and not self.need_recovery():
-            self._set_recovery_ended()
-            if self._actives_span is not None:
-                self._actives_span.set_tag("Actives-Ready", True)
+            self.set_recovery_ended()
+            if self.actives_span is not None:
+                self.actives_span.set_tag("Actives-Ready", True)
             self.signal_recovery_end.set()
 
 
-class TransactionalTableManager(TableManager):  # type: ignore[misc]
+class TransactionalTableManager(TableManagerShim):
     """Faust's table manager with :class:`TransactionalRecovery` (the app's ``TableManager``)."""
-
-    _recovery: Recovery | None
 
     def add(self, table: CollectionT) -> CollectionT:
         """Faust's, for a table whose store the restorer and the follower write
@@ -194,9 +156,8 @@ class TransactionalTableManager(TableManager):  # type: ignore[misc]
 
     @property
     def recovery(self) -> TransactionalRecovery:
-        if self._recovery is None:
-            self._recovery = TransactionalRecovery(
+        if self.recovery_built is None:
+            self.recovery_built = TransactionalRecovery(
                 self.app, self, beacon=self.beacon, loop=self.loop
             )
-        recovery: TransactionalRecovery = self._recovery
-        return recovery
+        return cast(TransactionalRecovery, self.recovery_built)

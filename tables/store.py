@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from faust.stores.base import SerializedStore
 from faust.types import TP
 from rocksdict import Rdict, WriteBatch
 
+from adapters.faust_privates import StoreShim
 from tables.partitions import PartitionSet
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, store_options
@@ -47,7 +47,7 @@ from tables.written_keys import WrittenKeys
 log = logging.getLogger(__name__)
 
 
-class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type: ignore[misc]
+class TransactionalStore(StoreMapping, RestoreWrites, StoreShim):
     """Per-partition RocksDB databases with writes staged per transaction (raw bytes only).
 
     Subclasses may keep local, derived column families (``extra_cfs``) in step with the table's

@@ -3,21 +3,26 @@ checked against the installed versions: a version bump that renames one fails he
 not in the fault tier. When one fails, the comment beside it says which of our modules uses
 it; fix that module, then the list. aiokafka's are listed, and reached, in
 ``app/eos/aiokafka_privates.py`` (with ``app/eos/txn_v2.py``, whose subclasses override private
-steps); no other module of ``app/`` names one (checked below). Faust's list is the Faust
-adapter's (``recovery/faust_adapter.py``, ``FAUST_PRIVATES``), with the files that name each
-member: a file not listed there that names one of them fails here too."""
+steps); no other module of ``app/`` names one (checked below). Faust's and mode's are listed in
+``adapters/faust_privates.py`` (``FAUST_PRIVATES``), with the files that use each member; the
+underscored ones are named in that module only: any other module of the repository that names
+one fails here."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 
+import faust
 import pytest
 from faust.tables.recovery import Recovery
 
+from adapters.faust_privates import FAUST_PRIVATES, HERE
 from app.eos.aiokafka_privates import PRIVATE_NAMES
-from recovery.faust_adapter import FAUST_PRIVATES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +43,7 @@ def defines(cls: type, name: str) -> bool:
 
 
 #: aiokafka's names come from their one home (app/eos/aiokafka_privates.py), Faust's and mode's
-#: from theirs (recovery/faust_adapter.py).
+#: from theirs (adapters/faust_privates.py).
 USED: list[tuple[type, str, str]] = [
     *PRIVATE_NAMES,
     *((cls, name, where) for cls, name, where in FAUST_PRIVATES),
@@ -59,11 +64,20 @@ def test_the_check_finds_a_missing_name() -> None:
     assert defines(Recovery, "_processing_times")  # assigned in __init__, no class attribute
 
 
+PACKAGES = ("adapters", "app", "recovery", "tables", "scripts", "bench", "spark", "ingest")
+
+
+def naming(name: str) -> re.Pattern[str]:
+    """``name`` as an attribute (``x.name``), a method (``def name``) or a string (``getattr``)."""
+    n = re.escape(name)
+    return re.compile(rf"\.{n}\b|def {n}\b|[\"']{n}[\"']")
+
+
 def files_naming(name: str) -> set[str]:
-    """The repository's Python files (but the tests) that name ``name`` as an attribute."""
-    pattern = re.compile(rf"\.{re.escape(name)}\b|def {re.escape(name)}\b")
+    """The repository's Python files (but the tests) that name ``name``."""
+    pattern = naming(name)
     found = set()
-    for package in ("app", "recovery", "tables", "scripts", "bench", "spark", "ingest"):
+    for package in PACKAGES:
         for path in (REPO / package).rglob("*.py"):
             if pattern.search(path.read_text()):
                 found.add(str(path.relative_to(REPO)))
@@ -73,12 +87,63 @@ def files_naming(name: str) -> set[str]:
 FAUST_UNDERSCORED = sorted({name for _, name, _ in FAUST_PRIVATES if name.startswith("_")})
 
 
+def test_the_underscored_ones_are_listed_as_the_adapters() -> None:
+    assert {where for _, name, where in FAUST_PRIVATES if name.startswith("_")} == {HERE}
+
+
 @pytest.mark.parametrize("name", FAUST_UNDERSCORED)
-def test_fausts_privates_are_named_only_where_the_adapter_says(name: str) -> None:
-    allowed = {f.strip() for _, n, where in FAUST_PRIVATES if n == name for f in where.split(",")}
+def test_fausts_privates_are_named_only_in_the_adapter(name: str) -> None:
     named = files_naming(name)
-    assert named <= allowed, f"Faust's {name} named outside {sorted(allowed)}"
+    assert named <= {HERE}, f"Faust's {name} named outside {HERE}"
     assert named, f"Faust's {name} is listed but no module names it: drop it from the list"
+
+
+def test_the_scan_finds_each_way_of_naming() -> None:
+    found = [bool(naming("_get").search(t)) for t in ("s._get(k)", "def _get(", "'_get'", "_getx")]
+    assert found == [True, True, True, False]
+
+
+def from_faust(cls: type) -> bool:
+    return cls.__module__.split(".")[0] in ("faust", "mode")
+
+
+def faust_privates_of(cls: type) -> list[str]:
+    """The private members of ``cls``'s Faust (or mode) base that a class of app/, recovery/
+    or tables/ in ``cls``'s MRO defines or reads (through the adapter's shims: none)."""
+    bases = [k for k in inspect.getmro(cls) if from_faust(k)]
+    ours = [
+        k for k in inspect.getmro(cls) if k.__module__ in OUR_MODULES or k.__module__ == __name__
+    ]
+    names: set[str] = set()
+    for klass in ours if bases else []:
+        names |= {n for n in vars(klass) if n.startswith("_") and not n.startswith("__")}
+        with contextlib.suppress(OSError, TypeError):
+            names |= set(re.findall(r"\.(_[A-Za-z]\w*)", inspect.getsource(klass)))
+    return sorted(n for n in names - {"_abc_impl"} if defines(bases[0], n))
+
+
+OUR_MODULES = sorted(
+    info.name
+    for package in ("app", "recovery", "tables")
+    for info in pkgutil.walk_packages([str(REPO / package)], prefix=f"{package}.")
+)
+
+
+def test_no_class_of_ours_reaches_a_faust_private_but_through_the_adapter() -> None:
+    found = {}
+    for name in OUR_MODULES:
+        for cls in vars(importlib.import_module(name)).values():
+            if inspect.isclass(cls) and cls.__module__ == name and (uses := faust_privates_of(cls)):
+                found[f"{name}.{cls.__qualname__}"] = uses
+    assert found == {}
+
+
+def test_the_class_check_finds_a_faust_private() -> None:
+    class Overrides(faust.Table):  # type: ignore[misc]
+        def _new_store(self) -> None:
+            self._store = None
+
+    assert faust_privates_of(Overrides) == ["_new_store", "_store"]
 
 
 APP = Path(__file__).resolve().parents[2] / "app"
