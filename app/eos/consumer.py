@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.types import TP
 
+from adapters import aiokafka_privates
 from adapters.faust_privates import (
     AppShim,
     ConsumerShim,
@@ -30,7 +31,6 @@ from adapters.faust_privates import (
     stopped,
     worker_consumer,
 )
-from app.eos import aiokafka_privates
 from app.eos.batch import BatchHandler
 
 if TYPE_CHECKING:

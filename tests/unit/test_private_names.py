@@ -1,12 +1,12 @@
 """Every private (or undocumented) name of Faust, mode and aiokafka that the worker relies on,
 checked against the installed versions: a version bump that renames one fails here in seconds,
 not in the fault tier. When one fails, the comment beside it says which of our modules uses
-it; fix that module, then the list. aiokafka's are listed, and reached, in
-``app/eos/aiokafka_privates.py`` (with ``app/eos/txn_v2.py``, whose subclasses override private
-steps); no other module of ``app/`` names one (checked below). Faust's and mode's are listed in
-``adapters/faust_privates.py`` (``FAUST_PRIVATES``), with the files that use each member; the
+it; fix that module, then the list. Each library's are listed in its adapter module,
+``adapters/faust_privates.py`` (``FAUST_PRIVATES``, Faust's and mode's) and
+``adapters/aiokafka_privates.py`` (``PRIVATE_NAMES``), with the files that use each member; the
 underscored ones are named in that module only: any other module of the repository that names
-one fails here."""
+one, or a class of ours that defines or reads a private member of its library base, fails
+here."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ import faust
 import pytest
 from faust.tables.recovery import Recovery
 
+from adapters.aiokafka_privates import HERE as AIOKAFKA_HERE
+from adapters.aiokafka_privates import PRIVATE_NAMES
 from adapters.faust_privates import FAUST_PRIVATES, HERE
-from app.eos.aiokafka_privates import PRIVATE_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,14 +104,18 @@ def test_the_scan_finds_each_way_of_naming() -> None:
     assert found == [True, True, True, False]
 
 
-def from_faust(cls: type) -> bool:
-    return cls.__module__.split(".")[0] in ("faust", "mode")
+FAUST_LIBS, AIOKAFKA_LIBS = ("faust", "mode"), ("aiokafka",)
 
 
-def faust_privates_of(cls: type) -> list[str]:
-    """The private members of ``cls``'s Faust (or mode) base that a class of app/, recovery/
-    or tables/ in ``cls``'s MRO defines or reads (through the adapter's shims: none)."""
-    bases = [k for k in inspect.getmro(cls) if from_faust(k)]
+def from_library(cls: type, libraries: tuple[str, ...]) -> bool:
+    return cls.__module__.split(".")[0] in libraries
+
+
+def faust_privates_of(cls: type, libraries: tuple[str, ...] = FAUST_LIBS) -> list[str]:
+    """The private members of ``cls``'s base from ``libraries`` that a class of app/,
+    recovery/ or tables/ in ``cls``'s MRO defines or reads (through the adapters' shims:
+    none)."""
+    bases = [k for k in inspect.getmro(cls) if from_library(k, libraries)]
     ours = [
         k for k in inspect.getmro(cls) if k.__module__ in OUR_MODULES or k.__module__ == __name__
     ]
@@ -129,11 +134,18 @@ OUR_MODULES = sorted(
 )
 
 
-def test_no_class_of_ours_reaches_a_faust_private_but_through_the_adapter() -> None:
+@pytest.mark.parametrize("libraries", [FAUST_LIBS, AIOKAFKA_LIBS], ids=["faust", "aiokafka"])
+def test_no_class_of_ours_reaches_a_library_private_but_through_the_adapter(
+    libraries: tuple[str, ...],
+) -> None:
     found = {}
     for name in OUR_MODULES:
         for cls in vars(importlib.import_module(name)).values():
-            if inspect.isclass(cls) and cls.__module__ == name and (uses := faust_privates_of(cls)):
+            if (
+                inspect.isclass(cls)
+                and cls.__module__ == name
+                and (uses := faust_privates_of(cls, libraries))
+            ):
                 found[f"{name}.{cls.__qualname__}"] = uses
     assert found == {}
 
@@ -146,27 +158,21 @@ def test_the_class_check_finds_a_faust_private() -> None:
     assert faust_privates_of(Overrides) == ["_new_store", "_store"]
 
 
-APP = Path(__file__).resolve().parents[2] / "app"
-#: The modules allowed to name aiokafka's private attributes.
-AIOKAFKA_HOMES = {APP / "eos" / "aiokafka_privates.py", APP / "eos" / "txn_v2.py"}
+AIOKAFKA_UNDERSCORED = sorted({name for _, name, _ in PRIVATE_NAMES if name.startswith("_")})
 
 
-def aiokafka_private_uses(text: str) -> list[str]:
-    """Each ``<something>._<name>`` in ``text`` whose ``_<name>`` is one of aiokafka's private
-    names (an object's own ``self._<name>`` is its own attribute, not aiokafka's)."""
-    names = sorted({n for _, n, _ in PRIVATE_NAMES if n.startswith("_")}, key=len, reverse=True)
-    pattern = re.compile(r"(?<!\bself)\.(" + "|".join(map(re.escape, names)) + r")\b")
-    return [m.group(0) for m in pattern.finditer(text)]
+@pytest.mark.parametrize("name", AIOKAFKA_UNDERSCORED)
+def test_aiokafkas_privates_are_named_only_in_the_adapter(name: str) -> None:
+    named = files_naming(name)
+    assert named <= {AIOKAFKA_HERE}, f"aiokafka's {name} named outside {AIOKAFKA_HERE}"
+    assert named, f"aiokafka's {name} is listed but no module names it: drop it from the list"
 
 
-def test_no_module_of_app_but_the_adapter_names_an_aiokafka_private() -> None:
-    found = {
-        str(path.relative_to(APP.parent)): uses
-        for path in sorted(APP.rglob("*.py"))
-        if path not in AIOKAFKA_HOMES and (uses := aiokafka_private_uses(path.read_text()))
-    }
-    assert found == {}
+def test_the_class_check_finds_an_aiokafka_private() -> None:
+    from aiokafka.producer.sender import Sender
 
+    class Overrides(Sender):  # type: ignore[misc]
+        async def _do_txn_commit(self, result: object) -> None:
+            await self._message_accumulator.flush_for_commit()
 
-def test_the_adapter_check_finds_a_private_name() -> None:
-    assert aiokafka_private_uses("producer._txn_manager.x; self._txn_manager") == ["._txn_manager"]
+    assert faust_privates_of(Overrides, AIOKAFKA_LIBS) == ["_do_txn_commit", "_message_accumulator"]
