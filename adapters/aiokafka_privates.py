@@ -151,17 +151,22 @@ class SenderShim(Sender):  # type: ignore[misc]
         return self._txn_manager
 
 
-class InitPIDShim(InitPIDHandler):  # type: ignore[misc]
+class SenderTxn:
+    """The transaction state every request handler reads, through its sender (a mixin of the
+    handler shims below, ahead of aiokafka's handler in their bases)."""
+
+    _sender: Any
+
     @property
     def txn(self) -> Any:
         return self._sender._txn_manager
 
 
-class ProduceShim(SendProduceReqHandler):  # type: ignore[misc]
-    @property
-    def txn(self) -> Any:
-        return self._sender._txn_manager
+class InitPIDShim(SenderTxn, InitPIDHandler):  # type: ignore[misc]
+    pass
 
+
+class ProduceShim(SenderTxn, SendProduceReqHandler):  # type: ignore[misc]
     @property
     def acks(self) -> Any:
         return self._sender._acks
@@ -175,11 +180,7 @@ class ProduceShim(SendProduceReqHandler):  # type: ignore[misc]
         return cast(dict[TopicPartition, Any], self._batches)
 
 
-class TxnOffsetCommitShim(TxnOffsetCommitHandler):  # type: ignore[misc]
-    @property
-    def txn(self) -> Any:
-        return self._sender._txn_manager
-
+class TxnOffsetCommitShim(SenderTxn, TxnOffsetCommitHandler):  # type: ignore[misc]
     @property
     def group_id(self) -> str:
         return str(self._group_id)
@@ -189,11 +190,7 @@ class TxnOffsetCommitShim(TxnOffsetCommitHandler):  # type: ignore[misc]
         return cast(dict[TopicPartition, Any], self._offsets)
 
 
-class EndTxnShim(EndTxnHandler):  # type: ignore[misc]
-    @property
-    def txn(self) -> Any:
-        return self._sender._txn_manager
-
+class EndTxnShim(SenderTxn, EndTxnHandler):  # type: ignore[misc]
     @property
     def commit_result(self) -> Any:
         return self._commit_result
