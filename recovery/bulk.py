@@ -1,6 +1,11 @@
 """The queue of bulk restores of one recovery: the active partitions of our tables that a
 recovery hands to the restorer, restored one after the other.
 
+A partition restored into an empty store counts as restored once RocksDB has compacted what the
+restore wrote (``recovery/restore.py``). That wait runs beside the queue, not in it: RocksDB
+compacts in its own threads while the next partition's restore writes, instead of every
+partition's compaction adding to the time to ready in turn.
+
 A recovery (each rebalance starts one) replaces what the previous one queued: its round number
 grows, and a restore of an older round stops at its next write batch (``still_wanted``). A
 partition whose restore fails is tried again after a backoff (``recovery/retry.py``), from the
@@ -17,7 +22,7 @@ from collections.abc import Callable, Iterable
 
 from aiokafka.structs import TopicPartition
 
-from recovery.restore import BulkTarget, Restorer
+from recovery.restore import BulkTarget, Restorer, wait_compacted
 from recovery.retry import RESTORE_LIMIT_SECONDS, Backoff
 from tables.formats import FormatRefused
 
@@ -45,6 +50,8 @@ class BulkRestores:
         #: The partitions of the current round still to restore.
         self.pending: set[TopicPartition] = set()
         self._wanted = asyncio.Event()
+        #: Partitions written through their end, waiting for their compaction.
+        self._settling: dict[TopicPartition, asyncio.Task[None]] = {}
 
     def start_round(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """A recovery started: restore ``tps`` instead of what an earlier one queued."""
@@ -56,6 +63,14 @@ class BulkRestores:
 
     async def run(self, should_stop: Callable[[], bool]) -> None:
         """Restore what each round queued until ``should_stop()``."""
+        try:
+            await self._run(should_stop)
+        finally:
+            for task in self._settling.values():
+                task.cancel()
+            await asyncio.gather(*self._settling.values(), return_exceptions=True)
+
+    async def _run(self, should_stop: Callable[[], bool]) -> None:
         while not should_stop():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wanted.wait(), timeout=1.0)
@@ -89,8 +104,33 @@ class BulkRestores:
         def still_wanted() -> bool:
             return number == self.round and self._highwater(tp) == highwater and not should_stop()
 
-        done = await self.restorer.restore(self._store_of(tp), tp, highwater + 1, still_wanted)
+        store = self._store_of(tp)
+        done = await self.restorer.restore(store, tp, highwater + 1, still_wanted)
         if done and still_wanted():
-            self.pending.discard(tp)
-            self._restored(tp, highwater)
+            earlier = self._settling.get(tp)
+            if earlier is not None:
+                earlier.cancel()  # an earlier round's wait: this one replaces it
+            self._settling[tp] = asyncio.ensure_future(
+                self._settle(store, tp, highwater, still_wanted)
+            )
         return True
+
+    async def _settle(
+        self,
+        store: BulkTarget,
+        tp: TopicPartition,
+        highwater: int,
+        still_wanted: Callable[[], bool],
+    ) -> None:
+        """Count ``tp`` restored once its store has compacted what the restore wrote."""
+        try:
+            if await wait_compacted(store, tp, still_wanted) and still_wanted():
+                self.pending.discard(tp)
+                self._restored(tp, highwater)
+        except Exception:
+            # Still pending: the queue restores it again (nothing left to write) and waits anew.
+            log.exception("%s-%d: waiting for the restored ids' compaction failed", *tp)
+            self._wanted.set()
+        finally:
+            if self._settling.get(tp) is asyncio.current_task():
+                del self._settling[tp]

@@ -17,9 +17,10 @@ rebuilt from the changelog (``tables/partitions.py``). A restore onto existing s
 after a restart) keeps the WAL.
 
 Into an empty store nothing is compacted while the batches are written (``tables/rocks.py``):
-at its end the restore turns compactions on and waits, with the event loop free, until RocksDB
-has compacted what it wrote (:func:`wait_compacted`); only then does the partition count as
-restored.
+at its end the restore turns compactions on, and its caller waits, with the event loop free,
+until RocksDB has compacted what it wrote (:func:`wait_compacted`); only then does the partition
+count as restored. The wait is not the restorer's: RocksDB compacts in its own threads, so the
+queue (``recovery/bulk.py``) restores the next partition meanwhile.
 
 The restore ends at the partition's last stable offset read at its start: only this partition's
 transactional producer writes its changelog, and it has fenced any older one and is idle until
@@ -179,7 +180,8 @@ class Restorer:
     ) -> bool:
         """Read ``tp`` from after the offset its store holds up to ``end`` (exclusive) into the
         store. False when ``still_wanted()`` turned false first (a rebalance): the store then
-        holds a prefix of the changelog, and the next restore goes on from there."""
+        holds a prefix of the changelog, and the next restore goes on from there. True: the
+        store holds it through ``end`` and may still be compacting it (:func:`wait_compacted`)."""
         held = store.restored_offset(tp.partition)
         start = 0 if held is None else held + 1
         progress = Progress(tp, start, end, position=start)
@@ -190,7 +192,7 @@ class Restorer:
             # A restore stopped after its last write, or one whose compaction a rebalance
             # stopped waiting for: ended (again; a no-op for a store that is not in bulk mode).
             store.end_bulk(tp.partition)
-            return await wait_compacted(store, tp, still_wanted)
+            return True
         wal = not store.begin_bulk(tp.partition, end - start)
         log.info(
             "restoring %s-%d from offset %d to %d (%d offsets%s)",
@@ -230,8 +232,6 @@ class Restorer:
         # The last records may be commit markers: the store holds the changelog through them.
         store.write_restored(tp.partition, [], end - 1, wal=wal)
         store.end_bulk(tp.partition)
-        if not await wait_compacted(store, tp, still_wanted):
-            return False
         progress.position = end
         if self._on_progress is not None:
             self._on_progress(progress, 0)

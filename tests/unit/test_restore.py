@@ -158,14 +158,25 @@ def test_a_restore_no_longer_wanted_stops_before_its_next_write(after_writes: in
     assert len(store.writes) == after_writes
 
 
-def test_a_restore_ends_once_the_store_has_compacted_what_it_wrote(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A restore compacts nothing while it writes (tables/rocks.py): it reports the partition
-    restored only when the store no longer compacts, waiting without blocking the loop."""
-    monkeypatch.setattr(restore, "COMPACTION_POLL", 0.001)
+def test_a_restore_into_an_empty_store_ends_its_bulk_mode_without_waiting_for_compaction() -> None:
+    """The restorer only starts the compaction (the queue waits for it beside the next
+    partition's restore: recovery/bulk.py, tests/unit/test_bulk_restores.py)."""
     records = changelog(6)
     end = records[-1].offset + 1
+    store = RecordingStore(compacting_answers=[True] * 5)
+    assert asyncio.run(Restorer(ScriptedReader(records, end)).restore(store, TP, end, lambda: True))
+    assert store.bulk_ended and store.compacting_asked == 0
+    # A restore with nothing left to read ends the bulk mode again, and that is all.
+    store.bulk_ended = False
+    assert asyncio.run(Restorer(ScriptedReader(records, end)).restore(store, TP, end, lambda: True))
+    assert store.bulk_ended and store.compacting_asked == 0
+
+
+def test_waiting_for_the_compaction_leaves_the_event_loop_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The partition counts as restored only when the store no longer compacts."""
+    monkeypatch.setattr(restore, "COMPACTION_POLL", 0.001)
     store = RecordingStore(compacting_answers=[True, True, True])
     ticks = 0
 
@@ -178,39 +189,22 @@ def test_a_restore_ends_once_the_store_has_compacted_what_it_wrote(
 
         ticker = asyncio.create_task(tick())
         try:
-            return await Restorer(ScriptedReader(records, end)).restore(
-                store, TP, end, lambda: True
-            )
+            return await restore.wait_compacted(store, TP, lambda: True)
         finally:
             ticker.cancel()
 
     assert asyncio.run(run())
-    assert store.bulk_ended and store.compacting_asked == 4  # 3 times yes, then no
+    assert store.compacting_asked == 4  # 3 times yes, then no
     assert ticks >= 3  # the event loop ran other tasks while it waited
 
 
-def test_a_restore_no_longer_wanted_while_its_store_compacts_is_not_done(
+def test_a_wait_for_the_compaction_no_longer_wanted_is_not_done(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(restore, "COMPACTION_POLL", 0.001)
-    records = changelog(6)
-    end = records[-1].offset + 1
     store = RecordingStore(compacting_answers=[True] * 100)
-    wanted = [True]
-
-    def still_wanted() -> bool:
-        if store.compacting_asked >= 3:
-            wanted[0] = False
-        return wanted[0]
-
-    reader = ScriptedReader(records, end)
-    assert not asyncio.run(Restorer(reader).restore(store, TP, end, still_wanted))
-    assert store.bulk_ended and store.offset == end - 1  # written in full, not compacted
-    # The next restore has nothing to read, and still waits for the compaction.
-    store.compacting_answers = [True, False]
-    asked = store.compacting_asked
-    assert asyncio.run(Restorer(reader).restore(store, TP, end, lambda: True))
-    assert store.compacting_asked == asked + 2 and reader.fetches == [0, 3]
+    assert not asyncio.run(restore.wait_compacted(store, TP, lambda: store.compacting_asked < 3))
+    assert store.compacting_asked == 3
 
 
 def test_a_fetch_is_written_in_batches_that_end_where_its_record_batches_end(
