@@ -100,7 +100,7 @@ lake-optimize: $(STAMP) spark-jars ## Compact the lake's Delta tables (Z-order: 
 lake-vacuum: $(STAMP) spark-jars ## Delete files the tables no longer use, older than $DEDUPE_LAKE_VACUUM_RETENTION (7d)
 	$(PY) -m spark.upkeep vacuum
 
-lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on app/ tables/ spark/ ingest/ libs/)
+lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on adapters/ app/ recovery/ tables/ spark/ ingest/ libs/)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -217,7 +217,7 @@ bench-lake: $(STAMP) kafka-jars spark-jars ## Rows/s into the lake, append vs me
 bench-scale: $(STAMP) ## 50M ids held in 8 partitions, no broker: lookups, RSS, disk/id (bench/results-scale.md)
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
-bench-recovery: $(STAMP) kafka-jars ## Time to ready from an empty data dir: Faust's recovery vs the bulk restorer (bench/results-recovery.md)
+bench-recovery: $(STAMP) kafka-jars ## Time to ready from an empty data dir: the bulk restorer vs a bare read of the changelog (bench/results-recovery.md)
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
 	KAFKA_BOOTSTRAP_SERVERS=$${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
 	  $(PY) -m bench.recovery $(BENCH_RECOVERY_ARGS)

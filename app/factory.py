@@ -171,8 +171,8 @@ def changelog_client(settings: Settings) -> AIOKafkaClient:
 
 
 def changelog_reader(settings: Settings) -> ChangelogReader:
-    """The changelog reader of the restore, the standbys and the end rule: committed records
-    only, large fetches."""
+    """The changelog reader of the restore and the standbys: committed records only, large
+    fetches."""
     return ChangelogReader(
         partial(changelog_client, settings),
         fetch_bytes=FETCH_BYTES,
@@ -231,14 +231,15 @@ def create_app(settings: Settings) -> Pipeline:
         web_stats_enabled=False,
         web_metrics_enabled=False,
         logging_config=None,
-        # A recovery that ends a partition only on records applied (recovery/faust_adapter.py).
+        # A recovery whose every changelog partition the changelog reader reads
+        # (recovery/faust_adapter.py).
         TableManager=TransactionalTableManager,
     )
+    reader = changelog_reader(settings)
     recovery.install(
         app,
-        changelog_reader(settings),
-        timeout=settings.commit_timeout,
-        bulk=settings.bulk_restore,
+        reader,
+        restore_source=points.restore_source(reader),
         on_progress=points.restore_progress(restore_progress),
     )
     seen_ids = declare_seen_ids(app, settings)

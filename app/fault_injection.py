@@ -12,7 +12,8 @@
 - ``committed``: right after a commit succeeded, before the store applied it.
 - ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
 - ``assigned``: a rebalance's new tasks have their producers, their start offsets not read yet.
-- ``recovering``: a changelog record was fetched for a partition whose state is being recovered.
+- ``restoring``: the bulk restorer's reader fetched changelog records (a fetch that brought
+  any).
 - ``restored``: the bulk restorer's records written reached the next thousand (into an empty
   store: without the write-ahead log, before the restore's flush).
 
@@ -33,10 +34,12 @@ Actions:
 - ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
   partition's end without delivering the records in between, as Faust's consumer does when it
   drops a fetched batch (the stall watchdog must bring them back).
-- ``hold`` (``recovering`` only): changelog records fetched during the next ``HOLD_SECONDS``
-  reach the recovery only at the end of that time, in order; the consumer's position is past
-  them meanwhile and the recovery's queue stays empty for more than two of its 5 s waits (the
-  takeover race of fault row F16: a recovery that ends on the consumer's position loses them).
+- ``hold`` (``restoring`` only): the fetched records, and from then on the first fetch with
+  records of each other partition, reach the restorer only after ``HOLD_SECONDS``; the restore
+  waits meanwhile, while Faust's consumer is at the end of the partition and its recovery queue
+  stays empty for more than two of Faust's 5 s waits (the takeover race of fault row F16: a
+  recovery that ends on the consumer's position, or on anything but the restore reaching the
+  end of every partition, ends before the store holds them).
 
 Production never sets it, and never imports this module.
 """
@@ -49,20 +52,21 @@ import os
 import re
 import signal
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.structs import TopicPartition
 
 from app.eos.collector import retrieve_exception_later
 from app.eos.producer import abandon
-from app.fault_points import ChangelogDelivery, FaultPoints
+from app.fault_points import FaultPoints
 from app.fault_skipping import EndOf, Seek, SkippingHandler
 
 if TYPE_CHECKING:
     from app.eos.batch import BatchHandler
     from app.eos.task import Task
-    from recovery.restore import OnProgress, Progress
+    from recovery.reader import Fetched
+    from recovery.restore import OnProgress, Progress, RecordSource
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +81,7 @@ POINTS = {
     "committed",
     "rebalance",
     "assigned",
-    "recovering",
+    "restoring",
     "restored",
 }
 ACTIONS = {
@@ -97,11 +101,13 @@ ACTION_POINT = {
     "roll-back": "commit",
     "pause": "commit",
     "skip-fetched": "processed",
-    "hold": "recovering",
+    "hold": "restoring",
 }
 #: How long the ``pause`` action holds a commit.
 PAUSE_SECONDS = 5.0
-#: How long the ``hold`` action keeps fetched changelog records from the recovery.
+#: How long the ``hold`` action keeps fetched changelog records from the restorer: more than
+#: two of the 5 s waits after which Faust's own recovery loop ends partitions on the consumer's
+#: position.
 HOLD_SECONDS = 12.0
 _SPEC = re.compile(r"^(?P<point>[a-z]+)=(?P<action>[a-z-]+)@(?P<n>\d+)$")
 
@@ -136,14 +142,38 @@ class FaultPlan:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-@dataclass
-class Hold:
-    """The ``hold`` action's records: kept for ``seconds``, then released in order."""
+class HeldSource:
+    """The restorer's reader with the ``hold`` action at the ``restoring`` point."""
 
-    seconds: float
-    batches: list[tuple[Any, list[Any]]] = field(default_factory=list)
-    done: bool = False
-    release: asyncio.Future[None] | None = None
+    def __init__(self, plan: FaultPlan, source: RecordSource) -> None:
+        self.plan = plan
+        self.source = source
+        #: The partitions whose first fetch was held (none: the action has not fired).
+        self.held: set[TopicPartition] = set()
+
+    async def fetch(
+        self, tp: TopicPartition, offset: int, end: int, *, max_wait_ms: int | None = None
+    ) -> Fetched:
+        fetched = await self.source.fetch(tp, offset, end, max_wait_ms=max_wait_ms)
+        if (
+            fetched.records
+            and tp not in self.held
+            and (bool(self.held) or self.plan.reach("restoring") == "hold")
+        ):
+            self.held.add(tp)
+            log.warning(
+                "fault injection: holding %d fetched changelog records of %s-%d for %gs",
+                len(fetched.records),
+                tp.topic,
+                tp.partition,
+                HOLD_SECONDS,
+            )
+            await asyncio.sleep(HOLD_SECONDS)
+            log.warning("fault injection: releasing the held changelog records")
+        return fetched
+
+    async def close(self) -> None:
+        await self.source.close()
 
 
 def parse(spec: str) -> FaultPlan | None:
@@ -179,7 +209,6 @@ class InjectedFaults(FaultPoints):
         self.plan = plan
         #: ``skip-fetched``: records below these offsets are not delivered.
         self.skipping: dict[TopicPartition, int] = {}
-        self._hold: Hold | None = None
         #: The ``commit`` point's action for a task's commit request, by partition.
         self._commit_actions: dict[int, str] = {}
 
@@ -242,31 +271,8 @@ class InjectedFaults(FaultPoints):
     def seeked_back(self, tp: TopicPartition) -> None:
         self.skipping.pop(tp, None)
 
-    def changelog_fetched(
-        self, tp: Any, fetched: list[Any], recovering: bool, deliver: ChangelogDelivery
-    ) -> bool:
-        hold = self._hold
-        if hold is None:
-            if not recovering or self.plan.reach("recovering") != "hold":
-                return False
-            hold = self._hold = Hold(HOLD_SECONDS)
-            hold.release = asyncio.ensure_future(self._release_held(hold, deliver))
-        if hold.done:
-            return False
-        hold.batches.append((tp, fetched))
-        return True
-
-    async def _release_held(self, hold: Hold, deliver: ChangelogDelivery) -> None:
-        await asyncio.sleep(hold.seconds)
-        log.warning(
-            "fault injection: releasing %d held changelog records",
-            sum(len(fetched) for _tp, fetched in hold.batches),
-        )
-        released = 0
-        while released < len(hold.batches):  # batches held meanwhile go in order, after
-            await deliver(*hold.batches[released])
-            released += 1
-        hold.done = True
+    def restore_source(self, source: RecordSource) -> RecordSource:
+        return HeldSource(self.plan, source)
 
     def restore_progress(self, on_progress: OnProgress) -> OnProgress:
         plan = self.plan

@@ -2,14 +2,15 @@
 
 The factory hands one :class:`FaultPoints` to the parts that reach a point (the deduplicator,
 the transaction manager, the committer, the task life cycle, the consumer, the restorer's
-progress). Production gets this class, whose methods do nothing: the protocol's code calls
-them without a branch, and the per-record loop does not call them at all (the processed point
-and ``skip-fetched`` wrap the batch handler instead, see :meth:`FaultPoints.batch_handler`).
+reader and progress). Production gets this class, whose methods do nothing: the protocol's
+code calls them without a branch, and the per-record loop does not call them at all (the
+processed point and ``skip-fetched`` wrap the batch handler instead, see
+:meth:`FaultPoints.batch_handler`).
 The fault tests get ``app.fault_injection.InjectedFaults``, chosen by the factory only when
 ``DEDUPE_FAULT_INJECTION`` is set; each point's meaning is in that module's docstring.
 
 Outcome-changing actions wrap a call the protocol makes anyway (the commit request, the batch
-handler, the restorer's progress callback), as Kafka's own tests swap the client for a
+handler, the restorer's reader and progress callback), as Kafka's own tests swap the client for a
 ``MockProducer`` whose ``commitTransaction`` can be told to fail (apache/kafka
 ``clients/src/main/java/org/apache/kafka/clients/producer/MockProducer.java``).
 """
@@ -24,10 +25,7 @@ if TYPE_CHECKING:
 
     from app.eos.batch import BatchHandler
     from app.eos.task import Task
-    from recovery.restore import OnProgress
-
-#: Hands changelog records of one partition, fetched earlier, to the recovery (in order).
-ChangelogDelivery = Callable[[Any, list[Any]], Awaitable[None]]
+    from recovery.restore import OnProgress, RecordSource
 
 
 class FaultPoints:
@@ -75,12 +73,9 @@ class FaultPoints:
     def seeked_back(self, tp: TopicPartition) -> None:
         """The stall watchdog moved the consumer of ``tp`` back to a position."""
 
-    def changelog_fetched(
-        self, tp: Any, fetched: list[Any], recovering: bool, deliver: ChangelogDelivery
-    ) -> bool:
-        """Changelog records were fetched for ``tp``; True when the point keeps them (it then
-        hands them to ``deliver`` later) instead of the consumer delivering them now."""
-        return False
+    def restore_source(self, source: RecordSource) -> RecordSource:
+        """What the bulk restorer reads changelog records through (the changelog reader)."""
+        return source
 
     def restore_progress(self, on_progress: OnProgress) -> OnProgress:
         """The bulk restorer's progress callback."""

@@ -1,4 +1,4 @@
-"""The state section of the worker's settings: standbys, the bulk restore, scheduled snapshots.
+"""The state section of the worker's settings: standbys and scheduled snapshots.
 
 A base class of :class:`app.settings.Settings`, which validates it with every other section.
 """
@@ -24,14 +24,6 @@ class StateSettings(EnvSettings):
         "Standby copies of each state partition on other workers, kept warm in bulk "
         "(recovery/follow.py): a takeover then restores only a copy's lag (in /stats).",
         within=(0, 8),
-    )
-    bulk_restore: bool = setting(
-        True,
-        "DEDUPE_BULK_RESTORE",
-        "Rebuild taken-over state partitions with the bulk restorer (whole write batches, "
-        "recovery/restore.py); false: Faust's per-record recovery, many times slower "
-        "(bench/results-recovery.md; kept as a fallback and as the recovery benchmark's "
-        "baseline).",
     )
     snapshot_dir: str = setting(
         "",

@@ -64,16 +64,16 @@ class _Table:
         self.data = store
 
     def lookup(self, key: bytes, partition: int | None = None) -> bytes | None:
-        return self.data._get(key)
+        return self.data.get_raw(key)
 
     def put(self, key: bytes, value: bytes, partition: int | None = None) -> None:
-        self.data._set(key, value)
+        self.data.set_raw(key, value)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.data._set(key, value)
+        self.data.set_raw(key, value)
 
     def __delitem__(self, key: bytes) -> None:
-        self.data._del(key)
+        self.data.del_raw(key)
 
 
 def disk_bytes(path: Path) -> int:

@@ -1,13 +1,13 @@
 """Recovery benchmark: how long a worker with an empty data dir takes to rebuild its state from
-the changelog, with Faust's per-record recovery and with the bulk restorer, in one session.
+the changelog with the bulk restorer, against a bare read of the same changelog, in one session.
 
     python -m bench.recovery                        # 10,000,000 ids over 4 partitions
-    python -m bench.recovery --ids 50000000 --skip-faust --skip-quix
+    python -m bench.recovery --ids 50000000 --skip-quix
     make bench-recovery BENCH_RECOVERY_ARGS="--ids 1000000"     # a quick run
-    python -m bench.recovery --uuids --skip-faust --skip-quix  # random UUID-shaped ids
+    python -m bench.recovery --uuids --skip-quix    # random UUID-shaped ids
 
-At the default 10M ids a run takes about 25 minutes here (Faust's recovery some 13 of them,
-Quix Streams' fill and rebuild some 8); without those two, 4-5 minutes.
+Quix Streams' fill and rebuild take most of a run at the default 10M ids (``--skip-quix`` leaves
+them out).
 
 Needs a broker (``make bench-recovery`` starts one on 127.0.0.1:29092 unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set). It writes a ``seen_ids`` changelog of ``--ids`` ids the
@@ -17,8 +17,6 @@ store's entries), then starts the real worker (``python -m app worker``) on an e
 times it from process start to ``GET /ready`` = 200:
 
 - ``startup``: an app whose changelog is empty (the fixed cost of starting a worker);
-- ``faust``: ``DEDUPE_BULK_RESTORE=false``, Faust's per-record recovery (skip with
-  ``--skip-faust`` for large ``--ids``: some 10,000 records/s);
 - ``bulk``: the bulk restorer (``recovery/restore.py``);
 - ``restart``: the bulk run's worker stopped (SIGTERM) and started again on its data dir: only
   the tail after the offset the store holds (nothing) is read;
@@ -28,6 +26,10 @@ times it from process start to ``GET /ready`` = 200:
   exactly-once contender) deduplicates every id once, which fills its changelog, then starts
   on an empty state dir and rebuilds it (skip with ``--skip-quix``: it fills at some 30,000
   ids/s);
+- ``kstreams``: Kafka Streams (``bench/contenders/kstreams_dedup.py``, the throughput
+  benchmark's contender (g), exactly_once_v2) the same way: fills its changelog, then restores
+  its window store on an empty state dir (RocksDB write batches with the WAL off), timed by its
+  own restore listener (skip with ``--skip-kstreams``);
 - standby takeover: a second worker with ``DEDUPE_STANDBY_REPLICAS=1`` joins the restarted one,
   and once its standby copies are caught up the first is killed (kill -9): seconds from the
   kill until the second is ready with every partition (the session timeout included), and the
@@ -65,6 +67,7 @@ from bench.recovery_changelog import (
     ids_for,
     write_changelog,
 )
+from bench.recovery_peers import kstreams_recovery, quix_recovery
 from bench.recovery_procs import (
     SESSION_TIMEOUT,
     STARTED,
@@ -75,7 +78,6 @@ from bench.recovery_procs import (
     stop,
     worker_env,
 )
-from bench.recovery_quix import quix_recovery
 from bench.recovery_report import Run, render
 from bench.results_file import write_latest
 
@@ -83,7 +85,8 @@ RESULTS = Path(__file__).with_name("results-recovery.md")
 METHOD = (
     "`make bench-recovery` (`python -m bench.recovery`; bench/recovery.py's docstring and "
     "docs/benchmarks.md): a changelog written as the worker's transactions write it, then the "
-    "real worker started on an empty data dir and timed to `GET /ready`."
+    "real worker started on an empty data dir and timed to `GET /ready`. The bulk restore is "
+    "the worker's one way to rebuild state; `limit` is the bound it is measured against."
 )
 TARGET = (
     "the bulk restore as close to `limit` (a bare read_committed consumer reading the same "
@@ -129,11 +132,6 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     stop(proc)
     base = ready_s
     runs.append(Run("startup", ready_s))
-    if not args.skip_faust:
-        ready_s, proc, _ = start("faust", tag, root / "faust", DEDUPE_BULK_RESTORE="false")
-        stop(proc)
-        runs.append(Run("faust", ready_s, ready_s - base))
-        shutil.rmtree(root / "faust", ignore_errors=True)
     ready_s, proc, _ = start("bulk", tag, root / "bulk")
     stop(proc)
     runs.append(Run("bulk", ready_s, ready_s - base, logged_rate(log_of("bulk"))))
@@ -172,6 +170,9 @@ def run(args: argparse.Namespace) -> tuple[list[Run], dict[str, float]]:
     if not args.skip_quix:
         recovery, _total = quix_recovery(bootstrap, tag, by_partition, root, args.timeout)
         runs.append(Run("quix", None, recovery))
+    if not args.skip_kstreams:
+        recovery, _total = kstreams_recovery(bootstrap, tag, by_partition, root, args.timeout)
+        runs.append(Run("kstreams", None, recovery))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return runs, sizes
@@ -190,9 +191,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--txn", type=int, default=10_000, help="records per transaction")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to ready, at most")
-    parser.add_argument("--skip-faust", action="store_true", help="no per-record recovery run")
     parser.add_argument(
         "--skip-quix", action="store_true", help="no Quix Streams recovery run (some 30k ids/s)"
+    )
+    parser.add_argument(
+        "--skip-kstreams", action="store_true", help="no Kafka Streams recovery run"
     )
     parser.add_argument(
         "--session-timeout",

@@ -6,7 +6,7 @@
 
 No broker. It loads N ids already held into one worker's ``seen_ids`` store, one RocksDB per
 partition (``--partitions``, default ``DEDUPE_PARTITIONS``), through the store's own write path:
-each id is staged as the live worker stages it (``store._set``), and each partition's staged
+each id is staged as the live worker stages it (``store.set_raw``), and each partition's staged
 writes are applied with ``commit_partition`` every ``--batch`` ids (the ids, the derived age-out
 index and summary in one write batch). Ids are 36-character UUIDv4-shaped strings (distinct by
 construction), spread over partitions by the worker's own murmur2 partitioner
@@ -17,7 +17,7 @@ lookups per partition and in total, with ``--lookups`` fresh ids per partition a
 - ids not held (new ids, the common case: the bloom filter answers) and ids held (repeats);
 - three ways: ``SeenIds.decide`` (the agent's decision: the table lookup, decode, and the
   staged write; staged writes are discarded every 1,000 ids so the store stays at N), the table
-  lookup alone (``TransactionalTable.lookup`` -> ``store._get``: staged writes, then one RocksDB
+  lookup alone (``TransactionalTable.lookup`` -> ``store.get_raw``: staged writes, then one RocksDB
   point read), and the baseline: raw rocksdict point gets on the same database.
 
 Peak and current RSS of the process (``/proc/self/status`` VmHWM, VmRSS) are taken after the

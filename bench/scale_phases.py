@@ -95,7 +95,7 @@ def load(store: SeenIdsStore, current: list[int], ids: int, partitions: int, bat
         key = uuid_like(i)
         p = partition_for(key, partitions)
         current[0] = p
-        store._set(key, Entry(first_seen_ms(i, ids), seqs[p]).encode())
+        store.set_raw(key, Entry(first_seen_ms(i, ids), seqs[p]).encode())
         seqs[p] += 1
         if seqs[p] % batch == 0:
             offsets[p] += batch

@@ -6,9 +6,9 @@ copied from snapshots. Imports go one way: ``app`` -> ``recovery`` -> ``tables``
 - ``restore.py``: a partition read into its store in large write batches (the bulk restore);
   ``bulk.py``: the restores a recovery queues, retried with ``retry.py``'s backoff and limit.
 - ``follow.py``: standby partitions followed into their stores.
-- ``end_rule.py``: when the recovery of a partition Faust's loop reads is complete.
-- ``faust_adapter.py``: Faust's recovery service with the above; the module that names
-  Faust's private internals.
+- ``faust_adapter.py``: Faust's recovery service with the above (a partition's recovery ends
+  when its restore reached the end), subclassing the recovery shim of
+  ``adapters/faust_privates.py`` (the module that names Faust's private internals).
 - ``snapshot.py``: a copy of the stores taken and restored (``app/snapshots.py`` runs it).
 
 The store's side of a restore stays in ``tables/``: the write path it goes through
@@ -17,23 +17,19 @@ partitions' databases (``tables/partitions.py``).
 
 "Settled" has one meaning in this repository: no transaction is open on a partition, its last
 stable offset reaches its log end (``app/eos/broker.py``, ``wait_until_settled``). The
-recovery's other waits are named for what they wait for: the end rule's "complete" and the
-restore's "compacted".
+recovery's other waits are named for what they wait for: the restore's "restored" and
+"compacted".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aiokafka.structs import TopicPartition
-from faust.types import TP
-
 from recovery.bulk import BulkRestores
-from recovery.end_rule import EndRule
 from recovery.faust_adapter import TransactionalRecovery, TransactionalTableManager
 from recovery.follow import Follower
 from recovery.reader import ChangelogReader
-from recovery.restore import OnProgress, Restorer
+from recovery.restore import OnProgress, RecordSource, Restorer
 
 __all__ = ["TransactionalTableManager", "install"]
 
@@ -42,30 +38,22 @@ def install(
     app: Any,
     reader: ChangelogReader,
     *,
-    timeout: float,
-    bulk: bool,
+    restore_source: RecordSource | None = None,
     on_progress: OnProgress | None = None,
 ) -> None:
     """Give the recovery of ``app`` (built with :class:`TransactionalTableManager`) the
-    changelog reader, for the end rule (each question answered within ``timeout`` seconds)
-    and, with ``bulk``, for the restorer of its tables' active partitions (reporting to
-    ``on_progress``) and the follower of their standby partitions. The recovery closes it."""
+    changelog reader: the restorer of its tables' active partitions (reporting to
+    ``on_progress``) reads through ``restore_source`` (default: ``reader`` itself; the fault
+    tests wrap it), the follower of their standby partitions through ``reader``. The recovery
+    closes it."""
     recovery = app.tables.recovery
     if not isinstance(recovery, TransactionalRecovery):
         raise TypeError(f"the app's recovery is {type(recovery).__name__}, not ours")
-
-    async def find(tp: TP, start: int, end: int) -> int | None:
-        return await reader.first_committed(TopicPartition(*tp), start, end, timeout=timeout)
-
-    end_rule = EndRule(find, reader.close)
-    if not bulk:
-        recovery.use(end_rule, None, None)
-        return
-    restorer = Restorer(reader, on_progress)
+    restorer = Restorer(reader if restore_source is None else restore_source, on_progress)
     bulk_restores = BulkRestores(
         restorer,
         highwater=recovery.bulk_highwater,
         store=recovery.bulk_store,
         restored=recovery.bulk_restored,
     )
-    recovery.use(end_rule, bulk_restores, Follower(reader))
+    recovery.use(bulk_restores, Follower(reader))

@@ -39,7 +39,7 @@ class BulkRestores:
     ) -> None:
         self.restorer = restorer
         self._highwater = highwater
-        self._store = store
+        self._store_of = store
         self._restored = restored
         self.round = 0
         #: The partitions of the current round still to restore.
@@ -89,7 +89,7 @@ class BulkRestores:
         def still_wanted() -> bool:
             return number == self.round and self._highwater(tp) == highwater and not should_stop()
 
-        done = await self.restorer.restore(self._store(tp), tp, highwater + 1, still_wanted)
+        done = await self.restorer.restore(self._store_of(tp), tp, highwater + 1, still_wanted)
         if done and still_wanted():
             self.pending.discard(tp)
             self._restored(tp, highwater)

@@ -1,7 +1,7 @@
 """The changelog reader: committed records of one changelog partition, read below aiokafka's
-consumer. Every path that reads a changelog uses it: the bulk restore (``recovery/restore.py``),
-the standby follower (``recovery/follow.py``) and the recovery end rule
-(:meth:`ChangelogReader.first_committed`, ``recovery/faust_adapter.py``).
+consumer. Every path that reads a changelog uses it: the bulk restore (``recovery/restore.py``)
+and the standby follower (``recovery/follow.py``); Faust's recovery reads none
+(``recovery/faust_adapter.py``).
 
 aiokafka's consumer hands out every record as a ``ConsumerRecord`` (eleven fields, its headers
 copied) through a generator, after a fetch loop of its own: 35% and 41% of a restore's time in
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -160,27 +159,6 @@ class ChangelogReader:
                 found.stable = int(data[0])
                 return found
         raise errors.KafkaError(f"the fetch response has no data for {tp.topic}-{tp.partition}")
-
-    async def first_committed(
-        self, tp: TopicPartition, start: int, end: int, *, timeout: float
-    ) -> int | None:
-        """Offset of the first record a read_committed consumer sees in ``[start, end)``, or
-        None: only commit markers and aborted records lie there. ``end`` must not pass the
-        last stable offset (records above it are not returned yet); raises ``TimeoutError``
-        when the fetches do not reach ``end`` within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        position = start
-        while position < end:
-            fetched = await self.fetch(tp, position, end)
-            if fetched.first_offset is not None:
-                return fetched.first_offset
-            if fetched.next_offset <= position and time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{tp.topic}-{tp.partition}: no fetch reached offset {end} from {position} "
-                    f"within {timeout:g}s (last stable offset {fetched.stable})"
-                )
-            position = max(position, fetched.next_offset)
-        return None
 
     async def _log_start(self, client: AIOKafkaClient, tp: TopicPartition, offset: int) -> int:
         node = await self._leader(client, tp)

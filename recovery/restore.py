@@ -1,9 +1,10 @@
 """Bulk restore: a changelog partition read straight into its store in large write batches.
 
-Faust's recovery hands every changelog record through its consumer, a queue and a per-record loop
-(bench/results-recovery.md compares the two). The restorer reads one partition with a reader of its
-own (``recovery/reader.py``: ``read_committed``, so aborted transactions never reach it; large
-fetches, no per-record objects), and writes each fetch in large RocksDB write batches through the
+Faust's recovery would hand every changelog record through its consumer, a queue and a per-record
+loop; the worker's recovery reads no changelog that way (``recovery/faust_adapter.py``). The
+restorer reads one partition with the changelog reader (``recovery/reader.py``:
+``read_committed``, so aborted transactions never reach it; large fetches, no per-record
+objects), and writes each fetch in large RocksDB write batches through the
 store's own write path, so the age-out index, the summary and the source-offsets record are rebuilt
 in the same pass, exactly as a live commit derives them. Each batch carries the changelog offset it
 brings the store to, so a restore stopped at any point resumes after the last batch written.

@@ -6,7 +6,7 @@ data. This store keeps each partition's writes *staged* in memory until the part
 transaction commits (:meth:`commit_partition`), then writes them together with the changelog
 offset they correspond to in one atomic RocksDB write batch. A failed transaction drops them
 (:meth:`discard_partition`). Invariant: each partition's database holds exactly a prefix of the
-committed changelog, up to the offset stored under :attr:`offset_key`; Faust's recovery replays the
+committed changelog, up to the offset stored under :attr:`offset_key`; the recovery restores the
 rest (``read_committed``) on assignment.
 
 Reads during processing see the committed data plus the partition's own staged writes
@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from faust.stores.base import SerializedStore
 from faust.types import TP
 from rocksdict import Rdict, WriteBatch
 
+from adapters.faust_privates import StoreShim
 from tables.partitions import PartitionSet
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, store_options
@@ -47,7 +47,7 @@ from tables.written_keys import WrittenKeys
 log = logging.getLogger(__name__)
 
 
-class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type: ignore[misc]
+class TransactionalStore(StoreMapping, RestoreWrites, StoreShim):
     """Per-partition RocksDB databases with writes staged per transaction (raw bytes only).
 
     Subclasses may keep local, derived column families (``extra_cfs``) in step with the table's
@@ -175,8 +175,8 @@ class TransactionalStore(StoreMapping, RestoreWrites, SerializedStore):  # type:
         ``changelog_offset`` is the offset of the transaction's last changelog record. The
         commit marker follows it at ``changelog_offset + 1`` (only this partition's
         transactional producer writes that changelog partition, and a fenced one cannot), so
-        the store records that it holds the changelog *through the marker*: Faust's recovery
-        then finds nothing left to read, instead of waiting 5 s for a record that never comes.
+        the store records that it holds the changelog *through the marker*: a recovery then
+        finds nothing left to read.
         """
         staged = self._staging.take(partition)
         if not staged and changelog_offset is None:

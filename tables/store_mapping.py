@@ -34,7 +34,7 @@ class StoreMapping:
         @staticmethod
         def written_key(raw: bytes) -> bytes: ...
 
-    def _get(self, key: bytes) -> bytes | None:
+    def get_raw(self, key: bytes) -> bytes | None:
         return self.get_in(self._partition_of(), key)
 
     def get_in(self, partition: int, key: bytes) -> bytes | None:
@@ -47,18 +47,18 @@ class StoreMapping:
         value: bytes | None = self.db(partition).get(self.disk_key(key))
         return value
 
-    def _set(self, key: bytes, value: bytes | None) -> None:
+    def set_raw(self, key: bytes, value: bytes | None) -> None:
         self.stage(self._partition_of(), key, value)
 
-    def _del(self, key: bytes) -> None:
+    def del_raw(self, key: bytes) -> None:
         self.stage(self._partition_of(), key, None)
 
     def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
         """Stage a write (None: delete) in ``partition``'s open transaction."""
         self._staging.stage(partition, key, value)
 
-    def _contains(self, key: bytes) -> bool:
-        return self._get(key) is not None
+    def contains_raw(self, key: bytes) -> bool:
+        return self.get_raw(key) is not None
 
     def _committed_items(self) -> Iterator[tuple[bytes, bytes]]:
         written_key = self.written_key
@@ -66,21 +66,21 @@ class StoreMapping:
             for key, value in pdb.db.items():
                 yield written_key(cast(bytes, key)), cast(bytes, value)
 
-    def _iterkeys(self) -> Iterator[bytes]:
+    def iterkeys_raw(self) -> Iterator[bytes]:
         return (k for k, _ in self._committed_items())
 
-    def _itervalues(self) -> Iterator[bytes]:
+    def itervalues_raw(self) -> Iterator[bytes]:
         return (v for _, v in self._committed_items())
 
-    def _iteritems(self) -> Iterator[tuple[bytes, bytes]]:
+    def iteritems_raw(self) -> Iterator[tuple[bytes, bytes]]:
         return self._committed_items()
 
-    def _size(self) -> int:
+    def size_raw(self) -> int:
         return sum(self.approximate_keys(p) for p in self._partitions.held())
 
     def approximate_keys(self, partition: int) -> int:
         """RocksDB's estimate of the keys held by ``partition`` (committed state)."""
         return max(int(self.db(partition).property_int_value("rocksdb.estimate-num-keys") or 0), 0)
 
-    def _clear(self) -> None:
+    def clear_raw(self) -> None:
         raise NotImplementedError("a transactional table cannot be cleared; wipe the data dir")

@@ -21,6 +21,7 @@ from typing import Any
 import faust
 from faust.types import StoreT
 
+from adapters.faust_privates import TableShim
 from tables.protocol import processing_partition
 from tables.store import TransactionalStore
 
@@ -35,7 +36,7 @@ def current_partition() -> int:
     return partition
 
 
-class TransactionalTable(faust.Table):  # type: ignore[misc]
+class TransactionalTable(TableShim):
     """``faust.Table`` with raw bytes keys/values, staged writes and transactional changelog."""
 
     def __init__(
@@ -56,9 +57,9 @@ class TransactionalTable(faust.Table):  # type: ignore[misc]
             **kwargs,
         )
 
-    def _new_store(self) -> StoreT:
+    def new_store(self) -> StoreT:
         store = self.store_factory(
-            self._store or self.app.conf.store,
+            self.store_url(),
             self.app,
             self,
             partition_of=current_partition,

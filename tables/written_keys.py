@@ -34,13 +34,13 @@ class WrittenKeys:
     """Which keys (as written: each one's disk form is one-to-one) a restore into an empty
     store has written so far."""
 
-    __slots__ = ("_bits", "_size")
+    __slots__ = ("_bits", "_positions")
 
     def __init__(self, records: int) -> None:
         """``records``: changelog offsets the restore covers (at least the keys it writes)."""
         size = min(max(records * BITS_PER_RECORD // 8, MIN_BYTES), MAX_BYTES)
         self._bits = np.zeros(size, dtype=np.uint8)
-        self._size = size * 8
+        self._positions = size * 8
 
     @property
     def nbytes(self) -> int:
@@ -55,7 +55,7 @@ class WrittenKeys:
         hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
         # Two bits per key: at its whole 64-bit hash and at its upper half, modulo the bitmap's
         # size (at most 2**28 bits, so far fewer bits than either number has).
-        size = np.uint64(self._size)
+        size = np.uint64(self._positions)
         places = [self._place(hashes % size), self._place((hashes >> np.uint64(32)) % size)]
         bits = self._bits
         maybe_mask = np.ones(len(keys), dtype=bool)

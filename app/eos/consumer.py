@@ -1,5 +1,5 @@
-"""Faust's consumer, patched: the only home of Faust's consumer internals (checked by
-tests/unit/test_private_names.py).
+"""Faust's consumer, patched through the shims of ``adapters/faust_privates.py`` (the only
+module naming Faust's private members; checked by tests/unit/test_private_names.py).
 
 - :class:`ConsumerThread`: changelog highwaters asked from the broker, and the fetch wait from
   ``DEDUPE_FETCH_MAX_WAIT``.
@@ -17,14 +17,20 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import faust
 from aiokafka import AIOKafkaConsumer
 from faust.transport.consumer import CONSUMER_FETCHING
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as FaustKafkaConsumer
 from faust.types import TP
 
-from app.eos import aiokafka_privates
+from adapters import aiokafka_privates
+from adapters.faust_privates import (
+    AppShim,
+    ConsumerShim,
+    ConsumerThreadShim,
+    consumer_thread,
+    crash,
+    stopped,
+    worker_consumer,
+)
 from app.eos.batch import BatchHandler
 
 if TYPE_CHECKING:
@@ -45,12 +51,12 @@ def request_rejoin(app: Any) -> None:
     offsets (our eager rebalance revokes every partition and seeks to committed offsets).
     Stops the worker when that cannot be asked."""
     try:
-        thread = app.consumer._thread
-        consumer = thread._ensure_consumer()
+        thread = consumer_thread(app)
+        consumer = worker_consumer(thread)
         thread.thread_loop.call_soon_threadsafe(aiokafka_privates.rejoin_request(consumer))
     except Exception as exc:  # pragma: no cover - depends on Faust internals
         log.critical("cannot request a rejoin (%r): stopping the worker", exc)
-        app._crash(exc)
+        crash(app, exc)
 
 
 def records_held_back(app: Any) -> bool:
@@ -63,25 +69,25 @@ def records_held_back(app: Any) -> bool:
     )
 
 
-class FaustAppHooks(faust.App):  # type: ignore[misc]
-    """The Faust app's consumer hooks, named here (Faust's private members) so the app's own
-    module does not: the transport Faust builds (``transport_type``: our consumer and
-    transaction manager) and :meth:`consumer_idle`, awaited once the agents are idle."""
+class FaustAppHooks(AppShim):
+    """The Faust app's consumer hooks: the transport Faust builds (``transport_type``: our
+    consumer and transaction manager) and :meth:`consumer_idle`, awaited once the agents are
+    idle."""
 
     transport_type: type
 
-    def _new_transport(self) -> Any:
+    def new_transport(self) -> Any:
         return self.transport_type(self.conf.broker_consumer, self)
 
-    async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
-        await super()._consumer_wait_empty(consumer, logger)
+    async def consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
+        await super().consumer_wait_empty(consumer, logger)
         await self.consumer_idle()
 
     async def consumer_idle(self) -> None:
         """Called once the agents finished their current records (a rebalance, a stop)."""
 
 
-class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
+class ConsumerThread(ConsumerThreadShim):
     """Faust's consumer thread, with highwaters that exist before the first fetch.
 
     Under exactly_once Faust takes a changelog's highwater from ``last_stable_offset``, which
@@ -90,7 +96,7 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
     (ListOffsets with read_committed isolation returns the last stable offset).
     """
 
-    def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
+    def create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         """Faust's worker consumer with ``fetch_max_wait_ms`` from ``DEDUPE_FETCH_MAX_WAIT``
         instead of Faust's fixed 1,500 ms.
 
@@ -100,12 +106,12 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         for the whole wait, and the input partitions, drained meanwhile, wait with it
         (docs/design.md, "Fetches wait at most").
         """
-        consumer: AIOKafkaConsumer = super()._create_worker_consumer(transport)
+        consumer = super().create_worker_consumer(transport)
         settings: Settings = self.app.dedupe_settings
         aiokafka_privates.set_fetch_max_wait(consumer, settings.fetch_max_wait)
         return consumer
 
-    async def _fetch_records(
+    async def fetch_records(
         self,
         consumer: AIOKafkaConsumer,
         active_partitions: set[TP],
@@ -126,17 +132,16 @@ class ConsumerThread(AIOKafkaConsumerThread):  # type: ignore[misc]
         if max_records is None:
             held_back = records_held_back(self.app)
             max_records = HELD_BACK_MAX_RECORDS if held_back else STEADY_MAX_RECORDS
-        records: Mapping[TP, list[Any]] = await super()._fetch_records(
+        return await super().fetch_records(
             consumer, active_partitions, timeout=timeout, max_records=max_records
         )
-        return records
 
-    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
-        offsets: Mapping[TP, int] = await self._ensure_consumer().end_offsets(partitions)
+    async def fetch_highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        offsets: Mapping[TP, int] = await worker_consumer(self).end_offsets(partitions)
         return offsets
 
 
-class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
+class Consumer(ConsumerShim):
     """Faust's aiokafka consumer, handing records of the source topics over in batches.
 
     Faust delivers each record on its own: into a channel queue (two tasks and an
@@ -151,19 +156,19 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
     finish (the stop's commit waits for it) instead of failing its transaction half-way.
     """
 
-    def _new_consumer_thread(self) -> ConsumerThread:
+    def new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
-    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - a worker loop
+    async def drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - a worker loop
         batches = self.transactions.batch_handler(self.app.batch_handler)
-        consumer_should_stop = self._stopped.is_set
-        fetcher_should_stop = fetcher._stopped.is_set
+        consumer_should_stop = stopped(self).is_set
+        fetcher_should_stop = stopped(fetcher).is_set
         set_flag = self.diag.set_flag
         unset_flag = self.diag.unset_flag
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(CONSUMER_FETCHING)
-                records, active = await self._wait_next_records(1.0)
+                records, active = await self.wait_next_records(1.0)
                 await self.sleep(0)
                 if records is not None and not self.should_stop:
                     await self._deliver(records, active, batches)
@@ -197,14 +202,14 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
             return
         generation_id = app.consumer_generation_id
         batch_topics = self.transactions.source_topics
-        read_offset = self._read_offset
-        to_message = self._to_message
+        read_offset = self.read_offsets
+        to_message = self.to_message
         for tp, fetched in records.items():
             if not fetched:
                 continue
             if not self.flow_active or app.consumer_generation_id != generation_id:
                 return  # what Faust's getmany does: the rest is fetched again
-            if active is not None and tp not in active and tp not in self._buffered_partitions:
+            if active is not None and tp not in active and tp not in self.buffered_partitions:
                 continue
             app.monitor.track_tp_end_offset(tp, self.highwater(tp))
             r_offset = read_offset[tp]
@@ -218,12 +223,6 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                     read_offset[tp] = messages[-1].offset
                     await asyncio.shield(handler(messages, generation_id))
                 continue
-            recovering = self.app.tables.recovery.in_recovery
-            if self.transactions.points.changelog_fetched(
-                tp, fetched, recovering, self._deliver_changelog
-            ):
-                read_offset[tp] = fetched[-1].offset
-                continue
             for record in fetched:
                 if r_offset is not None and record.offset < r_offset:
                     continue
@@ -231,9 +230,3 @@ class Consumer(FaustKafkaConsumer):  # type: ignore[misc]
                     self.callback(to_message(tp, record)), self.suspend_flow.wait()
                 )
                 read_offset[tp] = record.offset
-
-    async def _deliver_changelog(self, tp: TP, fetched: list[Any]) -> None:
-        """Changelog records a fault point kept back (``recovering=hold``), to the recovery
-        now, in order."""
-        for record in fetched:
-            await self.callback(self._to_message(tp, record))

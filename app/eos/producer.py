@@ -1,6 +1,6 @@
 """A task's transactional producer: create, start (which fences older owners), close; how its
 failures are classified. aiokafka's private names it needs are reached through
-``aiokafka_privates.py``.
+``adapters/aiokafka_privates.py``.
 
 One producer per task, ``transactional.id = "<app id>-<input topic>-<p>"``: stable across
 deploys and restarts, so a restarted or new owner of ``p`` fences the old one. Neither aiokafka's
@@ -31,7 +31,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
-from app.eos import aiokafka_privates
+from adapters import aiokafka_privates
 from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
 from app.eos.txn_v2 import is_v2, txn_v2_manager, use_v2
 

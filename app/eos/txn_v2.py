@@ -29,16 +29,18 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.client import CoordinationType
 from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, ProducerFenced
-from aiokafka.producer.sender import (
-    EndTxnHandler,
-    InitPIDHandler,
-    Sender,
-    SendProduceReqHandler,
-    TxnOffsetCommitHandler,
-)
-from aiokafka.producer.transaction_manager import PidAndEpoch, TransactionManager
 from aiokafka.structs import TopicPartition
 
+from adapters.aiokafka_privates import (
+    EndTxnShim,
+    InitPIDShim,
+    ProduceShim,
+    SenderShim,
+    TransactionManagerShim,
+    TxnOffsetCommitShim,
+    swap_in,
+    txn_manager,
+)
 from app.eos.txn_messages import (
     TRANSACTION_ABORTABLE,
     EndTxnV5,
@@ -93,9 +95,9 @@ class _Fields:
         self.__dict__.update(fields)
 
 
-class InitPidV5Handler(InitPIDHandler):  # type: ignore[misc]
+class InitPidV5Handler(InitPIDShim):
     def create_request(self) -> InitProducerIdV5:
-        txn = self._sender._txn_manager
+        txn = self.txn
         return InitProducerIdV5(txn.transactional_id, txn.transaction_timeout_ms)
 
     def handle_response(self, resp: Any) -> float | None:
@@ -105,17 +107,12 @@ class InitPidV5Handler(InitPIDHandler):  # type: ignore[misc]
         return result
 
 
-class ProduceV12Handler(SendProduceReqHandler):  # type: ignore[misc]
+class ProduceV12Handler(ProduceShim):
     def create_request(self) -> ProduceV12:
         topics: dict[str, list[tuple[int, bytes]]] = {}
-        for tp, batch in self._batches.items():
+        for tp, batch in self.batches.items():
             topics.setdefault(tp.topic, []).append((tp.partition, batch.get_data_buffer()))
-        return ProduceV12(
-            self._sender._txn_manager.transactional_id,
-            self._sender._acks,
-            self._sender._request_timeout_ms,
-            topics,
-        )
+        return ProduceV12(self.txn.transactional_id, self.acks, self.request_timeout_ms, topics)
 
     def handle_response(self, response: Any) -> None:
         # As a v8 response (aiokafka's newest): (partition, error, offset, timestamp, log
@@ -125,7 +122,7 @@ class ProduceV12Handler(SendProduceReqHandler):  # type: ignore[misc]
         for topic, partitions, _tags in response.responses:
             kept = []
             for index, error, offset, ts, start, record_errors, message, _t in partitions:
-                batch = self._batches.get(TopicPartition(topic, index))
+                batch = self.batches.get(TopicPartition(topic, index))
                 if error == TRANSACTION_ABORTABLE and batch is not None:
                     batch.failure(exception=TransactionAbortable(f"{topic}-{index}: {message}"))
                     continue
@@ -135,15 +132,15 @@ class ProduceV12Handler(SendProduceReqHandler):  # type: ignore[misc]
         super().handle_response(_Fields(API_VERSION=8, topics=topics))
 
 
-class TxnOffsetCommitV5Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
+class TxnOffsetCommitV5Handler(TxnOffsetCommitShim):
     def create_request(self) -> TxnOffsetCommitV5:
-        txn = self._sender._txn_manager
+        txn = self.txn
         return TxnOffsetCommitV5(
             txn.transactional_id,
-            self._group_id,
+            self.group_id,
             txn.producer_id,
             txn.producer_epoch,
-            {tp: (o.offset, o.metadata) for tp, o in self._offsets.items()},
+            {tp: (o.offset, o.metadata) for tp, o in self.offsets.items()},
         )
 
     def handle_response(self, resp: Any) -> float | None:
@@ -152,23 +149,23 @@ class TxnOffsetCommitV5Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
             for topic, partitions, _tags in resp.topics
         ]
         if any(e == TRANSACTION_ABORTABLE for _, parts in errors for _, e in parts):
-            self._sender._txn_manager.error_transaction(
-                TransactionAbortable(f"TxnOffsetCommit for group {self._group_id}")
+            self.txn.error_transaction(
+                TransactionAbortable(f"TxnOffsetCommit for group {self.group_id}")
             )
             return None
         result: float | None = super().handle_response(_Fields(errors=errors))
         return result
 
 
-class EndTxnV5Handler(EndTxnHandler):  # type: ignore[misc]
+class EndTxnV5Handler(EndTxnShim):
     def create_request(self) -> EndTxnV5:
-        txn = self._sender._txn_manager
+        txn = self.txn
         return EndTxnV5(
-            txn.transactional_id, txn.producer_id, txn.producer_epoch, int(self._commit_result)
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, int(self.commit_result)
         )
 
     def handle_response(self, resp: Any) -> float | None:
-        txn: TransactionManagerV2 = self._sender._txn_manager
+        txn: TransactionManagerV2 = self.txn
         if resp.error_code == 0:
             # The epoch the coordinator bumped to (or a new producer id at epoch 0 when the
             # epoch ran out): the next transaction's records carry it, from sequence 0.
@@ -184,46 +181,42 @@ class EndTxnV5Handler(EndTxnHandler):  # type: ignore[misc]
         return result
 
 
-class SenderV2(Sender):  # type: ignore[misc]
+class SenderV2(SenderShim):
     """aiokafka's sender with the v2 requests (see the module docstring)."""
 
-    async def _do_init_pid(self, node_id: int) -> bool:
+    async def init_pid(self, node_id: int) -> bool:
         ok: bool = await InitPidV5Handler(self).do(node_id)
         return ok
 
-    async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
+    async def send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
         # As aiokafka's, with the v12 handler.
         await ProduceV12Handler(self, batches).do(node_id)
-        self._in_flight.remove(node_id)
-        for tp in batches:
-            self._muted_partitions.remove(tp)
+        self.produce_sent(node_id, batches)
 
-    async def _do_txn_offset_commit(
-        self, offsets: dict[TopicPartition, Any], group_id: str
-    ) -> None:
+    async def txn_offset_commit(self, offsets: dict[TopicPartition, Any], group: str) -> None:
         # As aiokafka's, with the v5 handler.
         if not offsets:
             return
         try:
-            node_id = await self._find_coordinator(CoordinationType.GROUP, group_id)
+            node_id = await self.find_coordinator(CoordinationType.GROUP, group)
         except GroupAuthorizationFailedError as exc:
-            self._txn_manager.error_transaction(exc)
+            self.txn.error_transaction(exc)
             return
-        await TxnOffsetCommitV5Handler(self, offsets, group_id).do(node_id)
+        await TxnOffsetCommitV5Handler(self, offsets, group).do(node_id)
 
-    async def _do_txn_commit(self, commit_result: Any) -> None:
+    async def txn_commit(self, commit_result: Any) -> None:
         # As aiokafka's, with the v5 handler: every batch acknowledged first; a transaction
         # that sent nothing ends locally (the Java client's ``nextRequest`` does the same).
-        await self._message_accumulator.flush_for_commit()
-        txn = self._txn_manager
+        await self.flush_for_commit()
+        txn = self.txn
         if txn.is_empty_transaction():
             txn.complete_transaction()
             return
-        node_id = await self._find_coordinator(CoordinationType.TRANSACTION, txn.transactional_id)
+        node_id = await self.find_coordinator(CoordinationType.TRANSACTION, txn.transactional_id)
         await EndTxnV5Handler(self, commit_result).do(node_id)
 
 
-class TransactionManagerV2(TransactionManager):  # type: ignore[misc]
+class TransactionManagerV2(TransactionManagerShim):
     """aiokafka's transaction state, with partitions and offsets added by the broker."""
 
     def maybe_add_partition_to_txn(self, tp: TopicPartition) -> None:
@@ -231,44 +224,33 @@ class TransactionManagerV2(TransactionManager):  # type: ignore[misc]
         if self.transactional_id is None:
             return
         assert self.is_in_transaction()
-        self._txn_partitions.add(tp)
+        self.record_partition(tp)
 
     def add_partition_by_request(self, tp: TopicPartition) -> None:
         """Add ``tp`` with AddPartitionsToTxn although no record goes there (a marker-only
         transaction, app/eos/hanging.py): the old request still adds it on a v2 cluster."""
         assert self.is_in_transaction()
-        if tp not in self._txn_partitions:
-            self._pending_txn_partitions.add(tp)
-            self.notify_task_waiter()
+        self.request_partition(tp)
 
     def add_offsets_to_txn(self, offsets: Any, group_id: str) -> Any:
         # No AddOffsetsToTxn: the group counts as added, so the sender goes straight to
         # TxnOffsetCommit (and the transaction is not empty).
-        self._txn_consumer_group = group_id
+        self.group_added(group_id)
         return super().add_offsets_to_txn(offsets, group_id)
-
-    def adopt(self, producer_id: int, producer_epoch: int) -> None:
-        """Use the producer id and epoch EndTxn returned, sequences from 0."""
-        self._pid_and_epoch = PidAndEpoch(producer_id, producer_epoch)
-        self._sequence_numbers.clear()
 
 
 def use_v2(producer: AIOKafkaProducer) -> None:
-    """Make ``producer`` (transactional, not started) run the v2 flow. Its sender, message
-    accumulator and client share the one transaction manager object, so both objects change
-    class in place: aiokafka builds them inside the producer's constructor."""
-    assert producer._txn_manager is not None and producer._txn_manager.transactional_id
-    producer._txn_manager.__class__ = TransactionManagerV2
-    producer._sender.__class__ = SenderV2
+    """Make ``producer`` (transactional, not started) run the v2 flow."""
+    swap_in(producer, TransactionManagerV2, SenderV2)
 
 
 def is_v2(producer: AIOKafkaProducer) -> bool:
-    return isinstance(producer._txn_manager, TransactionManagerV2)
+    return isinstance(txn_manager(producer), TransactionManagerV2)
 
 
 def txn_v2_manager(producer: AIOKafkaProducer) -> TransactionManagerV2:
     """The v2 transaction state of ``producer`` (one :func:`use_v2` was given)."""
-    txn = producer._txn_manager
+    txn = txn_manager(producer)
     assert isinstance(txn, TransactionManagerV2)
     return txn
 

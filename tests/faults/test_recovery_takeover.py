@@ -2,16 +2,20 @@
 committed changelog record below the end has been applied to the store, never on the consumer's
 position.
 
-Faust's recovery loop, after two empty 5 s waits of its queue, declared every active partition
-whose consumer *position* had reached the end recovered ("Aborted tx until highwater"), with its
+Faust's recovery loop, after two empty 5 s waits of its queue, declares every active partition
+whose consumer *position* has reached the end recovered ("Aborted tx until highwater"), with its
 records fetched but not yet applied; the store then stayed empty and every repeat of a
 taken-over id went out again. Its count of empty waits was never reset by a recovery's start,
-so a worker that sat idle ran the check 0-5 s into its next takeover.
+so a worker that sat idle ran the check 0-5 s into its next takeover. The bulk restorer reads
+every partition now, and Faust's consumer waits at the end of each one it restores: to Faust's
+loop every restore looks complete from the start.
 
-- F16 drives that moment (in Faust's per-record recovery, ``DEDUPE_BULK_RESTORE=false``):
-  the fault point ``recovering=hold`` keeps the fetched changelog records from the recovery
-  for 12 s (more than two waits) while the consumer's position is past them. Before the fix
-  it failed every time (see the commit and docs/reliability.md).
+- F16 drives that moment: the fault point ``restoring=hold`` keeps each partition's first
+  fetch from the restorer for 12 s (more than two waits), so the restore waits while Faust's
+  consumer is at the end and its queue is empty. With Faust's loop back in place of the
+  adapter's (``recovery/faust_adapter.py``, ``_slurp_changelogs``), or a partition counted as
+  restored when its restore starts (``recovery/bulk.py``), the worker reports ready while a
+  restore is held and the store check fails.
 - F17 is the way it was seen: a survivor idle for more than two waits takes over partitions
   with large changelogs (kill -9 of the other worker), then a worker with a wiped data dir
   takes half of them back after idle time too and, idle again, takes over the rest when the
@@ -59,25 +63,27 @@ def test_f16_changelog_records_in_transit_past_two_recovery_waits(
     expected = ids_by_partition(stream, partitions)
     a = one_worker_processed(broker, names, workers, stream, partitions)
     a.kill(signal.SIGKILL)
-    # A new owner with no local state: it rebuilds both partitions from the changelog, and
-    # every changelog record it fetches first reaches its recovery 12 s late.
+    # A new owner with no local state: it restores both partitions from the changelog, and
+    # the first fetch of each reaches the restorer 12 s late.
     b = Worker(
         broker,
         names,
         index=1,
         partitions=partitions,
-        # The hold is in Faust's per-record recovery: the bulk restorer never reads through it.
-        extra_env={"DEDUPE_FAULT_INJECTION": "recovering=hold@1", "DEDUPE_BULK_RESTORE": "false"},
+        extra_env={"DEDUPE_FAULT_INJECTION": "restoring=hold@1"},
     )
     workers.append(b)
     b.start()
-    b.wait_ready()
     deadline = time.monotonic() + 120
-    while "releasing" not in b.log_text():  # the held records reached the recovery
+    while "fault injection: holding" not in b.log_text():
+        assert b.alive(), b.log_text()[-4000:]
         assert time.monotonic() < deadline, "the hold never fired: the test proved nothing"
         time.sleep(0.25)
+    # Checked as soon as the worker says its state is recovered: a recovery ended while the
+    # restore was held shows here as ids missing from the store.
     wait_owning(b, {0, 1})
     assert_store_holds(b, {0, 1}, expected, seed=1)
+    assert "releasing" in b.log_text(), "ready while the restore was held"
     send_again_and_verify(
         broker,
         names,

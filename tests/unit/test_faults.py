@@ -16,6 +16,7 @@ from app import fault_injection as faults
 from app.eos import Outcome, Task
 from app.factory import fault_points
 from app.fault_points import NO_FAULTS
+from recovery.reader import Fetched
 from tests.unit.commit_fakes import SOURCE, setup
 
 
@@ -30,6 +31,7 @@ from tests.unit.commit_fakes import SOURCE, setup
         ("committed=kill@2", "committed", "kill", 2),
         ("assigned=term@1", "assigned", "term", 1),
         ("processed=skip-fetched@200", "processed", "skip-fetched", 200),
+        ("restoring=hold@1", "restoring", "hold", 1),
     ],
 )
 def test_parse(spec: str, point: str, action: str, at: int) -> None:
@@ -49,6 +51,8 @@ def test_parse(spec: str, point: str, action: str, at: int) -> None:
         "commit=skip-fetched@1",
         "sent=pause@1",
         "committed=roll-back@1",
+        "recovering=hold@1",
+        "commit=hold@1",
     ],
 )
 def test_malformed_plans_are_refused_at_start_up(
@@ -146,6 +150,38 @@ async def test_pause_holds_the_commit_request(monkeypatch: pytest.MonkeyPatch) -
     result = await committer.commit(task)
     assert result.outcome is Outcome.COMMITTED and producer.calls[-1] == "commit"
     assert asyncio.get_running_loop().time() - started >= 0.2
+
+
+class Source:
+    """The changelog reader: fetches that bring ``sizes`` records, one after the other."""
+
+    def __init__(self, *sizes: int) -> None:
+        self.sizes = list(sizes)
+
+    async def fetch(
+        self, tp: TopicPartition, offset: int, end: int, *, max_wait_ms: int | None = None
+    ) -> Fetched:
+        return Fetched(records=[(b"k", b"v")] * self.sizes.pop(0), next_offset=offset + 1)
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_hold_keeps_each_partition_s_first_fetch_with_records_from_the_restorer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(faults, "HOLD_SECONDS", 0.3)
+    source = injected("restoring=hold@2").restore_source(Source(5, 0, 5, 5, 5, 5))
+    clock = asyncio.get_running_loop().time
+    took = []
+    for partition in (0, 0, 0, 0, 1, 1):
+        started = clock()
+        await source.fetch(TopicPartition("c", partition), 0, 10)
+        took.append(clock() - started)
+    # The first fetch with records is the first visit, an empty one none; the second visit
+    # waits, the next of that partition goes at once, the first of the next partition waits.
+    assert [t >= 0.3 for t in took] == [False, False, True, False, True, False]
+    assert NO_FAULTS.restore_source(reader := Source()) is reader
 
 
 TP = TopicPartition("events", 0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import types
 from pathlib import Path
 from typing import Any
 
@@ -94,26 +93,25 @@ def test_a_snapshot_of_format_2_is_accepted_and_restored(tmp_path: Path, store_o
     assert [store.partition_db(p).offset() for p in range(2)] == [158, 161]
 
 
-def test_the_changelog_dump_of_format_1_restores_through_faust_s_recovery_path(
+def test_the_changelog_dump_of_format_1_is_written_as_the_follower_writes_it(
     tmp_path: Path, store_on: Any
 ) -> None:
-    """The per-record path (``DEDUPE_BULK_RESTORE=false``): each record as Faust's recovery
-    hands it over, at the offsets a broker gives them (a commit marker after each
-    transaction). The bulk path on a real broker: tests/integration/test_changelog_fixture.py."""
+    """The write path of the follower and the restorer (``recovery/follow.py``,
+    ``recovery/restore.py``): a partition's committed records in order, each write bringing the
+    store to the offset of its last record, at the offsets a broker gives them (a commit marker
+    after each transaction); the marker at the end is written last, with no record. The reader
+    in front of it, on a real broker: tests/integration/test_changelog_fixture.py."""
     store = store_on(tmp_path)
-    offsets = dict.fromkeys(range(IDENTITY.partitions), 0)
-    last_txn: dict[int, int] = {}
-    events = []
+    writes: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
     for partition, txn, key, value in read_dump(ROOT / "changelog.jsonl"):
-        if last_txn.setdefault(partition, txn) != txn:
-            offsets[partition] += 1  # the previous transaction's commit marker
-            last_txn[partition] = txn
-        message = types.SimpleNamespace(
-            topic="c", partition=partition, offset=offsets[partition], key=key, value=value
-        )
-        events.append(types.SimpleNamespace(message=message))
-        offsets[partition] += 1
-    store.apply_changelog_batch(events, to_key=lambda k: k, to_value=lambda v: v)
+        writes.setdefault((partition, txn), []).append((key, value))
+    offsets = dict.fromkeys(range(IDENTITY.partitions), 0)
+    for (partition, _txn), records in writes.items():
+        last = offsets[partition] + len(records) - 1
+        store.write_restored(partition, records, last, wal=True)
+        offsets[partition] = last + 2  # past the transaction's commit marker
+    for partition, offset in offsets.items():
+        store.write_restored(partition, [], offset - 1, wal=True)
     assert_holds_the_fixture(store)
 
 

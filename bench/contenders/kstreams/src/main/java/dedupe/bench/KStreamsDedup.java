@@ -3,6 +3,7 @@ package dedupe.bench;
 import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -11,6 +12,7 @@ import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
@@ -66,6 +68,33 @@ public final class KStreamsDedup {
     }
   }
 
+  /**
+   * Prints each store partition's restore start and end with a monotonic clock in milliseconds,
+   * so that the recovery benchmark (bench/recovery_peers.py) times Kafka Streams' restore from
+   * its own events: "kstreams-dedup: restore-start TOPIC-PARTITION MS START END" and
+   * "kstreams-dedup: restore-end TOPIC-PARTITION MS RECORDS".
+   */
+  static final class RestoreLog implements StateRestoreListener {
+    private static long nowMs() {
+      return System.nanoTime() / 1_000_000L;
+    }
+
+    @Override
+    public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
+      System.out.printf("kstreams-dedup: restore-start %s %d %d %d%n", tp, nowMs(), start, end);
+      System.out.flush();
+    }
+
+    @Override
+    public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long restored) {}
+
+    @Override
+    public void onRestoreEnd(TopicPartition tp, String store, long total) {
+      System.out.printf("kstreams-dedup: restore-end %s %d %d%n", tp, nowMs(), total);
+      System.out.flush();
+    }
+  }
+
   private static long env(String name, long fallback) {
     String value = System.getenv(name);
     return value == null || value.isBlank() ? fallback : Long.parseLong(value.trim());
@@ -98,6 +127,7 @@ public final class KStreamsDedup {
         .to(args[2], Produced.with(Serdes.ByteArray(), Serdes.ByteArray()));
 
     KafkaStreams streams = new KafkaStreams(builder.build(), props);
+    streams.setGlobalStateRestoreListener(new RestoreLog());
     CountDownLatch stopped = new CountDownLatch(1);
     Runtime.getRuntime()
         .addShutdownHook(
@@ -109,6 +139,15 @@ public final class KStreamsDedup {
                   stopped.countDown();
                   Runtime.getRuntime().halt(closed ? 0 : 1);
                 }));
+    // A client that failed (ERROR) ends the process with status 1, so that a harness sees
+    // it instead of waiting for output that never comes.
+    streams.setStateListener(
+        (now, before) -> {
+          if (now == KafkaStreams.State.ERROR) {
+            System.err.println("kstreams-dedup: the Kafka Streams client failed (ERROR)");
+            Runtime.getRuntime().halt(1);
+          }
+        });
     streams.setUncaughtExceptionHandler(
         exc -> {
           exc.printStackTrace();
