@@ -9,9 +9,10 @@ comes back byte for byte, so no two texts share a disk form:
 - ``0xFA``/``0xF9``: a braced UUID, lowercase / upper case with a letter, 16 bytes;
 - ``0xF8``: a decimal number (no leading zero unless "0", at most 19 digits: below 2**64),
   its minimal big-endian bytes;
-- ``0xF7``/``0xF6``: lowercase / upper-case (with a letter) hex of even length up to 128
-  digits (a SHA-512 digest), its bytes. Decimal is tried first, so digit-only hex that is a
-  decimal number never reaches them.
+- ``0xF7``/``0xF6``: lowercase / upper-case (with a letter) hex of even length from 8 to 128
+  digits (a SHA-512 digest), its bytes. Shorter hex-looking text is more often a word or a
+  short code ("cafe", "a1") than a hex id, and packing it saves at most a byte. Decimal is
+  tried first, so digit-only hex that is a decimal number never reaches them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from binascii import unhexlify
 AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER = range(0xFC, 0xF5, -1)
 #: Tag bytes this module uses.
 TAGS = frozenset((AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER))
+MIN_HEX = 8
 MAX_HEX = 128
 _DIGITS = b"0123456789"
 _UPPER = b"0123456789ABCDEF"
@@ -69,7 +71,7 @@ def pack(key: bytes) -> bytes | None:
     if 0 < n <= 19 and key.isdigit() and (n == 1 or key[0] != 0x30):
         value = int(key)
         return bytes((DECIMAL,)) + value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-    if 0 < n <= MAX_HEX and n % 2 == 0:
+    if MIN_HEX <= n <= MAX_HEX and n % 2 == 0:
         raw = _hex(key, _LOWER)
         if raw is not None:
             return bytes((HEX,)) + raw

@@ -22,8 +22,9 @@ Disk form of a key (pure functions, ``tests/unit/test_keys.py``):
 another, and :func:`from_disk` gives back the exact text. Both functions map a key already in
 disk form to itself (``to_disk(to_disk(k)) == to_disk(k)``).
 
-The databases record which form they hold (:data:`tables.rocks.KEY_FORMAT_KEY`); one written in
-another form is rebuilt from the changelog when opened (``tables/partitions.py``).
+The databases record which form they hold (:data:`tables.rocks.KEY_FORMAT_KEY`); one of form 1
+(only canonical UUIDs packed) is converted in place when opened (``tables/key_migration.py``),
+one of any other form rebuilt from the changelog (``tables/partitions.py``).
 """
 
 from __future__ import annotations

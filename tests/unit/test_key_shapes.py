@@ -28,8 +28,8 @@ UPPER_UUIDS = RAW16.map(lambda r: _uuid(r).upper()).filter(_has_letter)
 BRACED_UUIDS = RAW16.map(lambda r: b"{" + _uuid(r) + b"}")
 BRACED_UPPER_UUIDS = RAW16.map(lambda r: b"{" + _uuid(r).upper() + b"}").filter(_has_letter)
 DECIMALS = st.integers(0, 10**19 - 1).map(lambda i: str(i).encode())
-HEXES = st.binary(min_size=1, max_size=64).map(lambda r: r.hex().encode())
-HEX_UPPERS = st.binary(min_size=1, max_size=64).map(lambda r: r.hex().upper().encode())
+HEXES = st.binary(min_size=4, max_size=64).map(lambda r: r.hex().encode())
+HEX_UPPERS = st.binary(min_size=4, max_size=64).map(lambda r: r.hex().upper().encode())
 SHAPES = [
     (AJS_IDS, AJS, 17),
     (UPPER_UUIDS, UPPER_UUID, 17),
@@ -95,11 +95,13 @@ def test_near_misses_stay_as_written() -> None:
         b"ajs-" + b"A" * 32,
         b"{0f8fad5b-d9cb-469f-a165-70867728950e",
         b"0" * 130,
+        b"cafe",  # hex shorter than MIN_HEX
     ):
         disk = to_disk(text)
         assert from_disk(disk) == text
     assert to_disk(b"007") == b"007" and to_disk(b"abc") == b"abc"
     assert to_disk(b"aBcD") == b"aBcD" and to_disk(b"0" * 130) == b"0" * 130
+    assert to_disk(b"cafe") == b"cafe" and to_disk(b"cafe0123") != b"cafe0123"
 
 
 ANY = st.one_of(

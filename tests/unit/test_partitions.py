@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from rocksdict import WriteBatch
 
-from tables import keys
 from tables.partitions import PartitionSet
 from tables.rocks_options import RocksTuning, options_for
 
@@ -52,26 +51,10 @@ def test_a_finished_restore_is_kept(tmp_path: Path) -> None:
     assert reopened.offset() == 41 and reopened.db.get(b"id-1") == b"entry"
 
 
-def compact_set(directory: Path, key_format: int = 1) -> PartitionSet:
+def compact_set(directory: Path) -> PartitionSet:
     """The partitions of a store whose keys have a compact disk form (tables/keys.py)."""
     options, family_options, _ = options_for(RocksTuning())
-    return PartitionSet(
-        directory, "seen_ids", options, family_options, ("index",), key_format=key_format
-    )
-
-
-def test_a_database_of_uuid_only_compact_keys_is_rebuilt_by_this_version(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Form 1 stored only canonical UUIDs packed; this version packs more shapes (an ajs- id
-    read by form 1 as text would be missed), so its databases are rebuilt from the changelog."""
-    old = compact_set(tmp_path, key_format=1)
-    write_some(old, wal=True)
-    old.close(0)
-    with caplog.at_level(logging.WARNING):
-        pdb = compact_set(tmp_path, key_format=keys.FORMAT).get(0)
-    assert f"holds keys in disk form 1, this worker's is {keys.FORMAT}" in caplog.text
-    assert pdb.offset() is None and pdb.db.get(b"id-1") is None
+    return PartitionSet(directory, "seen_ids", options, family_options, ("index",), key_format=1)
 
 
 def test_a_database_with_keys_in_another_form_is_rebuilt_empty(
