@@ -2,6 +2,7 @@
 
     python -m bench.scale                              # 50,000,000 ids over 8 partitions
     python -m bench.scale --ids 5000000 --lookups 20000  # quicker
+    python -m bench.scale --ids 1000000 --id-shape mix --no-results  # another id shape
     make bench-scale BENCH_SCALE_ARGS="--ids 5000000"
 
 No broker. It loads N ids already held into one worker's ``seen_ids`` store, one RocksDB per
@@ -9,8 +10,10 @@ partition (``--partitions``, default ``DEDUPE_PARTITIONS``), through the store's
 each id is staged as the live worker stages it (``store.set_raw``), and each partition's staged
 writes are applied with ``commit_partition`` every ``--batch`` ids (the ids, the derived age-out
 index and summary in one write batch). Ids are 36-character UUIDv4-shaped strings (distinct by
-construction), spread over partitions by the worker's own murmur2 partitioner
-(``app.rules.partition_for``), first sightings spread over 27 days (inside the 28-day window).
+construction; ``--id-shape`` picks another shape of ``bench.scale_ids.ID_SHAPES``: ``ajs-``
+ids, upper-case UUIDs, hex, decimal, other ASCII, non-ASCII, or a mix of four), spread
+over partitions by the worker's own murmur2 partitioner (``app.rules.partition_for``), first
+sightings spread over 27 days (inside the 28-day window).
 Then, in the same process, it compacts every partition, measures disk bytes per id, and measures
 lookups per partition and in total, with ``--lookups`` fresh ids per partition and method:
 
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.results_file import write_latest
+from bench.scale_ids import ID_SHAPES
 from bench.scale_measure import machine, memory, mib, rate
 from bench.scale_phases import METHODS, Compacted, Loaded, Lookups, compact, load, measure_lookups
 
@@ -68,8 +72,10 @@ def run(
     batch: int,
     keep: bool,
     environ: dict[str, str] | None = None,
+    id_shape: str = "uuid",
 ) -> list[tuple[str, str]]:
-    """Load, compact, look up; ``environ`` overrides settings (``DEDUPE_ROCKSDB_*``)."""
+    """Load, compact, look up ids of ``id_shape`` (a name of ``ID_SHAPES``); ``environ``
+    overrides settings (``DEDUPE_ROCKSDB_*``)."""
     import faust
 
     from app.settings import Settings
@@ -80,6 +86,7 @@ def run(
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))
     print(f"data dir {directory}", flush=True)
+    id_of = ID_SHAPES[id_shape]
     settings = Settings.from_env(environ or {})
     tuning = seen_table.rocks_tuning(settings)
     current = [0]
@@ -99,15 +106,16 @@ def run(
             value_serializer="raw",
         )
         _hwm, rss_start = memory()
-        loaded = load(store, current, ids, partitions, batch)
+        loaded = load(store, current, ids, partitions, batch, id_of)
         compacted = compact(store, partitions)
-        results = measure_lookups(store, current, settings, ids, partitions, lookups)
+        results = measure_lookups(store, current, settings, ids, partitions, lookups, id_of)
         end = memory()
         mem_end = rocksdb_memory(store, partitions)
         asyncio.run(store.on_stop())
-        return figures(
+        rows = figures(
             ids, partitions, lookups, tuning, rss_start, loaded, compacted, results, end, mem_end
         )
+        return [("id shape (--id-shape)", id_shape), *rows]
     finally:
         if keep:
             print(f"kept {directory}", flush=True)
@@ -142,6 +150,10 @@ def figures(
         ("compaction (s)", f"{compacted.seconds:,.0f}"),
         ("disk bytes per id (after compaction, SST)", f"{compacted.sst / ids:.1f}"),
         ("  of which the ids (default column family)", f"{compacted.id_sst / ids:.1f}"),
+        *(
+            (f"  of which {name}", f"{size / ids:.1f}")
+            for name, size in sorted(compacted.cf_sst.items())
+        ),
         ("  allocated on disk, whole dirs (per id)", f"{compacted.allocated / ids:.1f}"),
     ]
     for kind in ("new", "held"):
@@ -228,6 +240,12 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="DEDUPE_ROCKSDB_BLOCK_BYTES for this run (default: the setting's default)",
     )
+    parser.add_argument(
+        "--id-shape",
+        choices=sorted(ID_SHAPES),
+        default="uuid",
+        help="the ids' shape (bench/scale_ids.py; default uuid: canonical lowercase UUIDs)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data dir")
     parser.add_argument("--no-results", action="store_true", help="do not append to the results")
     args = parser.parse_args(argv)
@@ -238,7 +256,9 @@ def main(argv: list[str] | None = None) -> None:
         "DEDUPE_ROCKSDB_BLOCK_BYTES": args.block_bytes,
     }
     environ = {name: str(value) for name, value in flags.items() if value is not None}
-    rows = run(args.ids, args.partitions, args.lookups, args.batch, args.keep, environ)
+    rows = run(
+        args.ids, args.partitions, args.lookups, args.batch, args.keep, environ, args.id_shape
+    )
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

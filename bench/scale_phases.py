@@ -9,10 +9,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bench.scale_ids import SPAN_MS, T0, first_seen_ms, sample_by_partition, uuid_like
+from bench.scale_ids import SPAN_MS, T0, first_seen_ms, sample_by_partition
 from bench.scale_measure import memory, mib, rate, read_bytes, rocksdb_memory
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from app.settings import Settings
     from tables.seen_ids_index import SeenIdsStore
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
 #: the lookup phase leaves the store at exactly the ids loaded.
 DISCARD_EVERY = 1_000
 METHODS = ("decide", "table lookup", "raw rocksdict get")
+#: RocksDB's size of one column family's live SST files.
+SST_SIZE = "rocksdb.total-sst-files-size"
 
 
 @dataclass
@@ -52,6 +56,8 @@ class Compacted:
     sst: int
     allocated: int
     id_sst: int
+    #: SST bytes of each column family but the ids' (the age-out index, meta...), by name.
+    cf_sst: dict[str, int]
     hwm: int
     rss: int
 
@@ -80,9 +86,16 @@ class _Table:
         self.put(key, None)
 
 
-def load(store: SeenIdsStore, current: list[int], ids: int, partitions: int, batch: int) -> Loaded:
-    """Stage each id in its partition (``current[0]`` is the store's partition), commit a
-    partition every ``batch`` ids, then what is left staged."""
+def load(
+    store: SeenIdsStore,
+    current: list[int],
+    ids: int,
+    partitions: int,
+    batch: int,
+    id_of: Callable[[int], bytes],
+) -> Loaded:
+    """Stage each id ``id_of(i)`` in its partition (``current[0]`` is the store's partition),
+    commit a partition every ``batch`` ids, then what is left staged."""
     from app.rules import partition_for
     from tables.window import Entry
 
@@ -92,7 +105,7 @@ def load(store: SeenIdsStore, current: list[int], ids: int, partitions: int, bat
     seqs = [0] * partitions
     offsets = [0] * partitions
     for i in range(ids):
-        key = uuid_like(i)
+        key = id_of(i)
         p = partition_for(key, partitions)
         current[0] = p
         store.set_raw(key, Entry(first_seen_ms(i, ids), seqs[p]).encode())
@@ -139,11 +152,15 @@ def compact(store: SeenIdsStore, partitions: int) -> Compacted:
     )
     allocated = sum(disk_bytes(store.partition_path(p)) for p in range(partitions))
     id_sst = 0
+    cf_sst: dict[str, int] = {}
     for p in range(partitions):
-        id_sst += store.partition_db(p).db.property_int_value("rocksdb.total-sst-files-size") or 0
+        pdb = store.partition_db(p)
+        id_sst += pdb.db.property_int_value(SST_SIZE) or 0
+        for name, cf in (("meta", pdb.meta), *pdb.extra.items()):
+            cf_sst[name] = cf_sst.get(name, 0) + (cf.property_int_value(SST_SIZE) or 0)
     hwm_compact, rss_compact = memory()
     print(f"compacted in {compact_s:,.0f}s; sampling lookup ids", flush=True)
-    return Compacted(compact_s, sst, allocated, id_sst, hwm_compact, rss_compact)
+    return Compacted(compact_s, sst, allocated, id_sst, cf_sst, hwm_compact, rss_compact)
 
 
 def measure_lookups(
@@ -153,6 +170,7 @@ def measure_lookups(
     ids: int,
     partitions: int,
     lookups: int,
+    id_of: Callable[[int], bytes],
 ) -> dict[tuple[str, str], Lookups]:
     """Look up ``lookups`` ids per partition, new and held, each of the three ``METHODS``."""
     from app.rules import partition_for
@@ -167,10 +185,10 @@ def measure_lookups(
         """The ids of one pass, built just before it (so the harness's own lists, ~60 MiB
         per pass at 100,000 per partition, do not add up in the RSS figures)."""
         numbers = fresh if kind == "new" else iter(lambda: rng.randrange(ids), -1)
-        return sample_by_partition(numbers, partitions, lookups, part)
+        return sample_by_partition(numbers, partitions, lookups, part, id_of)
 
     # Warm-up: index and filter blocks into the cache, as in a worker that has been running.
-    warm = sample_by_partition(iter(lambda: rng.randrange(ids), -1), partitions, 5_000, part)
+    warm = sample_by_partition(iter(lambda: rng.randrange(ids), -1), partitions, 5_000, part, id_of)
     for p in range(partitions):
         db = store.db(p)
         for key in warm[p]:

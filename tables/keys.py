@@ -14,14 +14,17 @@ Disk form of a key (pure functions, ``tests/unit/test_keys.py``):
   and 23): ``0xFD`` and its 16 bytes;
 - a source-scoped key (``0xFE``, the source's length and name, then the id; ``app/strategy.py``)
   whose id is such a UUID: the same prefix, then ``0xFD`` and the 16 bytes;
-- every other key as it is (other ids, upper-case UUIDs, fingerprints).
+- ids of the other common shapes (``ajs-`` ids, upper-case and braced UUIDs, hex, decimal),
+  plain or scoped: a tag byte 0xF5-0xFC and their packed bytes (``tables/key_shapes.py``);
+- every other key as it is (other ids, fingerprints).
 
 ``0xFD`` never occurs in UTF-8, and message ids are UTF-8, so no key of one form equals one of
 another, and :func:`from_disk` gives back the exact text. Both functions map a key already in
 disk form to itself (``to_disk(to_disk(k)) == to_disk(k)``).
 
-The databases record which form they hold (:data:`tables.rocks.KEY_FORMAT_KEY`); one written in
-another form is rebuilt from the changelog when opened (``tables/partitions.py``).
+The databases record which form they hold (:data:`tables.rocks.KEY_FORMAT_KEY`); one of form 1
+(only canonical UUIDs packed) is converted in place when opened (``tables/key_migration.py``),
+one of any other form rebuilt from the changelog (``tables/partitions.py``).
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ from binascii import unhexlify
 import numpy as np
 
 from tables.key_prefixes import SCOPED_TAG, UUID_TAG
+from tables.key_shapes import TAGS, pack, unpack
 
 #: First byte of a source-scoped key, as an int (``tables/key_prefixes.py``).
 SCOPED = SCOPED_TAG[0]
 _UUID_BYTE = UUID_TAG[0]
 #: ``KEY_FORMAT_KEY``'s value in a database that holds keys in this module's form.
-FORMAT = 1
+FORMAT = 2
 
 
 def _uuid16(text: bytes) -> bytes | None:
@@ -64,14 +68,20 @@ def to_disk(key: bytes) -> bytes:
     n = len(key)
     if n == 36:
         raw = _uuid16(key)
-        return key if raw is None else UUID_TAG + raw
-    if n > 38 and key[0] == SCOPED:
+        if raw is not None:
+            return UUID_TAG + raw
+    if n > 2 and key[0] == SCOPED:
         start = 2 + key[1]
         if n - start == 36:
             raw = _uuid16(key[start:])
             if raw is not None:
                 return key[:start] + UUID_TAG + raw
-    return key
+        if n > start:
+            packed = pack(key[start:])
+            return key if packed is None else key[:start] + packed
+        return key
+    packed = pack(key)
+    return key if packed is None else packed
 
 
 def to_disk_all(keys: list[bytes]) -> list[bytes]:
@@ -111,8 +121,15 @@ def from_disk(raw: bytes) -> bytes:
     n = len(raw)
     if n == 17 and raw[0] == _UUID_BYTE:
         return _uuid_text(raw[1:])
-    if n > 19 and raw[0] == SCOPED:
+    if n > 2 and raw[0] == SCOPED:
         start = 2 + raw[1]
         if n - start == 17 and raw[start] == _UUID_BYTE:
             return raw[:start] + _uuid_text(raw[start + 1 :])
+        if n > start and raw[start] in TAGS:
+            text = unpack(raw[start:])
+            return raw if text is None else raw[:start] + text
+        return raw
+    if n and raw[0] in TAGS:
+        text = unpack(raw)
+        return raw if text is None else text
     return raw

@@ -1,7 +1,8 @@
 """The per-partition RocksDB databases of one table: where they live, opening them (a damaged
 one is set aside and rebuilt from the changelog, and so is one whose keys are in another disk
-form than the store writes; a directory in a format this worker does not read is refused before
-any, ``tables/data_dir.py``), closing them, removing them."""
+form than the store writes, unless the store converts it in place; a directory in a format
+this worker does not read is refused before any, ``tables/data_dir.py``), closing them,
+removing them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rocksdict import Options
@@ -32,9 +33,12 @@ class PartitionSet:
         extra_cfs: tuple[str, ...],
         key_format: int = 0,
         bulk_options: Options | None = None,
+        convert: Callable[[PartitionDB, int, str], int | None] | None = None,
     ) -> None:
         """``bulk_options``: the database options of a bulk restore into an empty database
-        (``tables.rocks.StoreOptions.bulk_ids``; None: ``options`` then too)."""
+        (``tables.rocks.StoreOptions.bulk_ids``; None: ``options`` then too). ``convert``:
+        converts a database of an older key form in place (``tables/key_migration.py``), given
+        it and its form; None when it cannot (the database is rebuilt from the changelog)."""
         self.directory = directory
         self._key_format = key_format
         self._table_name = table_name
@@ -42,6 +46,7 @@ class PartitionSet:
         self._family_options = family_options
         self._extra_cfs = extra_cfs
         self._bulk_options = bulk_options
+        self._convert = convert
         self._open: dict[int, PartitionDB] = {}
         #: The directory's version, once checked (``tables/data_dir.py``).
         self.format: int | None = None
@@ -85,13 +90,23 @@ class PartitionSet:
             # A bulk restore wrote without the write-ahead log and stopped before its flush:
             # what it wrote may be partly lost. Start the partition again from the changelog.
             why = "was being restored when the worker stopped"
-        elif pdb.stored_key_format() != self._key_format and pdb.holds_data():
+        elif (found := pdb.stored_key_format()) != self._key_format and pdb.holds_data():
             # Written by a version that kept keys in another form (``tables/keys.py``): its
-            # lookups would miss them. The changelog's records are the same in every version.
-            why = (
-                f"holds keys in disk form {pdb.stored_key_format()}, this worker's is "
-                f"{self._key_format}"
-            )
+            # lookups would miss them. Converted on disk where the store knows how; otherwise
+            # rebuilt (the changelog's records are the same in every version).
+            converted = self._convert(pdb, found, path.name) if self._convert else None
+            if converted is not None:
+                log.warning(
+                    "partition %d: %s held keys in disk form %d, this worker's is %d; "
+                    "converted in place (%d keys rewritten)",
+                    partition,
+                    path,
+                    found,
+                    self._key_format,
+                    converted,
+                )
+                return pdb
+            why = f"holds keys in disk form {found}, this worker's is {self._key_format}"
         if why is None:
             return pdb
         log.warning("partition %d: %s %s; rebuilding it from the changelog", partition, path, why)

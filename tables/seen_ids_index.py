@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from rocksdict import WriteBatch
 
+from tables import key_migration
 from tables import keys as key_forms
 from tables.rocks import PartitionDB
 from tables.store import TransactionalStore
@@ -71,6 +72,10 @@ class SeenIdsStore(TransactionalStore):
     disk_key = staticmethod(key_forms.to_disk)
     disk_keys = staticmethod(key_forms.to_disk_all)
     written_key = staticmethod(key_forms.from_disk)
+
+    @staticmethod
+    def convert_keys(pdb: PartitionDB, found: int, name: str) -> int | None:
+        return key_migration.convert(pdb, found, INDEX_CF, name)
 
     def __init__(self, *args: Any, bucket_ms: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -17,7 +17,8 @@ discard, so the commit's derived-data upkeep does not read them again.
 The RocksDB side (one database per partition, options that keep memory bounded) is in
 ``tables/rocks.py``, ``tables/rocks_options.py`` and ``tables/partitions.py``; the staged writes
 and read cache in ``tables/staging.py``; Faust's mapping interface in ``tables/store_mapping.py``;
-the writes of restored changelog records in ``tables/store_restore.py``.
+the writes of restored changelog records in ``tables/store_restore.py``; the keys' disk form
+in ``tables/key_form.py``.
 """
 
 from __future__ import annotations
@@ -31,14 +32,11 @@ from faust.types import TP
 from rocksdict import Rdict, WriteBatch
 
 from adapters.faust_privates import StoreShim
+from tables.key_form import KeyForm
 from tables.partitions import PartitionSet
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, store_options
-from tables.source_offsets import (
-    SOURCE_OFFSETS_KEY,
-    check_changelog_version,
-    put_source_offsets,
-)
+from tables.source_offsets import SOURCE_OFFSETS_KEY, check_changelog_version, put_source_offsets
 from tables.staging import Staging
 from tables.store_mapping import StoreMapping
 from tables.store_restore import RestoreWrites
@@ -47,7 +45,7 @@ from tables.written_keys import WrittenKeys
 log = logging.getLogger(__name__)
 
 
-class TransactionalStore(StoreMapping, RestoreWrites, StoreShim):
+class TransactionalStore(KeyForm, StoreMapping, RestoreWrites, StoreShim):
     """Per-partition RocksDB databases with writes staged per transaction (raw bytes only).
 
     Subclasses may keep local, derived column families (``extra_cfs``) in step with the table's
@@ -56,23 +54,6 @@ class TransactionalStore(StoreMapping, RestoreWrites, StoreShim):
     """
 
     extra_cfs: tuple[str, ...] = ()
-    #: The disk form of the keys (:data:`tables.rocks.KEY_FORMAT_KEY`); 0: as written.
-    key_format = 0
-
-    @staticmethod
-    def disk_key(key: bytes) -> bytes:
-        """``key`` as the databases hold it (subclasses with a compact form override both)."""
-        return key
-
-    @staticmethod
-    def disk_keys(keys: list[bytes]) -> list[bytes]:
-        """:meth:`disk_key` of each of ``keys`` (subclasses may do it in whole-list steps)."""
-        return keys
-
-    @staticmethod
-    def written_key(raw: bytes) -> bytes:
-        """A key read from a database, as it was written (the inverse of :meth:`disk_key`)."""
-        return raw
 
     def __init__(
         self,
@@ -103,6 +84,7 @@ class TransactionalStore(StoreMapping, RestoreWrites, StoreShim):
             self.extra_cfs,
             self.key_format,
             bulk_options=options.bulk_ids,
+            convert=self.convert_keys,
         )
 
     # -- partitions ----------------------------------------------------------------------------

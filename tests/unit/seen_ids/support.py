@@ -101,7 +101,7 @@ class World:
         self, store: SeenIdsStore | None = None, partition: int = 0
     ) -> dict[bytes, window.Entry]:
         s = store or self.store
-        return {k: window.Entry.decode(v) for k, v in s.db(partition).items()}
+        return {s.written_key(k): window.Entry.decode(v) for k, v in s.db(partition).items()}
 
     def index(self, store: SeenIdsStore | None = None, partition: int = 0) -> list[bytes]:
         s = store or self.store

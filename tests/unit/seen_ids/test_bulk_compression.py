@@ -30,8 +30,10 @@ def test_a_bulk_restore_ends_with_nothing_uncompressed_in_level_0(
 ) -> None:
     rnd = random.Random(batches)
     per_batch = 4_000
+    # "id-" keeps the ids text on disk: bare hex would be packed (tables/key_shapes.py) into
+    # bytes that do not compress, and this test is about compression.
     writes = [
-        (f"{rnd.getrandbits(128):032x}".encode(), window.encode_entry(1_000 + n, n))
+        (f"id-{rnd.getrandbits(128):032x}".encode(), window.encode_entry(1_000 + n, n))
         for n in range(batches * per_batch)
     ]
     bulk = world.new_store("bulk")

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from tables import window
+from tables import keys, window
 from tables.seen_ids_index import INDEX_CF, SeenIdsStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 from tests.unit.seen_ids.support import BUCKET_MS, WINDOW_MS, World
@@ -86,7 +86,7 @@ def test_uuid_ids_are_held_in_their_16_byte_form_and_read_back_as_written(world:
     world.commit()
     assert [k for k, _ in db.items()] == [b"late"]
     assert sorted(k for _, k, v in world.table.changelog if v is None) == sorted(uuids)
-    assert world.store.partition_db(0).stored_key_format() == 1
+    assert world.store.partition_db(0).stored_key_format() == keys.FORMAT == 2
 
 
 def test_a_uuid_state_rebuilt_from_the_changelog_is_the_same_on_disk(world: World) -> None:

@@ -1,0 +1,113 @@
+"""Compact disk forms of message ids of the common non-canonical shapes (issue 48, item 4).
+
+Each shape is a tag byte (0xF5-0xFC never occur in UTF-8, so no UTF-8 id starts with one) and
+the id's packed bytes; :func:`unpack` gives back the exact text. A text is packed only when it
+comes back byte for byte, so no two texts share a disk form:
+
+- ``0xFC``: ``ajs-`` and 32 lowercase hex digits (Segment's anonymous ids), 16 bytes;
+- ``0xFB``: an upper-case UUID with at least one letter (all-digit UUIDs are canonical), 16;
+- ``0xFA``/``0xF9``: a braced UUID, lowercase / upper case with a letter, 16 bytes;
+- ``0xF8``: a decimal number (no leading zero unless "0", at most 19 digits: below 2**64),
+  its minimal big-endian bytes;
+- ``0xF7``/``0xF6``: lowercase / upper-case (with a letter) hex of even length from 8 to 128
+  digits (a SHA-512 digest), its bytes. Shorter hex-looking text is more often a word or a
+  short code ("cafe", "a1") than a hex id, and packing it saves at most a byte. Decimal is
+  tried first, so digit-only hex that is a decimal number never reaches them.
+"""
+
+from __future__ import annotations
+
+from binascii import Error as HexError
+from binascii import unhexlify
+
+AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER = range(0xFC, 0xF5, -1)
+#: Tag bytes this module uses.
+TAGS = frozenset((AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER))
+MIN_HEX = 8
+MAX_HEX = 128
+_DIGITS = b"0123456789"
+_UPPER = b"0123456789ABCDEF"
+_LOWER = b"0123456789abcdef"
+
+
+def _hex(text: bytes, alphabet: bytes) -> bytes | None:
+    if text.translate(None, alphabet):
+        return None
+    try:
+        return unhexlify(text)
+    except HexError:
+        return None
+
+
+def _uuid(text: bytes, alphabet: bytes) -> bytes | None:
+    if len(text) != 36 or text[8:24:5] != b"----" or text.count(b"-") != 4:
+        return None
+    return _hex(text.replace(b"-", b""), alphabet)
+
+
+def _has_letter(text: bytes) -> bool:
+    return bool(text.translate(None, _DIGITS + b"-{}"))
+
+
+def pack(key: bytes) -> bytes | None:
+    """The id's compact form, or None when it has none of the shapes."""
+    n = len(key)
+    if n == 36 and key[:4] == b"ajs-":
+        raw = _hex(key[4:], _LOWER)
+        if raw is not None:
+            return bytes((AJS,)) + raw
+    if n == 36 and _has_letter(key):
+        raw = _uuid(key, _UPPER)
+        if raw is not None:
+            return bytes((UPPER_UUID,)) + raw
+    if n == 38 and key[0] == 0x7B and key[37] == 0x7D:
+        inner = key[1:37]
+        raw = _uuid(inner, _LOWER)
+        if raw is not None:
+            return bytes((BRACED,)) + raw
+        raw = _uuid(inner, _UPPER) if _has_letter(inner) else None
+        if raw is not None:
+            return bytes((BRACED_UPPER,)) + raw
+    if 0 < n <= 19 and key.isdigit() and (n == 1 or key[0] != 0x30):
+        value = int(key)
+        return bytes((DECIMAL,)) + value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+    if MIN_HEX <= n <= MAX_HEX and n % 2 == 0:
+        raw = _hex(key, _LOWER)
+        if raw is not None:
+            return bytes((HEX,)) + raw
+        raw = _hex(key, _UPPER) if _has_letter(key) else None
+        return None if raw is None else bytes((HEX_UPPER,)) + raw
+    return None
+
+
+def _uuid_text(raw: bytes) -> bytes:
+    h = raw.hex().encode()
+    return h[:8] + b"-" + h[8:12] + b"-" + h[12:16] + b"-" + h[16:20] + b"-" + h[20:]
+
+
+def _unpack_any(tag: int, raw: bytes) -> bytes | None:
+    if tag == AJS and len(raw) == 16:
+        return b"ajs-" + raw.hex().encode()
+    if tag == UPPER_UUID and len(raw) == 16:
+        return _uuid_text(raw).upper()
+    if tag == BRACED and len(raw) == 16:
+        return b"{" + _uuid_text(raw) + b"}"
+    if tag == BRACED_UPPER and len(raw) == 16:
+        return b"{" + _uuid_text(raw).upper() + b"}"
+    if tag == DECIMAL and 0 < len(raw) <= 8:
+        return str(int.from_bytes(raw, "big")).encode()
+    if tag == HEX and raw:
+        return raw.hex().encode()
+    if tag == HEX_UPPER and raw:
+        return raw.hex().upper().encode()
+    return None
+
+
+def unpack(disk: bytes) -> bytes | None:
+    """The text of a compact form, or None when ``disk`` is not one :func:`pack` writes (such a
+    key is held as it is: it comes back unchanged)."""
+    if not disk or disk[0] not in TAGS:
+        return None
+    text = _unpack_any(disk[0], disk[1:])
+    # Only a form pack writes is decoded: every other byte string maps to itself.
+    return text if text is not None and pack(text) == disk else None

@@ -1,0 +1,136 @@
+"""A database of key form 1 (only canonical UUIDs packed) is converted to this version's form in
+place when a store opens it (tables/key_migration.py), on real RocksDB: every id is found by
+the worker's own lookups with its entry, the age-out index names each id by its new disk form,
+and the changelog offset and source offsets are kept; a conversion cut short is finished by the
+next open."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+from rocksdict import WriteBatch
+
+from tables import keys
+from tables.key_prefixes import SCOPED_TAG, UUID_TAG
+from tables.rocks import KEY_FORMAT_KEY
+from tables.seen_ids_index import INDEX_CF, SeenIdsStore
+from tables.source_offsets import encode_source_offsets
+from tables.window import Entry
+from tests.unit.seen_ids.support import World
+
+
+def scoped(source: bytes, message_id: bytes) -> bytes:
+    return SCOPED_TAG + bytes((len(source),)) + source + message_id
+
+
+def ids() -> list[bytes]:
+    """One of each shape, plain and scoped: those form 1 packed, those it kept as text."""
+    plain = [
+        str(uuid.uuid4()).encode(),  # packed by both forms
+        b"ajs-" + uuid.uuid4().hex.encode(),
+        str(uuid.uuid4()).upper().encode(),
+        b"{" + str(uuid.uuid4()).encode() + b"}",
+        b"{" + str(uuid.uuid4()).upper().encode() + b"}",
+        b"1234567890123",
+        uuid.uuid4().hex.encode() * 2,
+        b"order-0042",  # no compact shape in either form
+        "commande-été-7".encode(),
+    ]
+    return plain + [scoped(b"ios", m) for m in plain]
+
+
+def form_1(key: bytes) -> bytes:
+    """Form 1's disk form, computed without tables/keys.py: a canonical lowercase UUID (plain
+    or after a scoped key's prefix) as its tag and 16 bytes, every other key as written."""
+    start = 2 + key[1] if key[:1] == SCOPED_TAG else 0
+    text = key[start:].decode()
+    try:
+        canonical = str(uuid.UUID(text)) == text
+    except ValueError:
+        canonical = False
+    return key[:start] + UUID_TAG + uuid.UUID(text).bytes if canonical else key
+
+
+def write_as_form_1(store: SeenIdsStore, left_in_form_2: int = 0) -> int:
+    """Rewrite partition 0 as a form-1 worker left it (the first ``left_in_form_2`` ids, in key
+    order, of those whose forms differ kept as this version wrote them: a conversion that
+    stopped there); how many ids differ between the forms."""
+    pdb = store.partition_db(0)
+    batch = WriteBatch(raw_mode=True)
+    differ = 0
+    for raw, value in list(pdb.db.items()):
+        old = form_1(store.written_key(raw))
+        if old != raw:
+            differ += 1
+            if differ > left_in_form_2:
+                batch.delete(raw)
+                batch.put(old, value)
+    handle = pdb.handles[INDEX_CF]
+    for index_key, raw in pdb.extra[INDEX_CF].items():
+        batch.put(index_key, form_1(store.written_key(raw)), handle)
+    batch.put(KEY_FORMAT_KEY, b"\x01", pdb.meta_handle)
+    pdb.db.write(batch)
+    return differ
+
+
+def stored(world: World, store: SeenIdsStore) -> tuple[dict[bytes, Entry], list[bytes], int | None]:
+    pdb = store.partition_db(0)
+    held = world.ids(store)
+    index = [store.written_key(raw) for _, raw in pdb.extra[INDEX_CF].items()]
+    return held, sorted(index), pdb.offset()
+
+
+@pytest.mark.parametrize("left_in_form_2", [0, 3], ids=["form-1", "cut-short"])
+def test_a_database_of_key_form_1_is_converted_in_place(
+    world: World, caplog: pytest.LogCaptureFixture, left_in_form_2: int
+) -> None:
+    every = ids()
+    for n, key in enumerate(every):
+        assert world.first(key, 1_000 + n)
+    world.store.stage_source_offsets(0, encode_source_offsets({"in": 40}))
+    world.commit()
+    before = stored(world, world.store)
+    differ = write_as_form_1(world.store, left_in_form_2)
+    # Every shape form 2 packs beyond form 1: 6 of the 9, plain and scoped.
+    assert differ == 12
+    assert world.store.partition_db(0).stored_key_format() == 1
+    world.store.close_partition(0)
+
+    with caplog.at_level(logging.WARNING):
+        reopened = world.new_store("seen_ids")
+        pdb = reopened.partition_db(0)
+    rewritten = (differ - left_in_form_2) + differ  # ids not yet converted + index values
+    assert (
+        f"held keys in disk form 1, this worker's is {keys.FORMAT}; converted in place "
+        f"({rewritten} keys rewritten)" in caplog.text
+    )
+    assert pdb.stored_key_format() == keys.FORMAT
+    assert stored(world, reopened) == before
+    # The worker's own lookups find every id (in the form this version packs it).
+    for key in every:
+        value = reopened.committed_get(0, key)
+        assert value is not None and Entry.decode(value) == before[0][key]
+    assert {raw for raw, _ in pdb.db.items()} == {keys.to_disk(k) for k in every}
+    # The age-out index names them so too (its deletes would miss a key in the old form).
+    assert sorted(raw for _, raw in pdb.extra[INDEX_CF].items()) == sorted(
+        keys.to_disk(k) for k in every
+    )
+    assert reopened.source_offsets(0) == {"in": 40}
+
+
+def test_a_converted_database_is_not_converted_again(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert world.first(b"ajs-" + uuid.uuid4().hex.encode(), 1_000)
+    world.commit()
+    write_as_form_1(world.store)
+    world.store.close_partition(0)
+    first_open = world.new_store("seen_ids")
+    first_open.partition_db(0)
+    first_open.close_partition(0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        world.new_store("seen_ids").partition_db(0)
+    assert "disk form" not in caplog.text
