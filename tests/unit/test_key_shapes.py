@@ -30,12 +30,6 @@ BRACED_UPPER_UUIDS = RAW16.map(lambda r: b"{" + _uuid(r).upper() + b"}").filter(
 DECIMALS = st.integers(0, 10**19 - 1).map(lambda i: str(i).encode())
 HEXES = st.binary(min_size=4, max_size=64).map(lambda r: r.hex().encode())
 HEX_UPPERS = st.binary(min_size=4, max_size=64).map(lambda r: r.hex().upper().encode())
-SHAPES = [
-    (AJS_IDS, AJS, 17),
-    (UPPER_UUIDS, UPPER_UUID, 17),
-    (BRACED_UUIDS, BRACED, 17),
-    (BRACED_UPPER_UUIDS, BRACED_UPPER, 17),
-]
 
 
 def _check(text: bytes, tag: int, size: int, source: bytes) -> None:
