@@ -52,6 +52,12 @@ def ajs_like(i: int) -> bytes:
     return f"ajs-{mix64(i):016x}{_salt(i):016x}".encode()
 
 
+def ajs_next_like(i: int) -> bytes:
+    """analytics.js's message id today (segmentio/analytics-next, ``createMessageId``):
+    ``ajs-next-``, the time in epoch ms, ``-`` and :func:`uuid_like` (which makes it distinct)."""
+    return b"ajs-next-%d-" % (T0 + i % SPAN_MS) + uuid_like(i)
+
+
 def upper_uuid_like(i: int) -> bytes:
     """:func:`uuid_like` in upper case, with the variant digit ``A`` or ``B`` so that each id
     has a letter (an all-digit UUID is canonical and would pack as one)."""
@@ -113,6 +119,7 @@ def mix_like(i: int) -> bytes:
 ID_SHAPES: dict[str, Callable[[int], bytes]] = {
     "uuid": uuid_like,
     "ajs": ajs_like,
+    "ajs-next": ajs_next_like,
     "upper-uuid": upper_uuid_like,
     "hex": hex_like,
     "decimal": decimal_like,

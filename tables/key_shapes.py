@@ -4,7 +4,12 @@ Each shape is a tag byte (0xF5-0xFC never occur in UTF-8, so no UTF-8 id starts 
 the id's packed bytes; :func:`unpack` gives back the exact text. A text is packed only when it
 comes back byte for byte, so no two texts share a disk form:
 
-- ``0xFC``: ``ajs-`` and 32 lowercase hex digits (Segment's anonymous ids), 16 bytes;
+- ``0xFC``: ``ajs-`` and 32 lowercase hex digits (the classic analytics.js's message ids), 16
+  bytes;
+- ``0xF5``: ``ajs-next-<epoch ms>-<canonical UUID>``, the message id of analytics.js today
+  (segmentio/analytics-next, ``packages/browser/src/core/events/index.ts``:
+  ``createMessageId``), 59 characters: the time in 6 bytes (below 2**48 ms, the year 10889)
+  and the UUID's 16, 22 bytes;
 - ``0xFB``: an upper-case UUID with at least one letter (all-digit UUIDs are canonical), 16;
 - ``0xFA``/``0xF9``: a braced UUID, lowercase / upper case with a letter, 16 bytes;
 - ``0xF8``: a decimal number (no leading zero unless "0", at most 19 digits: below 2**64),
@@ -20,9 +25,12 @@ from __future__ import annotations
 from binascii import Error as HexError
 from binascii import unhexlify
 
-AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER = range(0xFC, 0xF5, -1)
+AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER, AJS_NEXT = range(0xFC, 0xF4, -1)
 #: Tag bytes this module uses.
-TAGS = frozenset((AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER))
+TAGS = frozenset((AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER, AJS_NEXT))
+_AJS_NEXT = b"ajs-next-"
+#: ``ajs-next-`` ids: the shortest (a 1-digit time) and longest (15 digits: below 2**48).
+_AJS_NEXT_LENGTHS = range(len(_AJS_NEXT) + 1 + 1 + 36, len(_AJS_NEXT) + 15 + 1 + 36 + 1)
 MIN_HEX = 8
 MAX_HEX = 128
 _DIGITS = b"0123456789"
@@ -49,9 +57,23 @@ def _has_letter(text: bytes) -> bool:
     return bool(text.translate(None, _DIGITS + b"-{}"))
 
 
+def _ajs_next(ms: bytes, uuid: bytes) -> bytes | None:
+    if not ms.isdigit() or (ms[0] == 0x30 and len(ms) > 1):
+        return None
+    value = int(ms)
+    raw = _uuid(uuid, _LOWER)
+    if raw is None or value >= 1 << 48:
+        return None
+    return bytes((AJS_NEXT,)) + value.to_bytes(6, "big") + raw
+
+
 def pack(key: bytes) -> bytes | None:
     """The id's compact form, or None when it has none of the shapes."""
     n = len(key)
+    if n in _AJS_NEXT_LENGTHS and key[:9] == _AJS_NEXT and key[-37] == 0x2D:
+        packed = _ajs_next(key[9:-37], key[-36:])
+        if packed is not None:
+            return packed
     if n == 36 and key[:4] == b"ajs-":
         raw = _hex(key[4:], _LOWER)
         if raw is not None:
@@ -86,6 +108,9 @@ def _uuid_text(raw: bytes) -> bytes:
 
 
 def _unpack_any(tag: int, raw: bytes) -> bytes | None:
+    if tag == AJS_NEXT and len(raw) == 22:
+        ms = str(int.from_bytes(raw[:6], "big")).encode()
+        return _AJS_NEXT + ms + b"-" + _uuid_text(raw[6:])
     if tag == AJS and len(raw) == 16:
         return b"ajs-" + raw.hex().encode()
     if tag == UPPER_UUID and len(raw) == 16:

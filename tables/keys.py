@@ -14,8 +14,9 @@ Disk form of a key (pure functions, ``tests/unit/test_keys.py``):
   and 23): ``0xFD`` and its 16 bytes;
 - a source-scoped key (``0xFE``, the source's length and name, then the id; ``app/strategy.py``)
   whose id is such a UUID: the same prefix, then ``0xFD`` and the 16 bytes;
-- ids of the other common shapes (``ajs-`` ids, upper-case and braced UUIDs, hex, decimal),
-  plain or scoped: a tag byte 0xF5-0xFC and their packed bytes (``tables/key_shapes.py``);
+- ids of the other common shapes (``ajs-`` and ``ajs-next-`` ids, upper-case and braced
+  UUIDs, hex, decimal), plain or scoped: a tag byte 0xF5-0xFC and their packed bytes
+  (``tables/key_shapes.py``);
 - every other key as it is (other ids, fingerprints).
 
 ``0xFD`` never occurs in UTF-8, and message ids are UTF-8, so no key of one form equals one of

@@ -24,9 +24,10 @@ from app.capacity.model import UUID_TEXT, Load, Plan, plan
 from app.settings import Settings
 from envsettings import parse_duration
 
-#: Id shapes: (length in characters, stored compactly). ``ajs``: analytics-next's messageId,
-#: "ajs-next-<epoch ms>-<uuid>" (segmentio/analytics-next, packages/browser/src/core/events).
-SHAPES = {"uuid": (UUID_TEXT, True), "ajs": (len("ajs-next-1700000000000-") + UUID_TEXT, False)}
+#: Id shapes: (length in characters, bytes on disk: ``tables/key_shapes.py``). ``ajs``:
+#: analytics-next's messageId, "ajs-next-<epoch ms>-<uuid>" (segmentio/analytics-next,
+#: packages/browser/src/core/events), a tag byte, 6 bytes of time and the UUID's 16.
+SHAPES = {"uuid": (UUID_TEXT, 17), "ajs": (len("ajs-next-1700000000000-") + UUID_TEXT, 23)}
 
 
 def _default(name: str) -> object:
@@ -50,7 +51,8 @@ def parser() -> argparse.ArgumentParser:
         "--id-shape",
         default="uuid",
         help="uuid (canonical lowercase, 17 bytes on disk), ajs (analytics-next's "
-        "ajs-next-<ms>-<uuid>, 59 characters) or text:N (other ASCII ids of N characters)",
+        "ajs-next-<ms>-<uuid>, 59 characters, 23 bytes on disk) or text:N (other ASCII ids of "
+        "N characters, as written)",
     )
     p.add_argument("--partitions", type=int, default=_default("partitions"))
     p.add_argument("--workers", type=int, help="worker processes (default: one per partition)")
@@ -78,7 +80,7 @@ def load_from(args: argparse.Namespace) -> tuple[Load | None, list[str]]:
         problems.append("new ids per second must be above 0 and at most the events per second")
     shape = SHAPES.get(args.id_shape)
     if shape is None and args.id_shape.startswith("text:") and args.id_shape[5:].isdigit():
-        shape = (int(args.id_shape[5:]), False)
+        shape = (int(args.id_shape[5:]),) * 2
     if shape is None or shape[0] < 1:
         problems.append(f"--id-shape {args.id_shape!r}: use uuid, ajs or text:N (N characters)")
     workers = args.workers or args.partitions
@@ -126,7 +128,9 @@ def span(seconds: float) -> str:
 
 def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
     p, w = load.partitions, min(load.workers, load.partitions)
-    shape = "uuid, 17 bytes on disk" if load.compact_ids else f"{load.id_length} characters"
+    shape = f"{load.id_length} characters, {load.disk_key_bytes} bytes on disk"
+    if (load.id_length, load.disk_key_bytes) == (UUID_TEXT, 17):
+        shape = "uuid, 17 bytes on disk"
     row = "  {:<34}{:>22}{:>22}".format
     held = f"{pl.ids_held_per_partition:,.0f}" + (" (cap)" if pl.capped else "")
     lines = [
@@ -209,8 +213,8 @@ def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
         )
     lines += ["", "From these measured figures (docs/operations.md, 'Sizing a pipeline'):"]
     used = f"{pl.disk_bytes_per_id:.1f} bytes/id"
-    if not load.compact_ids:
-        used += f" (at most: + 2 x {load.id_length - 17} bytes of key, stored twice)"
+    if load.disk_key_bytes > 17:
+        used += f" (at most: + 2 x {load.disk_key_bytes - 17} bytes of key, stored twice)"
     notes = {
         "disk_bytes_per_uuid_id": used,
         "changelog_bytes_per_uuid_id": f"{pl.changelog_bytes_per_id:.1f} bytes/id for these ids",

@@ -38,6 +38,7 @@ NUMBERS = [*range(20_000), *range(2**63 - 2_000, 2**63)]
 SHAPES = {
     "uuid": (UUID4, UUID_TAG[0], 17),
     "ajs": (re.compile(rb"ajs-[0-9a-f]{32}"), key_shapes.AJS, 17),
+    "ajs-next": (re.compile(rb"ajs-next-[1-9][0-9]{12}-" + UUID4.pattern), key_shapes.AJS_NEXT, 23),
     "upper-uuid": (UPPER_UUID4, key_shapes.UPPER_UUID, 17),
     "hex": (re.compile(rb"[0-9a-f]{32}"), key_shapes.HEX, 17),
     "decimal": (re.compile(rb"[1-9][0-9]{0,18}|0"), key_shapes.DECIMAL, 9),

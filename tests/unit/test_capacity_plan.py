@@ -41,7 +41,7 @@ def a_load(**changes: object) -> Load:
         "allowed_lateness": 3600.0,
         "bucket": 3600.0,
         "id_length": 36,
-        "compact_ids": True,
+        "disk_key_bytes": 17,
         "partitions": 8,
         "workers": 4,
         "cap": 20_000_000,
@@ -90,11 +90,15 @@ def test_a_shortened_window_above_the_minimum_is_not_short() -> None:
 
 
 def test_ids_of_other_shapes_add_their_key_bytes_twice_on_disk_and_once_in_the_changelog() -> None:
-    pl = plan(a_load(id_length=59, compact_ids=False), ROUND)
+    pl = plan(a_load(id_length=59, disk_key_bytes=59), ROUND)
     assert pl.disk_bytes_per_id == 50.0 + 2 * (59 - 17)
     assert pl.changelog_bytes_per_id == 30.0 + (59 - 36)
+    # analytics-next's ajs-next ids, packed into 23 bytes; the changelog keeps their text
+    pl = plan(a_load(id_length=59, disk_key_bytes=23), ROUND)
+    assert pl.disk_bytes_per_id == 50.0 + 2 * (23 - 17)
+    assert pl.changelog_bytes_per_id == 30.0 + (59 - 36)
     # an uncompressed UUID-length id: its text form, not the 17-byte one
-    assert plan(a_load(compact_ids=False), ROUND).disk_bytes_per_id == 50.0 + 2 * 19
+    assert plan(a_load(disk_key_bytes=36), ROUND).disk_bytes_per_id == 50.0 + 2 * 19
 
 
 def test_the_rate_sets_the_fewest_partitions_and_the_headroom() -> None:
@@ -131,4 +135,7 @@ def test_the_command_lists_every_problem_at_once(capsys: pytest.CaptureFixture[s
 def test_events_and_the_repeat_share_give_the_new_ids(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--events-per-second", "10000", "--repeat-share", "0.2", "--id-shape", "ajs"]) == 0
     out = capsys.readouterr().out
-    assert "8,000 new ids/s in 10,000 events/s" in out and "ids: 59 characters" in out
+    assert (
+        "8,000 new ids/s in 10,000 events/s" in out
+        and "ids: 59 characters, 23 bytes on disk" in out
+    )

@@ -7,7 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.strategy import scoped_key
-from tables.key_shapes import AJS, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER, UPPER_UUID
+from tables.key_shapes import (
+    AJS,
+    AJS_NEXT,
+    BRACED,
+    BRACED_UPPER,
+    DECIMAL,
+    HEX,
+    HEX_UPPER,
+    UPPER_UUID,
+)
 from tables.keys import from_disk, to_disk
 
 RAW16 = st.binary(min_size=16, max_size=16)
@@ -24,6 +33,9 @@ def _has_letter(text: bytes) -> bool:
 
 
 AJS_IDS = RAW16.map(lambda r: b"ajs-" + r.hex().encode())
+AJS_NEXT_IDS = st.tuples(st.integers(0, 2**48 - 1), RAW16).map(
+    lambda t: b"ajs-next-%d-" % t[0] + _uuid(t[1])
+)
 UPPER_UUIDS = RAW16.map(lambda r: _uuid(r).upper()).filter(_has_letter)
 BRACED_UUIDS = RAW16.map(lambda r: b"{" + _uuid(r) + b"}")
 BRACED_UPPER_UUIDS = RAW16.map(lambda r: b"{" + _uuid(r).upper() + b"}").filter(_has_letter)
@@ -45,6 +57,25 @@ def _check(text: bytes, tag: int, size: int, source: bytes) -> None:
 @given(AJS_IDS, SOURCES)
 def test_an_ajs_id_takes_17_bytes(text: bytes, source: bytes) -> None:
     _check(text, AJS, 17, source)
+
+
+@given(AJS_NEXT_IDS, SOURCES)
+def test_an_ajs_next_id_takes_23_bytes(text: bytes, source: bytes) -> None:
+    """analytics.js's messageId today: ajs-next-<Date.now()>-<uuid>, 59 characters."""
+    _check(text, AJS_NEXT, 23, source)
+
+
+def test_ajs_next_near_misses_stay_as_written() -> None:
+    uuid = b"0f8fad5b-d9cb-469f-a165-70867728950e"
+    assert to_disk(b"ajs-next-1764288000000-" + uuid)[0] == AJS_NEXT
+    for text in (
+        b"ajs-next-01764288000000-" + uuid,  # leading zero
+        b"ajs-next-%d-" % 2**48 + uuid,  # past 6 bytes
+        b"ajs-next-1764288000000-" + uuid.upper(),
+        b"ajs-next--" + uuid,
+        b"ajs-next-1764288000000_" + uuid,
+    ):
+        assert to_disk(text) == text
 
 
 @given(UPPER_UUIDS, SOURCES)
@@ -101,6 +132,7 @@ def test_near_misses_stay_as_written() -> None:
 ANY = st.one_of(
     st.binary(max_size=60),
     AJS_IDS,
+    AJS_NEXT_IDS,
     UPPER_UUIDS,
     BRACED_UUIDS,
     DECIMALS,
