@@ -102,7 +102,8 @@ def pack(key: bytes) -> bytes | None:
     return None
 
 
-def _uuid_text(raw: bytes) -> bytes:
+def uuid_text(raw: bytes) -> bytes:
+    """The canonical lowercase text of a UUID's 16 bytes (``tables/keys.py`` uses it too)."""
     h = raw.hex().encode()
     return h[:8] + b"-" + h[8:12] + b"-" + h[12:16] + b"-" + h[16:20] + b"-" + h[20:]
 
@@ -110,15 +111,15 @@ def _uuid_text(raw: bytes) -> bytes:
 def _unpack_any(tag: int, raw: bytes) -> bytes | None:
     if tag == AJS_NEXT and len(raw) == 22:
         ms = str(int.from_bytes(raw[:6], "big")).encode()
-        return _AJS_NEXT + ms + b"-" + _uuid_text(raw[6:])
+        return _AJS_NEXT + ms + b"-" + uuid_text(raw[6:])
     if tag == AJS and len(raw) == 16:
         return b"ajs-" + raw.hex().encode()
     if tag == UPPER_UUID and len(raw) == 16:
-        return _uuid_text(raw).upper()
+        return uuid_text(raw).upper()
     if tag == BRACED and len(raw) == 16:
-        return b"{" + _uuid_text(raw) + b"}"
+        return b"{" + uuid_text(raw) + b"}"
     if tag == BRACED_UPPER and len(raw) == 16:
-        return b"{" + _uuid_text(raw).upper() + b"}"
+        return b"{" + uuid_text(raw).upper() + b"}"
     if tag == DECIMAL and 0 < len(raw) <= 8:
         return str(int.from_bytes(raw, "big")).encode()
     if tag == HEX and raw:

@@ -36,7 +36,7 @@ from binascii import unhexlify
 import numpy as np
 
 from tables.key_prefixes import SCOPED_TAG, UUID_TAG
-from tables.key_shapes import TAGS, pack, unpack
+from tables.key_shapes import TAGS, pack, unpack, uuid_text
 
 #: First byte of a source-scoped key, as an int (``tables/key_prefixes.py``).
 SCOPED = SCOPED_TAG[0]
@@ -57,11 +57,6 @@ def _uuid16(text: bytes) -> bytes | None:
         return unhexlify(digits)
     except HexError:
         return None
-
-
-def _uuid_text(raw: bytes) -> bytes:
-    h = raw.hex().encode()
-    return h[:8] + b"-" + h[8:12] + b"-" + h[12:16] + b"-" + h[16:20] + b"-" + h[20:]
 
 
 def to_disk(key: bytes) -> bytes:
@@ -121,11 +116,11 @@ def from_disk(raw: bytes) -> bytes:
     """The key as written (the inverse of :func:`to_disk`)."""
     n = len(raw)
     if n == 17 and raw[0] == _UUID_BYTE:
-        return _uuid_text(raw[1:])
+        return uuid_text(raw[1:])
     if n > 2 and raw[0] == SCOPED:
         start = 2 + raw[1]
         if n - start == 17 and raw[start] == _UUID_BYTE:
-            return raw[:start] + _uuid_text(raw[start + 1 :])
+            return raw[:start] + uuid_text(raw[start + 1 :])
         if n > start and raw[start] in TAGS:
             text = unpack(raw[start:])
             return raw if text is None else raw[:start] + text
