@@ -20,14 +20,20 @@ import sys
 from dataclasses import fields
 
 from app.capacity.figures import Figure, load
-from app.capacity.model import UUID_TEXT, Load, Plan, plan
+from app.capacity.model import UUID_ON_DISK, Load, Plan, plan
 from app.settings import Settings
 from envsettings import parse_duration
+from tables.keys import to_disk
 
-#: Id shapes: (length in characters, bytes on disk: ``tables/key_shapes.py``). ``ajs``:
-#: analytics-next's messageId, "ajs-next-<epoch ms>-<uuid>" (segmentio/analytics-next,
-#: packages/browser/src/core/events), a tag byte, 6 bytes of time and the UUID's 16.
-SHAPES = {"uuid": (UUID_TEXT, 17), "ajs": (len("ajs-next-1700000000000-") + UUID_TEXT, 23)}
+#: An id of each shape. ``ajs``: analytics-next's messageId, "ajs-next-<epoch ms>-<uuid>"
+#: (segmentio/analytics-next, packages/browser/src/core/events).
+_EXAMPLES = {
+    "uuid": b"0f8fad5b-d9cb-469f-a165-70867728950e",
+    "ajs": b"ajs-next-1700000000000-0f8fad5b-d9cb-469f-a165-70867728950e",
+}
+#: Id shapes: (length in characters, bytes on disk), the latter as the store packs them
+#: (``tables/key_shapes.py``), so the plan follows the key forms.
+SHAPES = {name: (len(text), len(to_disk(text))) for name, text in _EXAMPLES.items()}
 
 
 def _default(name: str) -> object:
@@ -129,8 +135,8 @@ def span(seconds: float) -> str:
 def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
     p, w = load.partitions, min(load.workers, load.partitions)
     shape = f"{load.id_length} characters, {load.disk_key_bytes} bytes on disk"
-    if (load.id_length, load.disk_key_bytes) == (UUID_TEXT, 17):
-        shape = "uuid, 17 bytes on disk"
+    if (load.id_length, load.disk_key_bytes) == SHAPES["uuid"]:
+        shape = f"uuid, {UUID_ON_DISK} bytes on disk"
     row = "  {:<34}{:>22}{:>22}".format
     held = f"{pl.ids_held_per_partition:,.0f}" + (" (cap)" if pl.capped else "")
     lines = [
@@ -213,8 +219,9 @@ def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
         )
     lines += ["", "From these measured figures (docs/operations.md, 'Sizing a pipeline'):"]
     used = f"{pl.disk_bytes_per_id:.1f} bytes/id"
-    if load.disk_key_bytes > 17:
-        used += f" (at most: + 2 x {load.disk_key_bytes - 17} bytes of key, stored twice)"
+    extra = load.disk_key_bytes - UUID_ON_DISK
+    if extra > 0:
+        used += f" (at most: + 2 x {extra} bytes of key, stored twice)"
     notes = {
         "disk_bytes_per_uuid_id": used,
         "changelog_bytes_per_uuid_id": f"{pl.changelog_bytes_per_id:.1f} bytes/id for these ids",
