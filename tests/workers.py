@@ -105,14 +105,22 @@ class Worker:
 
     def wait_ready(self, timeout: float = 120) -> float:
         """Block until this start of the worker logged Faust's "Ready" (topics exist by then)."""
+        return self._wait_for_this_start("[^Worker]: Ready", timeout)
+
+    def wait_assigned(self, timeout: float = 120) -> float:
+        """Block until this start of the worker took partitions (started their transactional
+        producers): a fault injected after it meets a worker that owns work, not one that is
+        still booting or joining the group."""
+        return self._wait_for_this_start("starting transactional producers", timeout)
+
+    def _wait_for_this_start(self, line: str, timeout: float) -> float:
         started = time.monotonic()
-        want = self.starts
-        while self.log_text().count("[^Worker]: Ready") < want:
+        while line not in self.last_start_log():
             if not self.alive():
                 raise AssertionError(f"worker exited while starting:\n{self.log_text()[-4000:]}")
             if time.monotonic() - started > timeout:
                 raise AssertionError(
-                    f"worker not ready after {timeout}s:\n{self.log_text()[-4000:]}"
+                    f"worker not past {line!r} after {timeout}s:\n{self.log_text()[-4000:]}"
                 )
             time.sleep(0.2)
         return time.monotonic() - started
@@ -122,6 +130,10 @@ class Worker:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def last_start_log(self) -> str:
+        """The log of the latest start only (``start`` writes a marker before each)."""
+        return self.log_text().rsplit("===== start", 1)[-1]
 
 
 async def drained(broker: Broker, names: Names, client: Mapping[str, Any] | None = None) -> bool:

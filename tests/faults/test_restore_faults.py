@@ -68,7 +68,7 @@ def test_f20_kill_9_during_a_bulk_restore_without_the_write_ahead_log(
         while worker.alive():
             assert time.monotonic() < deadline, "the fault point was never reached"
             time.sleep(0.2)
-        killed_in = worker.log_text().rsplit("===== start", 1)[-1]
+        killed_in = worker.last_start_log()
         assert "write-ahead log off" in killed_in, killed_in[-3000:]
         # No partition finished before the kill.
         assert re.search(r"restored \S+ through offset", killed_in) is None
@@ -77,7 +77,7 @@ def test_f20_kill_9_during_a_bulk_restore_without_the_write_ahead_log(
     worker.extra_env = {}
     worker.start()
     wait_owning(worker, set(range(partitions)))
-    restarted = worker.log_text().rsplit("===== start", 1)[-1]
+    restarted = worker.last_start_log()
     assert "was being restored when the worker stopped" in restarted, restarted[-3000:]
     assert_store_holds(worker, set(range(partitions)), expected, seed=5)
     send_again_and_verify(

@@ -127,7 +127,7 @@ def test_a_worker_stops_on_a_changelog_transaction_of_a_newer_format(
     while worker.alive():
         assert time.monotonic() < deadline, "the worker went on with a newer changelog format"
         time.sleep(0.5)
-    last = worker.log_text().rsplit("===== start", 1)[-1]
+    last = worker.last_start_log()
     assert "partition 0 is in changelog format 2; this worker reads 1" in last, last[-3000:]
     assert "Crashed reason=FormatRefused" in last
     # It never became ready, so it never decided a record against that state.
@@ -154,7 +154,7 @@ def test_a_worker_stops_on_a_data_dir_of_a_newer_format_and_leaves_it_alone(
     while worker.alive():
         assert time.monotonic() < deadline, "the worker went on with a newer data dir"
         time.sleep(0.5)
-    last = worker.log_text().rsplit("===== start", 1)[-1]
+    last = worker.last_start_log()
     refusal = "is in data dir format 2; this worker reads 1: it was written by a newer version"
     assert refusal in last, last[-3000:]
     assert "[^Worker]: Ready" not in last
