@@ -13,15 +13,10 @@ SERVERS := scripts/servers.sh
 IDEM_LIB := libs/idempotent-consumer
 # Tests use their own broker port, so they never touch the broker of `make run`.
 TEST_KAFKA_PORT ?= 19092
-# `make test`'s second and third lanes (every tier but the fault tier) run their own brokers and
-# worker web ports, so that they never meet the fault tier's broker restarts. A web port range is
-# 2,000 wide; the fault tier's second xdist worker uses 20000-21999.
+# `make test`'s second lane (every tier but the fault tier) runs its own broker and worker web
+# ports, so that it never meets the fault tier's broker restarts.
 OTHERS_KAFKA_PORT ?= 19096
 OTHERS_WEB_PORT_BASE ?= 23000
-MORE_KAFKA_PORT ?= 19098
-MORE_WEB_PORT_BASE ?= 26000
-# `make test-faults` runs this many fault test modules at once, each worker on its own broker.
-FAULT_WORKERS ?= 2
 # The security tier starts (and stops) its own SASL_SSL broker on this port (controller +1).
 TEST_SECURE_KAFKA_PORT ?= 19192
 # The cluster tier's controller port; its three brokers listen on the next three ports.
@@ -39,7 +34,7 @@ BROWSER_DIR := .cache/browser
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery bench-ingest \
         servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
-        test-prerequisites test-lane-faults test-lane-others test-lane-more
+        test-prerequisites test-lane-faults test-lane-others
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -127,12 +122,8 @@ test-unit: $(STAMP) ## Unit tests (no broker)
 test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 	$(call pytest_tier,tests/integration,-q -s)
 
-# The fault tier spreads its modules over FAULT_WORKERS pytest-xdist workers, each on its own
-# broker (the tier's port + 20 x the worker's index) and web ports: its tests mostly wait for
-# session and transaction timeouts, so two run side by side in about half the time. -rP prints
-# what each passed test printed (its figures), which -s cannot under xdist.
-test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses (FAULT_WORKERS=2 at once)
-	$(call pytest_tier,tests/faults,-q -rP -n $(FAULT_WORKERS) --dist loadfile)
+test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses
+	$(call pytest_tier,tests/faults,-q -s)
 
 # -p no:hypothesispytest: the tier uses no Hypothesis, and the plugin's import at the end of the
 # session, with the fault proxy's threads just stopped, crashed CPython 3.11.7's parser once
@@ -188,13 +179,13 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-# Three lanes side by side, each on its own single broker and worker web ports, so `make test`
-# takes about the longest lane rather than the sum (most of a fault or cluster test is waiting
-# for timeouts, not CPU): the fault tier (itself over FAULT_WORKERS brokers), the integration
-# and cluster tiers, and the rest. Everything the lanes need is installed first, so no two
-# lanes fetch or apt-get at once. -Otarget: each tier's output is printed whole when it ends.
-test: lint test-unit test-prerequisites ## Lint and every test tier (three lanes side by side)
-	@$(MAKE) --no-print-directory -j3 -Otarget test-lane-faults test-lane-others test-lane-more
+# The fault tier runs in one lane, the other tiers one after another in a second lane beside it,
+# each lane on its own single broker and worker web ports, so `make test` takes about the longer
+# lane rather than the sum (most of a fault test is waiting for timeouts, not CPU). Everything
+# both lanes need is installed first, so no two lanes fetch or apt-get at once. -Otarget: each
+# tier's output is printed whole when it ends.
+test: lint test-unit test-prerequisites ## Lint and every test tier (two lanes side by side)
+	@$(MAKE) --no-print-directory -j2 -Otarget test-lane-faults test-lane-others
 
 test-prerequisites: $(STAMP) kafka-jars spark-jars servers-install browser-install
 
@@ -203,12 +194,8 @@ test-lane-faults:
 
 test-lane-others:
 	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
-	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster
-
-test-lane-more:
-	@DEDUPE_TEST_WEB_PORT_BASE=$(MORE_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
-	  TEST_KAFKA_PORT=$(MORE_KAFKA_PORT) test-spark test-ingest test-security test-idempotency \
-	  test-observe test-browser
+	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-spark test-ingest \
+	  test-security test-idempotency test-observe test-browser
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

@@ -11,14 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import XDIST_KAFKA_STRIDE, Broker, Names, unique_suffix, xdist_index
+from tests.support import Broker, Names, unique_suffix
 from tests.workers import Worker
 
-#: Tests use their own broker port so they never touch a broker of `make run` on 9092; each
-#: pytest-xdist worker of a tier its own broker.
-TEST_PORT = (
-    int(os.environ.get("DEDUPE_TEST_KAFKA_PORT", "19092")) + XDIST_KAFKA_STRIDE * xdist_index()
-)
+#: Tests use their own broker port so they never touch a broker of `make run` on 9092.
+TEST_PORT = int(os.environ.get("DEDUPE_TEST_KAFKA_PORT", "19092"))
 
 
 def _listening(port: int) -> bool:

@@ -27,11 +27,6 @@ committed. A section keeps the rows of faults that did not run in its latest ses
 run that measured them.
 """
 
-#: When this test session began (its collection imports this module): a section counts as this
-#: run's the rows written since, whoever wrote them (a tier over several pytest-xdist workers
-#: has each publish its own rows; they began together).
-_SESSION_START = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-
 HEADER = (
     "| fault | nodes | txn version (cluster / worker) | runs | events | faults injected "
     "| duplicates | missing | time to recover (max) | run |\n" + "|---" * 10 + "|"
@@ -122,7 +117,7 @@ class Reliability:
         rows.update(self.lines(now))
         sections[self.section] = (
             f"## {self.title}\n\nLatest run {now}, {platform.machine()}, {os.cpu_count()} cores: "
-            f"{_ran_since(rows, _SESSION_START)} of the {len(rows)} rows below.\n\n{HEADER}\n"
+            f"{len(self._ran())} of the {len(rows)} rows below.\n\n{HEADER}\n"
             + "\n".join(rows[k] for k in sorted(rows, key=_fault_order))
             + "\n\n"
         )
@@ -131,6 +126,9 @@ class Reliability:
             for name in sorted(sections)
         )
         return f"# {heading}\n\n{INTRO}\n{body}".rstrip() + "\n"
+
+    def _ran(self) -> set[str]:
+        return {_key(r.fault, self.nodes, r.txn_version) for r in self.rows}
 
 
 def _key(fault: str, nodes: int | str, txn_version: str) -> str:
@@ -145,11 +143,6 @@ def _rows_of(section: str) -> dict[str, str]:
         for line in section.splitlines()
         if line.startswith("| ") and not line.startswith("| fault ")
     }
-
-
-def _ran_since(rows: dict[str, str], start: str) -> int:
-    """How many ``rows`` ran at ``start`` or later (their last cell: ``%Y-%m-%d %H:%M UTC``)."""
-    return sum(1 for line in rows.values() if line.rstrip(" |").rsplit("| ", 1)[-1] >= start)
 
 
 def _fault_order(fault: str) -> tuple[int, str]:

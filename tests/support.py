@@ -19,18 +19,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 KAFKA_SCRIPT = ROOT / "scripts" / "kafka-local.sh"
 
-#: How far apart the fixed ports of two pytest-xdist workers of one tier lie: a worker's broker
-#: is the tier's port + 20 x its index (the network fault tests use the tier's port + 10 to
-#: + 19), its workers' web ports the tier's base + 3,000 x its index (a range is 2,000 wide).
-XDIST_KAFKA_STRIDE = 20
-XDIST_WEB_STRIDE = 3000
-
-
-def xdist_index() -> int:
-    """This process's pytest-xdist worker (``gw1`` -> 1), 0 outside xdist: a tier run over
-    several workers (``make test-faults``) gives each its own broker and web ports."""
-    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-
 
 @dataclass(frozen=True)
 class Broker:

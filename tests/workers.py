@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka.structs import TopicPartition
 
 from scripts.topic_reader import committed_offsets, end_offsets, read_topic
-from tests.support import ROOT, XDIST_WEB_STRIDE, Broker, Names, xdist_index
+from tests.support import ROOT, Broker, Names
 
 #: The test workers' DEDUPE_TRANSACTION_TIMEOUT (seconds).
 WORKER_TRANSACTION_TIMEOUT = 10.0
@@ -62,7 +62,6 @@ class Worker:
     def web_port(self) -> int:
         # Tiers that run side by side in `make test` get distinct bases (the Makefile's lanes).
         base = int(os.environ.get("DEDUPE_TEST_WEB_PORT_BASE", "17000"))
-        base += XDIST_WEB_STRIDE * xdist_index()
         return base + (os.getpid() % 500) * 4 + self.index
 
     @property

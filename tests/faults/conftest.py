@@ -1,11 +1,7 @@
 """The fault tier's report: every fault test records its figures, and the session writes them
 to its section of docs/reliability.md (tests/reliability.py; one row per fault: runs, events,
 faults injected, duplicates, missing, time to recover). ``DEDUPE_FAULT_SCALE`` multiplies the
-events of every run (``make soak`` sets 10, and its table goes to docs/soak.md).
-
-``make test-faults`` spreads the tier's modules over pytest-xdist workers (``FAULT_WORKERS``),
-each with its own brokers (tests/support.py ``xdist_index``; the network tests' proxied broker
-lies 10 ports above the worker's)."""
+events of every run (``make soak`` sets 10, and its table goes to docs/soak.md)."""
 
 from __future__ import annotations
 
