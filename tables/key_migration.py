@@ -25,6 +25,7 @@ from typing import cast
 from rocksdict import Rdict, WriteBatch
 
 from tables import keys as key_forms
+from tables.key_prefixes import SCOPED_TAG
 from tables.rocks import PartitionDB
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,17 @@ CHUNK = 20_000
 PROGRESS_EVERY = 1_000_000
 
 
-def _in_form_2(raw: bytes) -> bytes:
+#: First bytes of keys both forms write alike. No id's text starts with one (UTF-8 never holds
+#: 0xF5-0xFF), so such a key is a packed UUID or a reserved key, the same in both forms, or one
+#: this conversion already wrote before it was cut short. A source-scoped key's id follows its
+#: prefix, so that one is converted. Most keys are UUIDs, which then skip a decode and an encode.
+KEPT_FIRST_BYTES = frozenset(range(0xF5, 0x100)) - {SCOPED_TAG[0]}
+
+
+def in_form_2(raw: bytes) -> bytes:
+    """``raw``, a key of form 1 (or of form 2, written by a cut-short conversion), in form 2."""
+    if raw and raw[0] in KEPT_FIRST_BYTES:
+        return raw
     return key_forms.to_disk(key_forms.from_disk(raw))
 
 
@@ -51,7 +62,7 @@ def convert(pdb: PartitionDB, found: int, index_cf: str, name: str) -> int | Non
     handle = pdb.handles[index_cf]
 
     def rewrite_id(batch: WriteBatch, raw: bytes, value: bytes) -> bool:
-        new = _in_form_2(raw)
+        new = in_form_2(raw)
         if new == raw:
             return False
         batch.delete(raw)
@@ -59,7 +70,7 @@ def convert(pdb: PartitionDB, found: int, index_cf: str, name: str) -> int | Non
         return True
 
     def rewrite_index(batch: WriteBatch, index_key: bytes, disk_key: bytes) -> bool:
-        new = _in_form_2(disk_key)
+        new = in_form_2(disk_key)
         if new == disk_key:
             return False
         batch.put(index_key, new, handle)
