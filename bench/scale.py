@@ -2,7 +2,7 @@
 
     python -m bench.scale                              # 50,000,000 ids over 8 partitions
     python -m bench.scale --ids 5000000 --lookups 20000  # quicker
-    python -m bench.scale --ids 1000000 --id-shape mix --no-results  # another id shape
+    python -m bench.scale --id-shape mix  # another id shape: bench/results-scale-mix.md
     make bench-scale BENCH_SCALE_ARGS="--ids 5000000"
 
 No broker. It loads N ids already held into one worker's ``seen_ids`` store, one RocksDB per
@@ -26,7 +26,8 @@ lookups per partition and in total, with ``--lookups`` fresh ids per partition a
 Peak and current RSS of the process (``/proc/self/status`` VmHWM, VmRSS) are taken after the
 load, after compaction and after the lookups, with RocksDB's own accounting (memtables, block
 cache, table readers). Progress lines print every million ids; at 50M the load takes about a
-quarter of an hour on 2 cores. The results are printed and written to bench/results-scale.md.
+quarter of an hour on 2 cores. The results are printed and written to bench/results-scale.md
+(UUIDs) or bench/results-scale-<shape>.md (``--id-shape``).
 The data dir is a temporary directory under data/bench-scale, removed at the end unless
 ``--keep``.
 """
@@ -52,6 +53,15 @@ if TYPE_CHECKING:
     from tables.rocks_options import RocksTuning
 
 RESULTS = Path(__file__).with_name("results-scale.md")
+
+
+def results_file(id_shape: str) -> Path:
+    """Where a run of ``id_shape`` is written: UUIDs (the figures the sizing plan cites) to
+    :data:`RESULTS`, each other shape to its own file, so each file holds the latest run of one
+    shape."""
+    return RESULTS if id_shape == "uuid" else RESULTS.with_name(f"results-scale-{id_shape}.md")
+
+
 METHOD = (
     "`make bench-scale` (`python -m bench.scale`; its docstring and docs/benchmarks.md): ids "
     "loaded into a worker's partition databases through the store's own write path, compacted, "
@@ -247,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
         help="the ids' shape (bench/scale_ids.py; default uuid: canonical lowercase UUIDs)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the data dir")
-    parser.add_argument("--no-results", action="store_true", help="do not append to the results")
+    parser.add_argument("--no-results", action="store_true", help="do not write the results file")
     args = parser.parse_args(argv)
     flags = {
         "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES": args.write_buffer_bytes,
@@ -269,8 +279,13 @@ def main(argv: list[str] | None = None) -> None:
         f"## {time.strftime('%Y-%m-%d %H:%M')} `{command}`\n\n{machine()}\n\n"
         "| figure | value |\n|---|---|\n" + "".join(f"| {k.strip()} | {v} |\n" for k, v in rows)
     )
+    shape = "" if args.id_shape == "uuid" else f" ({args.id_shape} ids)"
     write_latest(
-        RESULTS, "Scale benchmark: ids held, lookups, memory, disk", METHOD, TARGET, run_text
+        results_file(args.id_shape),
+        f"Scale benchmark: ids held, lookups, memory, disk{shape}",
+        METHOD,
+        TARGET,
+        run_text,
     )
 
 
