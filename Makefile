@@ -179,8 +179,9 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-# The fault tier runs in one lane, the other tiers one after another in a second lane beside it,
-# each lane on its own single broker and worker web ports, so `make test` takes about the longer
+# The fault tier (and the security tier, on its own SASL_SSL broker, which balances the lanes)
+# runs in one lane, the other tiers one after another in a second lane beside it, each lane on
+# its own single broker and worker web ports, so `make test` takes about the longer
 # lane rather than the sum (most of a fault test is waiting for timeouts, not CPU). Everything
 # both lanes need is installed first, so no two lanes fetch or apt-get at once. -Otarget: each
 # tier's output is printed whole when it ends.
@@ -190,12 +191,12 @@ test: lint test-unit test-prerequisites ## Lint and every test tier (two lanes s
 test-prerequisites: $(STAMP) kafka-jars spark-jars servers-install browser-install
 
 test-lane-faults:
-	@$(MAKE) --no-print-directory -j1 test-faults
+	@$(MAKE) --no-print-directory -j1 test-faults test-security
 
 test-lane-others:
 	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
 	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-spark test-ingest \
-	  test-security test-idempotency test-observe test-browser
+	  test-idempotency test-observe test-browser
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

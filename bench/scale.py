@@ -55,11 +55,14 @@ if TYPE_CHECKING:
 RESULTS = Path(__file__).with_name("results-scale.md")
 
 
-def results_file(id_shape: str) -> Path:
-    """Where a run of ``id_shape`` is written: UUIDs (the figures the sizing plan cites) to
-    :data:`RESULTS`, each other shape to its own file, so each file holds the latest run of one
-    shape."""
-    return RESULTS if id_shape == "uuid" else RESULTS.with_name(f"results-scale-{id_shape}.md")
+def results_file(id_shape: str) -> tuple[Path, str]:
+    """Where a run of ``id_shape`` is written, and its title: UUIDs (the figures the sizing plan
+    cites) to :data:`RESULTS`, each other shape to its own file, so each file holds the latest
+    run of one shape."""
+    title = "Scale benchmark: ids held, lookups, memory, disk"
+    if id_shape == "uuid":
+        return RESULTS, title
+    return RESULTS.with_name(f"results-scale-{id_shape}.md"), f"{title} ({id_shape} ids)"
 
 
 METHOD = (
@@ -279,10 +282,10 @@ def main(argv: list[str] | None = None) -> None:
         f"## {time.strftime('%Y-%m-%d %H:%M')} `{command}`\n\n{machine()}\n\n"
         "| figure | value |\n|---|---|\n" + "".join(f"| {k.strip()} | {v} |\n" for k, v in rows)
     )
-    shape = "" if args.id_shape == "uuid" else f" ({args.id_shape} ids)"
+    path, title = results_file(args.id_shape)
     write_latest(
-        results_file(args.id_shape),
-        f"Scale benchmark: ids held, lookups, memory, disk{shape}",
+        path,
+        title,
         METHOD,
         TARGET,
         run_text,

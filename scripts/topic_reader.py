@@ -83,6 +83,27 @@ async def end_offsets(
         await consumer.stop()
 
 
+async def settled_ends(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, int]:
+    """Per partition, the read_committed end once it has reached the log end: the markers of
+    every transaction ended so far are written. EndTxn (a producer's commit or abort) is
+    answered once the coordinator has logged the outcome; the markers reach the partitions'
+    leaders after that, so a read_committed read right after a commit can stop before the
+    committed records. Raises AssertionError after ``timeout`` seconds: a transaction stays
+    open."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stable = await end_offsets(bootstrap, topic)
+        logged = await end_offsets(bootstrap, topic, isolation_level="read_uncommitted")
+        if stable == logged:
+            return stable
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{topic}: last stable offsets {stable} short of the log ends {logged} after "
+                f"{timeout:g} s: a transaction stays open"
+            )
+        await asyncio.sleep(0.1)
+
+
 async def committed_offsets(
     bootstrap: str, group: str, *, client: Mapping[str, Any] | None = None
 ) -> dict[TopicPartition, int]:

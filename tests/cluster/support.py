@@ -14,7 +14,6 @@ from aiokafka.client import CoordinationType
 
 from scripts.kafka_cluster import KAFKA_SCRIPT, Cluster
 from scripts.kafka_cluster_nodes import Node
-from scripts.topic_reader import end_offsets
 from tests.support import Broker, Names
 from tests.workers import Worker
 
@@ -48,26 +47,6 @@ def bounce(cluster: Cluster, node: Node, down_s: float = 5.0, *, whole: bool = T
     node.start()
     if whole:
         cluster.wait_healthy(240)
-
-
-async def wait_markers_written(bootstrap: str, topic: str, timeout: float = 60) -> None:
-    """Return once every partition's last stable offset has reached its log end: the markers
-    of the transactions ended so far are written. EndTxn is answered once the coordinator has
-    logged the outcome; it writes the markers to the partitions' leaders after that, so a
-    read_committed read right after a commit can still stop before the committed records
-    (a loaded machine showed it: the records of a commit missing from the read that followed).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        stable = await end_offsets(bootstrap, topic)
-        logged = await end_offsets(bootstrap, topic, isolation_level="read_uncommitted")
-        if stable == logged:
-            return
-        assert time.monotonic() < deadline, (
-            f"{topic}: last stable offsets {stable} short of the log ends {logged} after "
-            f"{timeout:g} s: a transaction stays open"
-        )
-        await asyncio.sleep(0.2)
 
 
 def leaders(bootstrap: str, topics: list[str]) -> Counter[int]:

@@ -47,8 +47,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from app.eos.txn_messages import EndTxnV5, InitProducerIdV5, ProduceV12
 from scripts.kafka_cluster import Cluster
 from scripts.kafka_cluster_nodes import Node
-from scripts.topic_reader import read_topic
-from tests.cluster.support import hanging, leaders, wait_markers_written
+from scripts.topic_reader import read_topic, settled_ends
+from tests.cluster.support import hanging, leaders
 from tests.faults.proxy import Link
 from tests.reliability import Reliability
 from tests.support import Broker, Names
@@ -181,7 +181,7 @@ async def run_hazard(
             held.close()
         link.stop()
         await client.close()
-    await wait_markers_written(cluster.bootstrap, topic)
+    await settled_ends(cluster.bootstrap, topic)
     values = [r.value for r in await read_topic(cluster.bootstrap, topic)]
     return {"late_error": late_error, "copies": values.count(EVENT), "records": len(values)}
 

@@ -5,7 +5,6 @@ each event once, and a transaction of records sent to a topic, committed or abor
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 
 from aiokafka import AIOKafkaProducer
@@ -13,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from scripts.streams import Stream
-from scripts.topic_reader import end_offsets
+from scripts.topic_reader import settled_ends
 from spark.lake import read_table
 from spark.transforms import COUNT_COLUMNS, count_per_minute
 from tests.spark.harness import (
@@ -25,18 +24,9 @@ from tests.support import Broker
 
 def clean_ends(broker: Broker, topic: str, timeout: float = 30) -> dict[int, int]:
     """The read_committed end of each partition once the last transaction's markers are in the
-    log. A producer's commit or abort returns before the coordinator writes its markers, so
-    just after one the read_committed end can still stop before that transaction (an aborted
-    one: 100 offsets short in a CI run); with no transaction open it equals the log end."""
-    deadline = time.monotonic() + timeout
-    while True:
-        committed = asyncio.run(end_offsets(broker.bootstrap, topic))
-        log = asyncio.run(end_offsets(broker.bootstrap, topic, isolation_level="read_uncommitted"))
-        if committed == log:
-            return committed
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{topic}: a transaction still open after {timeout}s")
-        time.sleep(0.1)
+    log (``settled_ends``: an aborted transaction's markers late by a moment left the end 100
+    offsets short in a CI run)."""
+    return asyncio.run(settled_ends(broker.bootstrap, topic, timeout))
 
 
 def assert_lake_holds_exactly(
