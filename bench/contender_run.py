@@ -39,13 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 class Run:
     """One contender on one profile."""
 
-    def __init__(self, opts: Options, profile: str, key: str) -> None:
+    def __init__(self, opts: Options, profile: str, key: str, round_: int = 0) -> None:
         self.opts = opts
         self.profile = profile
         self.key = key
         safe = profile.replace(".", "_")
-        self.names = Names(f"bench-{opts.run_id}-{safe}-{key}")
-        self.dir = opts.work_dir / opts.run_id / safe / CONTENDERS[key][0]
+        # Topics, group and state dir of their own per round: a contender must start on empty
+        # state and topics (a topic deleted by the last round may still be going).
+        self.names = Names(f"bench-{opts.run_id}-{round_}-{safe}-{key}")
+        self.dir = opts.work_dir / opts.run_id / f"round-{round_}" / safe / CONTENDERS[key][0]
         self.state = self.dir / "state"
         self.log = self.dir / "contender.log"
         self.result = Result(key, events=opts.events)

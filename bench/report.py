@@ -53,6 +53,17 @@ class Result:
     missing: int = 0
     unexpected: int = 0
     notes: list[str] = field(default_factory=list)
+    #: Over several rounds (``bench/rounds.py``): per other contender's key, the median of this
+    #: one's throughput over that one's within each round. None: one round, ratios of this row.
+    ratios: dict[str, float] | None = None
+
+    def vs(self, other: Result | None) -> float | None:
+        """Sustained throughput as a multiple of ``other``'s (None: either did not complete)."""
+        if other is None or self.status != "ok" or other.status != "ok":
+            return None
+        if self.ratios is not None:
+            return self.ratios.get(other.key)
+        return ratio(self.sustained_eps, other.sustained_eps)
 
     @property
     def label(self) -> str:
@@ -104,8 +115,6 @@ def _ratio(value: float | None) -> str:
 def render_table(results: Sequence[Result]) -> str:
     """The markdown table of one profile (ratios against (a) and (b) when they ran)."""
     by_key = {r.key: r for r in results}
-    base_a = by_key["a"].sustained_eps if "a" in by_key else None
-    base_b = by_key["b"].sustained_eps if "b" in by_key else None
     head = (
         "| contender | status | events/s sustained | events/s incl. start-up | vs (a) | vs (b) "
         "| p50 ms | p99 ms | peak RSS MiB | CPU s / 1M events | disk B / id "
@@ -117,8 +126,8 @@ def render_table(results: Sequence[Result]) -> str:
         rss = None if r.peak_rss_bytes is None else r.peak_rss_bytes / 2**20
         rows.append(
             f"| {r.label} | {status.replace('|', '/')} | {_num(r.sustained_eps)} "
-            f"| {_num(r.overall_eps)} | {_ratio(ratio(r.sustained_eps, base_a))} "
-            f"| {_ratio(ratio(r.sustained_eps, base_b))} | {_num(r.p50_ms)} | {_num(r.p99_ms)} "
+            f"| {_num(r.overall_eps)} | {_ratio(r.vs(by_key.get('a')))} "
+            f"| {_ratio(r.vs(by_key.get('b')))} | {_num(r.p50_ms)} | {_num(r.p99_ms)} "
             f"| {_num(rss)} | {_num(r.cpu_per_million, 1)} | {_num(r.disk_per_id, 1)} "
             f"| {r.out_total:,} | {r.out_distinct:,} | {r.correct} |"
         )
@@ -134,25 +143,21 @@ def targets(results: Sequence[Result], commit_interval: float) -> list[str]:
     def verdict(ok: bool | None) -> str:
         return "unknown" if ok is None else ("MET" if ok else "NOT MET")
 
-    def eps(r: Result | None) -> float | None:
-        """Sustained events/s of a contender that completed."""
-        return r.sustained_eps if r is not None and r.status == "ok" else None
-
     def lead(ratio_: float | None) -> str:
         return verdict(None if ratio_ is None else ratio_ > 1) + (
             "" if ratio_ is None else f" ({ratio_:.2f}x)"
         )
 
-    b_eps = eps(b)
+    b_done = b is not None and b.status == "ok"
     # (key, at least this multiple of its throughput): issue 48's targets for (b).
     for key, floor in (("a", 1.0), ("g", 0.8), ("d", 2.0), ("e", 1.0)):
         other = by_key.get(key)
         if other is None:
             continue
-        if b_eps is not None and other.status != "ok":
+        if b_done and other.status != "ok":
             out.append(f"(b) >= {floor:g}x {other.label}: unknown (it did not complete)")
             continue
-        r = ratio(b_eps, eps(other))
+        r = b.vs(other) if b is not None else None
         out.append(
             f"(b) >= {floor:g}x {other.label}: {verdict(None if r is None else r >= floor)}"
             + ("" if r is None else f" ({r:.2f}x)")
@@ -162,7 +167,7 @@ def targets(results: Sequence[Result], commit_interval: float) -> list[str]:
         # Not one of the issue's targets: our worker on both cores, as Spark's local[2] runs.
         out.append(
             f"(f), our worker on two processes, ahead of {e.label} (both on two cores): "
-            + lead(ratio(eps(f), eps(e)))
+            + lead(f.vs(e))
         )
     limit_ms = commit_interval * 1000 + 50
     p99 = b.p99_ms if b is not None else None

@@ -3,6 +3,7 @@
     make bench                                    # 2,000,000 events per profile, all contenders
     python -m bench.throughput --events 200000    # smaller
     python -m bench.throughput --contenders a,b --profiles dup20
+    python -m bench.throughput --events 500000 --runs 3   # the published run: medians of 3
     python -m bench.throughput --contenders b --events 100000 --py-spy data/profile  # profile (b)
 
 Contenders, one at a time, each a subprocess (so its process tree can be measured):
@@ -55,6 +56,12 @@ Measures, per contender and profile:
 - **correctness**: after the contender stopped, the whole output topic as a ``read_committed``
   reader sees it: records, distinct ids, ids missing, repeats that leaked, unknown ids.
 
+With ``--runs N`` the whole benchmark runs N times over (every profile and contender, then
+again) and each row shows the median of each figure over the rounds; a ratio between two
+contenders is taken within each round, then the median of those (``bench/rounds.py``; the
+notes give each round's throughput and p99). The targets are judged on three rounds: one
+contender's throughput moves by a third between back-to-back runs on two shared cores.
+
 The watcher, the producer and the contender share the machine's cores; the broker too. Every
 run rewrites ``bench/results.md`` and ``bench/results.png``. Topics of a contender are deleted
 after its run (``--keep-topics`` keeps them).
@@ -76,6 +83,7 @@ from bench.contender_process import Options
 from bench.contender_run import Run
 from bench.machine import machine, versions
 from bench.report import CONTENDERS, WORKERS, Result, render_table, targets, write_chart
+from bench.rounds import combine
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The worker's default commit interval (DEDUPE_COMMIT_INTERVAL); the p99 target builds on it.
@@ -89,7 +97,15 @@ def broker_shape(opts: Options) -> str:
     return f"{brokers} brokers, every topic with replication {opts.replication}"
 
 
-def render(cmdline: str, opts: Options, results: dict[str, list[Result]], started: datetime) -> str:
+def render(
+    cmdline: str, opts: Options, results: dict[str, list[Result]], started: datetime, rounds: int
+) -> str:
+    each = (
+        f" Each figure is the median over {rounds} rounds; each ratio the median of the ratios "
+        "within a round."
+        if rounds > 1
+        else ""
+    )
     lines = [
         "# Contender benchmark",
         "",
@@ -97,7 +113,7 @@ def render(cmdline: str, opts: Options, results: dict[str, list[Result]], starte
         f"(run `{opts.run_id}`); method in the docstring of "
         "[bench/throughput.py](throughput.py). Every contender ran alone, as a subprocess, on "
         f"the same local Kafka ({broker_shape(opts)}), with {opts.partitions} partitions and "
-        "the same input records.",
+        "the same input records." + each,
         "",
         "Machine: " + ", ".join(machine()) + ".",
         "",
@@ -147,6 +163,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--profiles", default=",".join(PROFILES), help=f"{','.join(PROFILES)} (default all)"
     )
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="rounds of the whole benchmark; each figure the median over them (default 1)",
+    )
     p.add_argument(
         "--replication",
         type=int,
@@ -198,6 +220,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     profiles = [x.strip() for x in args.profiles.split(",") if x.strip()]
     if not profiles or any(x not in PROFILES for x in profiles):
         p.error(f"profiles must be among {','.join(PROFILES)}")
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
     if args.events < 1000:
         p.error("--events must be at least 1000")
     args.contender_keys = keys
@@ -225,30 +249,40 @@ async def main_async(args: argparse.Namespace, cmdline: str) -> None:
         chart_name=args.chart.name,
     )
     started = datetime.now(UTC)
-    results: dict[str, list[Result]] = {}
     print(
         f"bench {opts.run_id}: {opts.events:,} records x profiles {args.profile_names} x "
-        f"contenders {args.contender_keys} on {opts.bootstrap}",
+        f"contenders {args.contender_keys} x {args.runs} rounds on {opts.bootstrap}",
         flush=True,
     )
-    for profile in args.profile_names:
-        results[profile] = []
-        kind, dup_fraction = PROFILES[profile]
-        for key in args.contender_keys:
-            if kind != "id" and key not in WORKERS:
-                continue  # only our worker has this strategy
-            run = Run(opts, profile, key)
-            print(f"== {profile} / {CONTENDERS[key][1]}", flush=True)
-            try:
-                result = await run.run(kind, dup_fraction)
-            except Exception as exc:  # the harness records a broken run and goes on
-                result = run.result
-                result.status = "failed"
-                result.error = f"harness: {exc!r}"[:300]
-                print(f"  [{key}] {profile}: {result.error}", flush=True)
-            results[profile].append(result)
-            args.results.write_text(render(cmdline, opts, results, started))
-    args.results.write_text(render(cmdline, opts, results, started))
+    # rounds[profile]: one list of results per round.
+    rounds: dict[str, list[list[Result]]] = {p: [] for p in args.profile_names}
+
+    def write(done: int) -> dict[str, list[Result]]:
+        """The results file over the first ``done`` whole rounds (the first round as it goes)."""
+        results = {p: combine(r[:done]) if done else r[0] for p, r in rounds.items() if r}
+        args.results.write_text(render(cmdline, opts, results, started, max(done, 1)))
+        return results
+
+    for n in range(args.runs):
+        for profile in args.profile_names:
+            rounds[profile].append([])
+            kind, dup_fraction = PROFILES[profile]
+            for key in args.contender_keys:
+                if kind != "id" and key not in WORKERS:
+                    continue  # only our worker has this strategy
+                run = Run(opts, profile, key, n)
+                print(f"== round {n + 1}: {profile} / {CONTENDERS[key][1]}", flush=True)
+                try:
+                    result = await run.run(kind, dup_fraction)
+                except Exception as exc:  # the harness records a broken run and goes on
+                    result = run.result
+                    result.status = "failed"
+                    result.error = f"harness: {exc!r}"[:300]
+                    print(f"  [{key}] {profile}: {result.error}", flush=True)
+                rounds[profile][-1].append(result)
+                if n == 0:
+                    write(0)
+        results = write(n + 1)
     for name in refresh(args.results):
         print(f"app/capacity/figures.json: {name} taken from {args.results.name}")
     write_chart(args.chart, results)
