@@ -83,6 +83,16 @@ class Compaction:
     zorder: str
 
 
+#: Under every run's figures: what they do not show by themselves.
+WHY = (
+    "Round 1 pays the Spark session's warm-up (its first batch), so the warm comparison is the "
+    "last round. The merge's inserts go through the join's shuffle partitions, while the append "
+    "writes one file per Kafka partition and date: hence the files column. The merge also reads "
+    "the table's ids on every batch, a cost that grows with the table, so expect the gap to "
+    "widen on a table of many millions of rows."
+)
+
+
 def render(events: int, batch: int, runs: list[WriteRun], compaction: Compaction, head: str) -> str:
     """The results as Markdown (pure; tests/unit/test_bench_lake.py)."""
     lines = [
@@ -111,10 +121,20 @@ def render(events: int, batch: int, runs: list[WriteRun], compaction: Compaction
         + (f" ({rate / base:.2f}x append)" if base and mode != APPEND else "")
         for mode, rate in means.items()
     )
+    last = max((r.round for r in runs), default=1)
+    warm = {r.mode: r.rows_per_second for r in runs if r.round == last}
+    if last > 1 and warm.get(APPEND):
+        summary += f"; round {last}, warm: " + ", ".join(
+            f"{mode} {rate / warm[APPEND]:.2f}x append"
+            for mode, rate in warm.items()
+            if mode != APPEND
+        )
     c = compaction
     lines += [
         "",
         f"Mean over the rounds: {summary}.",
+        "",
+        WHY,
         "",
         f"Optimize of the append table{c.zorder}: {c.files_before} files -> {c.files_after} in "
         f"{c.seconds:.1f} s; delta-rs reads the whole table in {c.read_before:.2f} s before, "
