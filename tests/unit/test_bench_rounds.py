@@ -4,18 +4,11 @@ from __future__ import annotations
 
 from bench.report import Result, render_table, targets
 from bench.rounds import combine
-
-
-def _ok(key: str, eps: float, p99: float = 100, **kw: object) -> Result:
-    r = Result(key, status="ok", events=1000, unique=900, sustained_eps=eps, p99_ms=p99)
-    r.out_total = r.out_distinct = 900
-    for name, value in kw.items():
-        setattr(r, name, value)
-    return r
+from tests.unit.test_bench_report import _ok
 
 
 def test_one_round_is_returned_as_it_is() -> None:
-    rnd = [_ok("a", 10_000), _ok("b", 8_000)]
+    rnd = [_ok("a", 10_000, 100), _ok("b", 8_000, 100)]
     assert combine([rnd]) is rnd
     assert rnd[1].vs(rnd[0]) == 0.8
 
@@ -40,15 +33,15 @@ def test_each_figure_is_the_median_and_each_ratio_the_median_within_rounds() -> 
 
 
 def test_a_leak_in_any_round_shows() -> None:
-    leaked = _ok("b", 9_000, out_total=903)
-    rounds = [[_ok("b", 9_000)], [leaked], [_ok("b", 9_000)]]
+    leaked = _ok("b", 9_000, 100, out_total=903)
+    rounds = [[_ok("b", 9_000, 100)], [leaked], [_ok("b", 9_000, 100)]]
     (b,) = combine(rounds)
     assert b.duplicates == 3 and b.correct == "NO: 3 duplicates"
 
 
 def test_a_round_that_did_not_complete_makes_the_row_incomplete() -> None:
     failed = Result("a", status="incomplete", error="idle 120 s", events=1000)
-    rounds = [[_ok("a", 10_000), _ok("b", 9_000)], [failed, _ok("b", 8_000)]]
+    rounds = [[_ok("a", 10_000, 100), _ok("b", 9_000, 100)], [failed, _ok("b", 8_000, 100)]]
     a, b = combine(rounds)
     assert a.status == "incomplete" and a.error == "idle 120 s"
     assert a.sustained_eps == 10_000  # the median of the rounds that completed
