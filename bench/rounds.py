@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from statistics import median
 
-from bench.measure import ratio
 from bench.report import Result
 
 
@@ -76,17 +75,8 @@ def combine(rounds: list[list[Result]]) -> list[Result]:
             unexpected=worst.unexpected,
             notes=[*runs[0].notes, _spread(runs)],
         )
-        row.ratios = {
-            other: m
-            for other in keys
-            if (
-                m := _median(
-                    ratio(rnd[key].sustained_eps, rnd[other].sustained_eps)
-                    for rnd in by_round
-                    if rnd[key].status == "ok" and rnd[other].status == "ok"
-                )
-            )
-            is not None
-        }
+        # Each round's rows are single-round results: vs() is their ratio within the round.
+        ratios = {other: _median(rnd[key].vs(rnd[other]) for rnd in by_round) for other in keys}
+        row.ratios = {other: m for other, m in ratios.items() if m is not None}
         rows.append(row)
     return rows

@@ -258,9 +258,9 @@ async def main_async(args: argparse.Namespace, cmdline: str) -> None:
     rounds: dict[str, list[list[Result]]] = {p: [] for p in args.profile_names}
 
     def write(done: int) -> dict[str, list[Result]]:
-        """The results file over the first ``done`` whole rounds (the first round as it goes)."""
-        results = {p: combine(r[:done]) if done else r[0] for p, r in rounds.items() if r}
-        args.results.write_text(render(cmdline, opts, results, started, max(done, 1)))
+        """The results file over the first ``done`` rounds (the first one also as it goes)."""
+        results = {p: combine(r[:done]) for p, r in rounds.items() if r}
+        args.results.write_text(render(cmdline, opts, results, started, done))
         return results
 
     for n in range(args.runs):
@@ -281,7 +281,7 @@ async def main_async(args: argparse.Namespace, cmdline: str) -> None:
                     print(f"  [{key}] {profile}: {result.error}", flush=True)
                 rounds[profile][-1].append(result)
                 if n == 0:
-                    write(0)
+                    write(1)
         results = write(n + 1)
     for name in refresh(args.results):
         print(f"app/capacity/figures.json: {name} taken from {args.results.name}")
