@@ -40,8 +40,8 @@ class RocksDBSettings(EnvSettings):
     rocksdb_compression: str = setting(
         "zstd",
         "DEDUPE_ROCKSDB_COMPRESSION",
-        "Compression of the state's RocksDB blocks: zstd (about 50 bytes per UUID id held, ids "
-        "and age-out index), lz4, snappy (RocksDB's default) or none. Applies to files written "
+        "Compression of the state's RocksDB blocks: zstd (bench/results-scale.md gives the bytes "
+        "per UUID id held), lz4, snappy (RocksDB's default) or none. Applies to files written "
         "from then on; older files keep theirs. (A bulk restore writes level 0 uncompressed; "
         "compaction compresses it.)",
         one_of=("zstd", "lz4", "snappy", "none"),

@@ -43,7 +43,8 @@ class WindowSettings(EnvSettings):
     bucket: float = setting(
         0.0,
         "DEDUPE_BUCKET",
-        "Time bucket of the age-out index: ids leave at most one bucket after they could. "
+        "Time bucket of age-out: the window's cutoff moves a bucket at a time, so ids leave at "
+        "most one bucket after they could. "
         "Unset or 0: DEDUPE_WINDOW / 100, at most 1h (a 28-day window gets 1h, a 60s window "
         "600ms). Set explicitly, it must be 1ms..DEDUPE_WINDOW.",
     )

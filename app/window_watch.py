@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterable
 
 from tables.seen_ids import SeenIds
-from tables.window import Entry, bucket_of_index_key
 from tables.window_forecast import Forecast, RecentRate, forecast, held_rate
 
 log = logging.getLogger(__name__)
@@ -24,8 +23,6 @@ log = logging.getLogger(__name__)
 CHECK_EVERY = 30.0
 #: Seconds between two warnings of a partition whose forecast stays short.
 REPEAT_EVERY = 3600.0
-#: Index entries looked at for the oldest id held at start-up (stale ones are skipped).
-OLDEST_SCAN = 64
 
 
 class WindowWatch:
@@ -41,31 +38,16 @@ class WindowWatch:
         self.checked_at = -1e18
 
     def oldest_first_seen_ms(self, partition: int, scan: bool = False) -> int | None:
-        """The oldest first sighting held: the age-out's own figure once it has scanned, else
-        read once from the committed age-out index (the state as restored). ``scan``: read it
-        now if not read yet; only :meth:`check` does, when the worker is ready, so a web
-        request never opens a database that is being restored."""
+        """The oldest first sighting held (to a slot's width): the age-out's own figure once a
+        record was processed, else read once from the committed counts (the state as
+        restored). ``scan``: read them now if not read yet; only :meth:`check` does, when the
+        worker is ready, so a web request never opens a database that is being restored."""
         known = self.seen.status(partition)["oldest_first_seen_ms"]
         if known is not None:
             return known
         if scan and partition not in self.oldest_at_start:
-            self.oldest_at_start[partition] = self._scan_oldest(partition)
+            self.oldest_at_start[partition] = self.seen.oldest_first_seen_ms(partition)
         return self.oldest_at_start.get(partition)
-
-    def _scan_oldest(self, partition: int) -> int | None:
-        store = self.seen.store
-        first_bucket = None
-        for n, (key, id_bytes) in enumerate(store.index(partition, store.summary(partition).hint)):
-            if first_bucket is None:
-                first_bucket = bucket_of_index_key(key)
-            raw = store.committed_get(partition, id_bytes)
-            if raw is not None:
-                entry = Entry.decode(raw)
-                if entry.seq == int.from_bytes(key[8:16], "big"):
-                    return entry.first_seen_ms
-            if n >= OLDEST_SCAN:
-                break
-        return first_bucket  # every id of the bucket was first seen at or after its start
 
     def _newest(self, partition: int, live: int | None) -> int:
         """Stream time: the live figure once a record was processed, else the restored one."""

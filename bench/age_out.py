@@ -3,20 +3,21 @@
     python -m bench.age_out                 # 10,000,000 ids held (a few minutes)
     python -m bench.age_out --ids 1000000   # quicker
 
-It loads N ids into one partition's store through the store's own write path (ids, the derived
-age-out index and summary, in write batches), compacts, and measures bytes on disk per id. Then
+It loads N ids (random-looking UUIDs, so that in key order ids of every age are mixed, as real
+ones are) into one partition's store through the store's own write path (ids, the derived
+counts and summary, in write batches), compacts, and measures bytes on disk per id. Then
 it measures age-out through the worker's own code (``SeenIds.decide`` + ``age_out`` +
 commits): (0) repeats of held ids, ``DEDUPE_WINDOW_FROM=first_seen`` (the repeat counted in
-place) against ``last_seen`` (the id re-armed: its age-out index entry moved), alternating in
-rounds so both see the same store; (1) at the size cap, each new id evicts the oldest; (2) a
-whole time window expiring.
+place) against ``last_seen`` (the id re-armed: its count moved to its new rank), alternating in
+rounds so both see the same store; (1) at the size cap, each new id evicts the oldest (the cap
+cuts 1% at a time, the sweep deletes what it cut); (2) a whole time window expiring.
 The baseline, run in the same process on the same machine, is the limit: raw rocksdict deletes
 of the same number of keys in write batches. You should see a table like::
 
     ids held                     10,000,000
-    disk bytes per id            41.3
-    evict at cap (ids/s)         61,000     0.08x raw deletes
-    expire window (ids/s)        95,000     0.12x raw deletes
+    disk bytes per id            24.0
+    evict at cap (ids/s)         30,000     0.02x raw deletes
+    expire window (ids/s)        90,000     0.07x raw deletes
 
 and the same figures written to bench/results-age-out.md.
 """
@@ -39,15 +40,16 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import Settings
 from bench.results_file import write_latest
+from bench.scale_ids import uuid_like
 from tables.seen_ids import SeenIds
-from tables.seen_ids_index import SeenIdsStore
-from tables.window import Entry
+from tables.seen_ids_store import SeenIdsStore
+from tables.window import Entry, block_size
 
 RESULTS = Path(__file__).with_name("results-age-out.md")
 METHOD = (
-    "`python -m bench.age_out` (its docstring and docs/age-out.md): ids loaded into one "
-    "partition's store, then aged out through the worker's own code, at the size cap and as a "
-    "whole window expiring."
+    "`python -m bench.age_out` (its docstring and docs/age-out.md): random-looking UUIDs "
+    "loaded into one partition's store, then aged out through the worker's own code, at the "
+    "size cap and as a whole window expiring."
 )
 TARGET = (
     "eviction as close to raw rocksdict deletes of the same number of keys in the same run as "
@@ -103,14 +105,28 @@ def raw_delete_rate(directory: Path, n: int) -> float:
 
 
 def _uuid_like(i: int) -> bytes:
-    return f"{i:08x}-0000-4000-8000-{i:012x}".encode()
+    """Id number ``i`` as a random-looking UUID: in key order the ids of any age are mixed, as
+    real ones are, so the sweep (which reads the ids in key order) meets the ids it deletes
+    among those it keeps."""
+    return uuid_like(i)
+
+
+def seen_ids(store: SeenIdsStore, settings: Settings) -> SeenIds:
+    """``SeenIds`` under ``settings`` over ``store``, as a worker restarted with them has it: the
+    store counts its ids again when the cap's block size changed (before any timing starts)."""
+    block = block_size(settings.max_ids_per_partition)
+    if store.block != block:
+        store.block = block
+        store.close_partition(0)
+        store.counts(0)
+    return SeenIds(_Table(store), settings)  # type: ignore[arg-type]
 
 
 def repeat_rates(store: SeenIdsStore, ids: int, churn: int) -> dict[bool, float]:
     """Records/s of repeats of held ids through ``decide`` + ``age_out`` + commits, per
     ``last_seen``: ``churn`` each, on disjoint random held ids, in alternating rounds."""
     settings = Settings.from_env({"DEDUPE_MAX_IDS_PER_PARTITION": str(ids * 2)})
-    seen = SeenIds(_Table(store), settings)  # type: ignore[arg-type]
+    seen = seen_ids(store, settings)
     picked = random.Random(1).sample(range(ids), min(2 * churn, ids))
     chosen = {False: picked[0::2], True: picked[1::2]}
     spent = {False: 0.0, True: 0.0}
@@ -144,6 +160,7 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
             types.SimpleNamespace(name="seen_ids"),
             partition_of=lambda: 0,
             bucket_ms=3_600_000,
+            block=block_size(Settings.from_env({}).max_ids_per_partition),
             table_name="seen_ids",
             key_type=bytes,
             value_type=bytes,
@@ -163,17 +180,17 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
                 print(f"  loaded {start:,} ids", flush=True)
         load_rate = ids / (time.perf_counter() - started)
         pdb = store.partition_db(0)
-        pdb.db.compact_range(None, None)
-        for cf in pdb.extra.values():
-            cf.compact_range(None, None)
+        for family in (pdb.db, pdb.meta):
+            family.compact_range(None, None)
+        del pdb, family  # the database is opened again when a phase changes the cap
         bytes_per_id = disk_bytes(store.partition_path(0)) / ids
-        # -- repeats of held ids: first_seen vs last_seen (re-armed, index entry moved)
+        # -- repeats of held ids: first_seen vs last_seen (re-armed, its count moved)
         repeats = repeat_rates(store, ids, churn)
         # -- at the cap: every new id evicts the oldest
         settings = Settings.from_env(
             {"DEDUPE_MAX_IDS_PER_PARTITION": str(ids), "DEDUPE_EVICTION_BATCH": "64"}
         )
-        seen = SeenIds(_Table(store), settings)  # type: ignore[arg-type]
+        seen = seen_ids(store, settings)
         started = time.perf_counter()
         for i in range(churn):
             record = T0 + ids + i
@@ -195,7 +212,7 @@ def run(ids: int, churn: int) -> list[tuple[str, str]]:
                 "DEDUPE_ALLOWED_LATENESS": "0",
             }
         )
-        seen = SeenIds(_Table(store), settings)  # type: ignore[arg-type]
+        seen = seen_ids(store, settings)
         jump = T0 + ids + round(window * 1000) + 3_600_000 * 2
         seen.decide(b"jump", jump, 0)
         started = time.perf_counter()

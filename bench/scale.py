@@ -8,8 +8,8 @@
 No broker. It loads N ids already held into one worker's ``seen_ids`` store, one RocksDB per
 partition (``--partitions``, default ``DEDUPE_PARTITIONS``), through the store's own write path:
 each id is staged as the live worker stages it (``store.set_raw``), and each partition's staged
-writes are applied with ``commit_partition`` every ``--batch`` ids (the ids, the derived age-out
-index and summary in one write batch). Ids are 36-character UUIDv4-shaped strings (distinct by
+writes are applied with ``commit_partition`` every ``--batch`` ids (the ids, the derived counts
+and summary in one write batch). Ids are 36-character UUIDv4-shaped strings (distinct by
 construction; ``--id-shape`` picks another shape of ``bench.scale_ids.ID_SHAPES``: ``ajs-``
 ids, upper-case UUIDs, hex, decimal, other ASCII, non-ASCII, or a mix of four), spread
 over partitions by the worker's own murmur2 partitioner (``app.rules.partition_for``), first
@@ -94,7 +94,8 @@ def run(
     from app.settings import Settings
     from bench.scale_measure import rocksdb_memory
     from tables import seen_ids_table as seen_table
-    from tables.seen_ids_index import SeenIdsStore
+    from tables.seen_ids_store import SeenIdsStore
+    from tables.window import block_size
 
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))
@@ -111,6 +112,7 @@ def run(
             types.SimpleNamespace(name="seen_ids"),
             partition_of=lambda: current[0],
             bucket_ms=round(settings.bucket * 1000),
+            block=block_size(settings.max_ids_per_partition),
             tuning=tuning,
             table_name="seen_ids",
             key_type=bytes,

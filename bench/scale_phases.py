@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from app.settings import Settings
-    from tables.seen_ids_index import SeenIdsStore
+    from tables.seen_ids_store import SeenIdsStore
 
 #: Staged writes are discarded (as after an aborted transaction) every this many decisions, so
 #: the lookup phase leaves the store at exactly the ids loaded.
@@ -56,7 +56,7 @@ class Compacted:
     sst: int
     allocated: int
     id_sst: int
-    #: SST bytes of each column family but the ids' (the age-out index, meta...), by name.
+    #: SST bytes of each column family but the ids' (the bookkeeping, ``meta``), by name.
     cf_sst: dict[str, int]
     hwm: int
     rss: int
@@ -144,7 +144,7 @@ def compact(store: SeenIdsStore, partitions: int) -> Compacted:
     for p in range(partitions):
         pdb = store.partition_db(p)
         pdb.db.compact_range(None, None)
-        for cf in pdb.extra.values():
+        for cf in (pdb.meta, *pdb.extra.values()):
             cf.compact_range(None, None)
     compact_s = time.perf_counter() - started
     sst = sum(

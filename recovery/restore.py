@@ -5,7 +5,7 @@ loop; the worker's recovery reads no changelog that way (``recovery/faust_adapte
 restorer reads one partition with the changelog reader (``recovery/reader.py``:
 ``read_committed``, so aborted transactions never reach it; large fetches, no per-record
 objects), and writes each fetch in large RocksDB write batches through the
-store's own write path, so the age-out index, the summary and the source-offsets record are rebuilt
+store's own write path, so the age-out counts, the summary and the source-offsets record are rebuilt
 in the same pass, exactly as a live commit derives them. Each batch carries the changelog offset it
 brings the store to, so a restore stopped at any point resumes after the last batch written.
 

@@ -1,5 +1,5 @@
 """How a store's keys look on its disk, and what it does with a database of another form: as
-written by default; ``tables.seen_ids_index.SeenIdsStore`` overrides each with the compact forms
+written by default; ``tables.seen_ids_store.SeenIdsStore`` overrides each with the compact forms
 of ``tables/keys.py`` and the conversion of ``tables/key_migration.py``."""
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""Converting a partition's database from key form 1 to form 2 in place (``tables/keys.py``).
+"""Converting a partition's database of an earlier layout to this one in place (``tables/keys.py``).
 
-Form 2 packs more id shapes than form 1 (``tables/key_shapes.py``). Every key form 1 packs (the
-canonical UUIDs) is the same in form 2, and every other key of form 1 is its text, so a database
-of form 1 becomes one of form 2 by rewriting the keys whose text form 2 packs: in the ids, and
-in the values of the age-out index (which name an id by its disk key). That is one pass over
-the database on local disk, where a rebuild from the changelog would make the first start after
-a rolling upgrade a cold start of every worker. Kafka Streams also converts a store's layout on
+Form 3 is form 2 without the age-out index, a column family that named every id a second time
+(the counts of ``tables/slot_counts.py`` took its place): a database of form 2 becomes one of
+form 3 by dropping that family. Form 2 packs more id shapes than form 1
+(``tables/key_shapes.py``). Every key form 1 packs (the canonical UUIDs) is the same in form 2,
+and every other key of form 1 is its text, so a database of form 1 also has the keys whose text
+form 2 packs rewritten. That is one pass over the database on local disk at most, where a
+rebuild from the changelog would make the first start after a rolling upgrade a cold start of
+every worker. Kafka Streams also converts a store's layout on
 local disk rather than from its changelog (``streams/.../state/internals/
 RocksDBTimestampedStore.java``: a store holding the old layout opens "in upgrade mode"); it
 converts each key when it is next read, this converts all of them on open, so no lookup ever
@@ -31,7 +33,9 @@ from tables.rocks import PartitionDB
 log = logging.getLogger(__name__)
 
 #: The key forms a database may be in to be converted to :data:`tables.keys.FORMAT`.
-CONVERTS_FROM = frozenset({1})
+CONVERTS_FROM = frozenset({1, 2})
+#: The column family of the age-out index of forms 1 and 2.
+LEGACY_INDEX_CF = "dedupe-age-index"
 #: Rewrites per write batch.
 CHUNK = 20_000
 #: A log line per this many keys read, for a large database.
@@ -52,14 +56,13 @@ def in_form_2(raw: bytes) -> bytes:
     return key_forms.to_disk(key_forms.from_disk(raw))
 
 
-def convert(pdb: PartitionDB, found: int, index_cf: str, name: str) -> int | None:
+def convert(pdb: PartitionDB, found: int, name: str) -> int | None:
     """Convert ``pdb`` (keys in form ``found``) to this version's form and mark it so; the
-    number of keys and index entries rewritten, or None when ``found`` cannot be converted
-    (the caller rebuilds the database from the changelog then). ``name``: for the log."""
+    number of keys rewritten, or None when ``found`` cannot be converted (the caller rebuilds
+    the database from the changelog then). ``name``: for the log. The caller counts the ids
+    again (the index held what the counts now say)."""
     if found not in CONVERTS_FROM:
         return None
-    index = pdb.extra[index_cf]
-    handle = pdb.handles[index_cf]
 
     def rewrite_id(batch: WriteBatch, raw: bytes, value: bytes) -> bool:
         new = in_form_2(raw)
@@ -69,15 +72,9 @@ def convert(pdb: PartitionDB, found: int, index_cf: str, name: str) -> int | Non
         batch.put(new, value)
         return True
 
-    def rewrite_index(batch: WriteBatch, index_key: bytes, disk_key: bytes) -> bool:
-        new = in_form_2(disk_key)
-        if new == disk_key:
-            return False
-        batch.put(index_key, new, handle)
-        return True
-
-    rewritten = _each_chunk(pdb, pdb.db, rewrite_id, f"{name}: ids")
-    rewritten += _each_chunk(pdb, index, rewrite_index, f"{name}: age-out index")
+    rewritten = _each_chunk(pdb, pdb.db, rewrite_id, f"{name}: ids") if found == 1 else 0
+    if LEGACY_INDEX_CF in Rdict.list_cf(pdb.db.path()):
+        pdb.db.drop_column_family(LEGACY_INDEX_CF)
     # An empty write stores this version's key form (PartitionDB.write): only now, after the
     # last rewrite, so a conversion cut short is repeated on the next open.
     pdb.write(WriteBatch(raw_mode=True), None)

@@ -1,12 +1,11 @@
 """The on-disk form of ``seen_ids`` keys: UUID-shaped message ids in 16 bytes instead of 36.
 
 Most message ids are UUIDs in their canonical text form (``analytics.js`` and the Segment SDKs
-send them so), and an id is stored twice on disk: as the key of the ids and as the value of
-the age-out index. Their 16-byte binary form cuts the state from 67.0 to 54.7 bytes per id
-(1M uuid-shaped ids over 8 partitions, Zstandard, 4 KiB blocks; ``python -m bench.scale``):
-zstd packs hex digits into about 4.5 bits each, but not into 4. Only the local databases use it:
-changelog records keep the text key, so a changelog written by any version restores into any
-version, and compaction keeps superseding records by the same key.
+send them so). Their 16-byte binary form takes fewer bytes on disk than the compressed text:
+zstd packs hex digits into about 4.5 bits each, but not into 4 (``bench/results-scale.md``).
+Only the local databases use it: changelog records keep the text key, so a changelog written by
+any version restores into any version, and compaction keeps superseding records by the same
+key.
 
 Disk form of a key (pure functions, ``tests/unit/test_keys.py``):
 
@@ -41,8 +40,10 @@ from tables.key_shapes import TAGS, pack, unpack, uuid_text
 #: First byte of a source-scoped key, as an int (``tables/key_prefixes.py``).
 SCOPED = SCOPED_TAG[0]
 _UUID_BYTE = UUID_TAG[0]
-#: ``KEY_FORMAT_KEY``'s value in a database that holds keys in this module's form.
-FORMAT = 2
+#: ``KEY_FORMAT_KEY``'s value in a database that holds keys in this module's form: the layout of
+#: the database as a whole. 3: the keys of form 2, without the age-out index of forms 1 and 2
+#: (``tables/key_migration.py`` converts both).
+FORMAT = 3
 
 
 def _uuid16(text: bytes) -> bytes | None:

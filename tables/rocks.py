@@ -71,6 +71,12 @@ class PartitionDB:
     ) -> None:
         """``bulk``: ``options`` are :attr:`StoreOptions.bulk_ids` (see :meth:`write`)."""
         families = {name: family_options for name in (META_CF, *extra_cfs)}
+        if path.exists():
+            # RocksDB opens a database only with every family it holds: one an earlier layout
+            # kept (and the store's conversion drops) is opened too.
+            for name in Rdict.list_cf(str(path)):
+                if name != "default":
+                    families.setdefault(name, family_options)
         self.db = Rdict(str(path), options, column_families=families)
         self.bulk = bulk
         self.key_format = key_format

@@ -85,7 +85,7 @@ class StoreOptions:
     #: RocksDB's own thread. A skiplist memtable sorts each key as it is inserted, in the
     #: writer's thread with the GIL held, costly for random UUIDs.
     bulk_ids: Options
-    #: The other column families (bookkeeping, the age-out index).
+    #: The other column family (the bookkeeping).
     families: Options
     cache: Cache
 
@@ -118,7 +118,7 @@ def store_options(tuning: RocksTuning) -> StoreOptions:
     compression = COMPRESSION[tuning.compression]
     bulk_ids.set_num_levels(LEVELS)
     bulk_ids.set_compression_per_level([DBCompressionType.none()] + [compression()] * (LEVELS - 1))
-    # The other families are only scanned (the age-out index) or hold a few keys: no filter.
+    # The bookkeeping holds a few keys per slot of the window, read by scans: no filter.
     families = family_options(tuning, cache, budget, bloom=False)
     return StoreOptions(ids, bulk_ids, families, cache)
 
@@ -155,10 +155,10 @@ def family_options(
     opts.set_keep_log_file_num(3)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
-    # Zstandard (the default): 63.3 bytes per id on disk (ids and age-out index, after
-    # compaction) against 103.4 with RocksDB's default Snappy (1M uuid-shaped ids, keys as
-    # text, 4 KiB blocks). Blocks are compressed at flush and compaction, in RocksDB's own
-    # threads, and decompressed only on block cache misses.
+    # Zstandard (the default): 63.3 bytes per id on disk (ids and the age-out index of that
+    # layout, after compaction) against 103.4 with RocksDB's default Snappy (1M uuid-shaped
+    # ids, keys as text, 4 KiB blocks). Blocks are compressed at flush and compaction, in
+    # RocksDB's own threads, and decompressed only on block cache misses.
     opts.set_compression_type(COMPRESSION[tuning.compression]())
     table = BlockBasedOptions()
     # 16 KiB blocks (the default): 51.9 bytes per id against 54.7 with RocksDB's 4 KiB (1M

@@ -18,10 +18,13 @@ Retention (how long an id is remembered):
 - **Time window** ``DEDUPE_WINDOW`` (28 days): a copy is a repeat when its id was first seen less
   than W before the copy's own record time (``tables.window.judge``). Decisions use record
   times only, never the wall clock, so a replay decides as the first run did.
-- **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest time
-  bucket, then insertion order), so a traffic spike shortens the window instead of exhausting
-  the disk. The effective window (record time minus the oldest held id's first sighting) is kept
-  per partition and a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
+- **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest slot of
+  first sighting, then insertion order, to a 256th of the cap), down to 1% under the cap, so a
+  traffic spike shortens the window instead of exhausting the disk. The effective window
+  (record time minus the oldest held id's first sighting, to a slot) is kept per partition and
+  a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
+- Ids out of the window or over the cap are absent at once (below the partition's cutoff) and
+  deleted by a sweep of the ids soon after: ``tables/seen_ids.py``.
 - Trade-off: ids are kept ``DEDUPE_ALLOWED_LATENESS`` past the window, so a late record (behind
   the partition's newest first sighting by at most that much) is still judged correctly; later
   ones may find their id already gone and be forwarded again.
@@ -35,8 +38,9 @@ import faust
 
 from tables.protocol import changelog_topic
 from tables.rocks_options import RocksTuning
-from tables.seen_ids_index import SeenIdsStore
+from tables.seen_ids_store import SeenIdsStore
 from tables.transactional import TransactionalTable
+from tables.window import block_size
 
 TABLE_NAME = "seen_ids"
 
@@ -92,13 +96,16 @@ def rocks_tuning(settings: SeenIdsSettings) -> RocksTuning:
 def declare_seen_ids(app: faust.App, settings: SeenIdsSettings) -> TransactionalTable:
     """Declare the table on ``app`` (one per app)."""
     bucket_ms = round(settings.bucket * 1000)
+    block = block_size(settings.max_ids_per_partition)
     tuning = rocks_tuning(settings)
     table = TransactionalTable(
         app,
         name=TABLE_NAME,
         partitions=settings.partitions,
         beacon=app.tables.beacon,
-        store_factory=lambda *a, **kw: SeenIdsStore(*a, bucket_ms=bucket_ms, tuning=tuning, **kw),
+        store_factory=lambda *a, **kw: SeenIdsStore(
+            *a, bucket_ms=bucket_ms, block=block, tuning=tuning, **kw
+        ),
         help="messageId -> first-seen time and insertion sequence of its one forwarded copy",
     )
     app.tables.add(table)

@@ -81,6 +81,12 @@ class RestoreWrites:
         wal: bool,
     ) -> None:
         self.write_partition(partition, records, offset, wal=wal)
+        self.restored(partition)
+
+    def restored(self, partition: int) -> None:
+        """Committed changelog records were written into ``partition`` (a restore, a
+        standby's records): not by this worker's own commits. For what a store derives and
+        keeps beside its databases; nothing here."""
 
     def end_bulk(self, partition: int) -> None:
         """Flush, clear the mark, and let RocksDB compact what the restore wrote (it compacted
@@ -119,3 +125,4 @@ class RestoreWrites:
             offsets[msg.partition] = msg.offset
         for partition, items in writes.items():
             self.write_partition(partition, items, offsets[partition])
+            self.restored(partition)

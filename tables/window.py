@@ -28,11 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 #: The layout of an encoded entry (big-endian): first-seen ms, sequence, repeats, then the
-#: content hash when kept. Code that reads raw entries without decoding them (the age-out
-#: index's upkeep, ``tables/seen_ids_index.py``) slices with these, so the layout has one home.
+#: content hash when kept. Code that reads raw entries without decoding them (the counts'
+#: upkeep, ``tables/seen_ids_store.py``, and the sweep) slices with these, so the layout has
+#: one home.
 FIRST_SEEN = slice(0, 8)
 SEQ = slice(8, 16)
-#: First-seen ms and sequence together: what the age-out index entry of an id derives from.
+#: First-seen ms and sequence together: an entry whose sighting is unchanged (a repeat
+#: counted) changes no count and no summary mark.
 SIGHTING = slice(0, 16)
 REPEATS = slice(16, 20)
 CONTENT = slice(20, None)
@@ -111,35 +113,55 @@ def bucket_start(timestamp_ms: int, bucket_ms: int) -> int:
     return timestamp_ms - timestamp_ms % bucket_ms
 
 
-def index_key(first_seen_ms: int, bucket_ms: int, seq: int) -> bytes:
-    """Key of an id in the age-out index: its time bucket, then its insertion sequence, so the
-    index lists ids oldest bucket first and, inside a bucket, in insertion order."""
-    return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + seq.to_bytes(8, "big")
+#: Ids are counted per age rank (``tables/slot_counts.py``): the slot of their first sighting, at
+#: least this many slots to an age-out bucket, then the block of their insertion sequence.
+SLOTS_PER_BUCKET = 16
+#: Blocks of sequence numbers to the size cap: the cap cuts at a block's edge, so at most this
+#: share of the cap more than it must.
+BLOCKS_PER_CAP = 256
+#: When the size cap cuts, it cuts down to the cap less this share of it, so the sweep that
+#: deletes what was cut runs once per that many new ids, not once per new id.
+CAP_SLACK_DIVISOR = 100
 
 
-def index_key_of(encoded_entry: bytes, bucket_ms: int) -> bytes:
-    """``index_key`` of an encoded :class:`Entry`, cut from its bytes (the sequence number's
-    8 bytes are the index key's last 8)."""
-    first_seen_ms = int.from_bytes(encoded_entry[FIRST_SEEN], "big")
-    return bucket_start(first_seen_ms, bucket_ms).to_bytes(8, "big") + encoded_entry[SEQ]
+def block_size(cap: int) -> int:
+    """Sequence numbers per block under a size cap of ``cap`` ids."""
+    return max(1, cap // BLOCKS_PER_CAP)
+
+
+def slot_width(bucket_ms: int) -> int:
+    """The slot of a bucket ``bucket_ms`` wide: the bucket divided by the least number from
+    :data:`SLOTS_PER_BUCKET` to four times it that divides it (slots tile buckets, so the
+    window's cutoff, on a bucket's edge, is on a slot's), else the whole bucket."""
+    for k in range(SLOTS_PER_BUCKET, 4 * SLOTS_PER_BUCKET + 1):
+        if bucket_ms % k == 0:
+            return bucket_ms // k
+    return bucket_ms
+
+
+def window_cutoff(stream_ms: int, window_ms: int, lateness_ms: int, bucket_ms: int) -> int:
+    """Ids first seen before this time are out of the window of every record not later than
+    ``lateness_ms`` behind the partition's stream time. It moves a bucket at a time (each move
+    starts a sweep of the ids, so it moves rarely: ids outlive the window by at most a bucket).
+    """
+    t = stream_ms - window_ms - lateness_ms
+    return bucket_start(t, bucket_ms) if t > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
-class IndexKeys:
-    """The index keys of many encoded entries, and the marks the summary keeps of them."""
+class Marks:
+    """What the summary and the counts keep of many encoded entries."""
 
-    #: ``index_key_of`` of each entry, in order.
-    keys: list[bytes]
     #: The greatest sequence number and first sighting (8 bytes each, big-endian).
     top_seq: bytes
     newest: bytes
-    #: The least of ``keys``.
-    lowest: bytes
+    #: (slot start, sequence block) -> how many of the entries have that rank.
+    ranks: dict[tuple[int, int], int]
 
 
-def index_keys_of(entries: list[bytes], bucket_ms: int) -> IndexKeys | None:
-    """``index_key_of`` of every one of ``entries`` in whole-array steps, with their marks; None
-    when the entries are not all of one length of at least 16 bytes (then one by one)."""
+def marks_of(entries: list[bytes], slot_ms: int, block: int) -> Marks | None:
+    """The :class:`Marks` of ``entries`` in whole-array steps; None when they are not all of one
+    length of at least 16 bytes (then one by one)."""
     n = len(entries)
     if n == 0:
         return None
@@ -149,38 +171,15 @@ def index_keys_of(entries: list[bytes], bucket_ms: int) -> IndexKeys | None:
         return None
     rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, width)
     # Big-endian 8-byte fields: as unsigned numbers they order as their bytes do.
-    first_seen = rows[:, FIRST_SEEN].copy().view(">u8").ravel()
-    seq = rows[:, SEQ].copy().view(">u8").ravel()
-    buckets = (first_seen - first_seen % np.uint64(bucket_ms)).astype(">u8")
-    keys = np.empty((n, 16), dtype=np.uint8)
-    keys[:, :8] = buckets.view(np.uint8).reshape(n, 8)
-    keys[:, 8:] = rows[:, SEQ]
-    lowest_bucket = buckets.min()
-    lowest_seq = seq[buckets == lowest_bucket].min()
-    return IndexKeys(
-        # One 16-byte bytes object per row ("V": raw bytes, trailing zero bytes kept).
-        keys=keys.view("V16").ravel().tolist(),
+    first_seen = rows[:, FIRST_SEEN].copy().view(">u8").ravel().astype(np.uint64)
+    seq = rows[:, SEQ].copy().view(">u8").ravel().astype(np.uint64)
+    pairs = np.stack((first_seen - first_seen % np.uint64(slot_ms), seq // np.uint64(block)), 1)
+    ranks, counts = np.unique(pairs, axis=0, return_counts=True)
+    return Marks(
         top_seq=int(seq.max()).to_bytes(8, "big"),
         newest=int(first_seen.max()).to_bytes(8, "big"),
-        lowest=int(lowest_bucket).to_bytes(8, "big") + int(lowest_seq).to_bytes(8, "big"),
+        ranks={(int(r[0]), int(r[1])): int(c) for r, c in zip(ranks, counts, strict=True)},
     )
-
-
-def bucket_of_index_key(key: bytes) -> int:
-    return int.from_bytes(key[:8], "big")
-
-
-def bucket_expired(
-    bucket: int, bucket_ms: int, stream_ms: int, window_ms: int, lateness_ms: int
-) -> bool:
-    """Every id of the bucket starting at ``bucket`` is out of the window of any record not
-    later than ``lateness_ms`` behind the partition's stream time: the bucket can go."""
-    return bucket + bucket_ms <= stream_ms - window_ms - lateness_ms
-
-
-def over_cap(held: int, cap: int) -> bool:
-    """The size cap is exceeded: the oldest ids must go."""
-    return held > cap
 
 
 def effective_window_ms(record_ms: int, oldest_first_seen_ms: int | None) -> int | None:
@@ -197,7 +196,8 @@ MAX_DERIVED_BUCKET = 3600.0
 def derived_bucket(window: float) -> float:
     """The age-out bucket when ``DEDUPE_BUCKET`` is not set: ``min(1h, window / 100)``.
 
-    An id leaves at most one bucket after it could (the index is walked bucket by bucket), so
+    An id leaves at most one bucket after it could (the window's cutoff moves a bucket at a
+    time: :func:`window_cutoff`), so
     a bucket this size keeps ids at most 1% (and at most an hour) past the window. Any window
     from 1s up gives a bucket of at least 10ms; the default 28-day window keeps the 1h bucket.
     """

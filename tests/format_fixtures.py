@@ -37,15 +37,16 @@ from pathlib import Path
 
 import faust
 
+from app.settings import Settings
 from recovery.snapshot import Identity, take
-from tables.seen_ids_index import SeenIdsStore
+from tables.seen_ids_store import SeenIdsStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
-from tables.window import Entry
+from tables.window import Entry, block_size
 
 ROOT = Path(__file__).resolve().parent / "fixtures" / "formats-v1"
 IDENTITY = Identity("fixture-app", "fixture-events", 2)
 TABLE = "seen_ids"
-#: The age-out index's time bucket the data dir was written with (part of its index keys).
+#: The age-out bucket the data dir was written with (its ids are counted per slot of it).
 BUCKET_MS = 3_600_000
 IDS = 300
 PER_TRANSACTION = 50
@@ -119,6 +120,7 @@ def new_store(tables_parent: Path) -> SeenIdsStore:
         types.SimpleNamespace(name=TABLE),
         partition_of=lambda: 0,
         bucket_ms=BUCKET_MS,
+        block=block_size(Settings.from_env({}).max_ids_per_partition),
         table_name=TABLE,
         key_type=bytes,
         value_type=bytes,

@@ -80,9 +80,9 @@ def plan(load: Load, figures: dict[str, Figure]) -> Plan:
     held = min(needed, float(load.cap))
     capped = needed > load.cap
     effective = load.window if r_p == 0 else min(load.window, load.cap / r_p)
-    # An id is on disk twice (the key and the age-out index's value): the bytes of its disk
-    # form past the compact UUID's 17, uncompressed, bound what other shapes add.
-    extra_key = 2 * max(load.disk_key_bytes - UUID_ON_DISK, 0)
+    # An id is on disk once, as its key: the bytes of its disk form past the compact UUID's 17,
+    # uncompressed, bound what other shapes add.
+    extra_key = max(load.disk_key_bytes - UUID_ON_DISK, 0)
     disk_per_id = f["disk_bytes_per_uuid_id"] + extra_key
     # The changelog keeps every id as written: the measured figure is for 36-character ids.
     changelog_per_id = f["changelog_bytes_per_uuid_id"] + max(load.id_length - UUID_TEXT, 0)

@@ -221,7 +221,7 @@ def render(load: Load, pl: Plan, figures: dict[str, Figure]) -> str:
     used = f"{pl.disk_bytes_per_id:.1f} bytes/id"
     extra = load.disk_key_bytes - UUID_ON_DISK
     if extra > 0:
-        used += f" (at most: + 2 x {extra} bytes of key, stored twice)"
+        used += f" (at most: + {extra} bytes of key)"
     notes = {
         "disk_bytes_per_uuid_id": used,
         "changelog_bytes_per_uuid_id": f"{pl.changelog_bytes_per_id:.1f} bytes/id for these ids",

@@ -4,7 +4,7 @@ Every id repeats every ~2 s for a minute, three times the 20 s window: only re-a
 one a single event (under ``first_seen`` each would be forwarded about three times, and the
 verifier would count them as duplicates). The worker is killed with SIGKILL twice while the
 stream flows, the second time restarted on a wiped data dir, so it rebuilds every partition from
-the changelog, re-armed entries and moved index entries included. At the end the state must hold
+the changelog, re-armed entries and moved counts included. At the end the state must hold
 every id with the time of its last copy in the input (the age the input says it has), as the
 survivor held it before a last wiped rebuild, and the clean topic each event once."""
 
@@ -26,7 +26,7 @@ from scripts.topic_reader import read_topic
 from scripts.verify import verify_pipeline
 from tables.keys import from_disk
 from tables.rocks import META_CF
-from tables.seen_ids_index import INDEX_CF
+from tables.seen_ids_summary import RANK_PREFIX
 from tables.window import Entry
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, record, settings_of
@@ -54,26 +54,30 @@ def heartbeat_stream(ids: int) -> Stream:
 
 
 def held_state(data_dir: Path) -> tuple[dict[bytes, int], int]:
-    """(id -> armed time, index entries) over every partition's database, read-only."""
+    """(id -> armed time, ids counted) over every partition's database, read-only."""
     ids: dict[bytes, int] = {}
-    index_entries = 0
+    counted = 0
     for path in sorted(data_dir.rglob("seen_ids-*.db")):
         opts = Options(raw_mode=True)
         db = Rdict(
             str(path),
             opts,
-            column_families={META_CF: opts, INDEX_CF: opts},
+            column_families={META_CF: opts},
             access_type=AccessType.read_only(),
         )
-        index = db.get_column_family(INDEX_CF)
+        meta = db.get_column_family(META_CF)
         try:
             for key, value in db.items():  # the ids (bookkeeping lives in META_CF)
                 ids[from_disk(key)] = Entry.decode(value).first_seen_ms
-            index_entries += len(list(index.keys()))
+            counted += sum(
+                int.from_bytes(v, "big")
+                for k, v in meta.items(from_key=RANK_PREFIX)
+                if k.startswith(RANK_PREFIX)
+            )
         finally:
-            index.close()
+            meta.close()
             db.close()
-    return ids, index_entries
+    return ids, counted
 
 
 def test_last_seen_through_kill_9_and_a_rebuild_from_the_changelog(
@@ -104,15 +108,15 @@ def test_last_seen_through_kill_9_and_a_rebuild_from_the_changelog(
         assert r.key is not None
         last[r.key] = max(last.get(r.key, 0), r.timestamp_ms)
     worker.kill(signal.SIGTERM)
-    survivor, survivor_index = held_state(worker.data_dir)
+    survivor, survivor_counted = held_state(worker.data_dir)
     shutil.rmtree(worker.data_dir)
     worker.start()
     worker.wait_ready()
     worker.kill(signal.SIGTERM)
-    rebuilt, rebuilt_index = held_state(worker.data_dir)
-    print(f"\nF23: {len(survivor):,} ids held, {survivor_index:,} index entries; rebuilt equal")
+    rebuilt, rebuilt_counted = held_state(worker.data_dir)
+    print(f"\nF23: {len(survivor):,} ids held, {survivor_counted:,} counted; rebuilt equal")
     assert survivor == last  # every id, armed at its last copy
-    assert rebuilt == survivor and rebuilt_index == survivor_index == len(survivor)
+    assert rebuilt == survivor and rebuilt_counted == survivor_counted == len(survivor)
     record(
         reliability,
         "F23 DEDUPE_WINDOW_FROM=last_seen: ids repeating for 3 windows, kill -9 x2 (once "

@@ -1,6 +1,7 @@
 """Age-out on the real broker with controlled record timestamps: the window's edges, the size cap
-(oldest first, with the effective window the worker reports), bounded state over many windows,
-an identical rebuild from the changelog, and a replay that decides exactly as the first run."""
+(oldest first, cut 1% under it, with the effective window the worker reports), bounded state
+over many windows, an identical rebuild from the changelog, and a replay that decides exactly as
+the first run."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from rocksdict import AccessType, Options, Rdict
 
 from scripts.topic_reader import read_topic
 from tables.rocks import META_CF
-from tables.seen_ids_index import INDEX_CF, SUMMARY_KEY
+from tables.seen_ids_summary import RANK_PREFIX, SUMMARY_KEY
 from tables.window import Entry
 from tests.support import Broker, Names
 from tests.workers import Worker, wait_drained
@@ -108,10 +109,13 @@ def test_the_size_cap_evicts_oldest_first_and_the_window_shrinks(
         DEDUPE_MAX_IDS_PER_PARTITION="100",
         DEDUPE_EVICTION_BATCH="8",
         DEDUPE_MIN_WINDOW="10d",
+        DEDUPE_BUCKET="16s",  # slots of a second: the oldest slot held is the oldest id's second
     )
     ids = [f"id-{i:03d}" for i in range(300)]
     feed(broker, names, workers, [(m, T0 + 1000 * i) for i, m in enumerate(ids)])
-    # repeats of the newest id: dropped, and each one ages out up to 8 ids
+    # The cap cuts the oldest ids down to 99 (the cap less 1%) each time a new id makes 101, so
+    # after 300 ids 100 are held; repeats of the newest id: dropped, each one deleting up to 8
+    # of the ids cut.
     feed(broker, names, workers, [(ids[-1], T0 + 299_000)] * 40)
     s = stats(worker)
     assert s["ids_held"] == 100
@@ -131,22 +135,24 @@ def test_the_size_cap_evicts_oldest_first_and_the_window_shrinks(
     assert s["oldest_first_seen_ms"] == T0 + 250_000  # 200..249 made room for 150..199
 
 
-def store_state(data_dir: Path) -> tuple[dict[bytes, bytes], list[bytes], bytes | None]:
-    """(ids, index keys, summary) of the single partition's database, opened read-only."""
+def store_state(
+    data_dir: Path,
+) -> tuple[dict[bytes, bytes], dict[bytes, int], bytes | None]:
+    """(ids, counts per rank, summary: ids held, next sequence, newest first sighting) of the
+    single partition's database, opened read-only."""
     [path] = sorted(data_dir.rglob("seen_ids-*.db"))
     opts = Options(raw_mode=True)
-    db = Rdict(
-        str(path),
-        opts,
-        column_families={META_CF: opts, INDEX_CF: opts},
-        access_type=AccessType.read_only(),
-    )
-    index, meta = db.get_column_family(INDEX_CF), db.get_column_family(META_CF)
+    db = Rdict(str(path), opts, column_families={META_CF: opts}, access_type=AccessType.read_only())
+    meta = db.get_column_family(META_CF)
     try:
         raw_summary = meta.get(SUMMARY_KEY)
-        return dict(db.items()), list(index.keys()), raw_summary[:24] if raw_summary else None
+        counts = {
+            k: int.from_bytes(v, "big")
+            for k, v in meta.items(from_key=RANK_PREFIX)
+            if k.startswith(RANK_PREFIX)
+        }
+        return dict(db.items()), counts, raw_summary[:24] if raw_summary else None
     finally:
-        index.close()
         meta.close()
         db.close()
 
@@ -194,14 +200,14 @@ def test_state_stays_bounded_over_many_windows_and_rebuilds_identically(
 
     worker.kill(signal.SIGTERM)
     live = store_state(worker.data_dir)
-    assert len(live[0]) == s["ids_held"] and len(live[1]) == s["ids_held"]
+    assert len(live[0]) == s["ids_held"] == sum(live[1].values())
     shutil.rmtree(worker.data_dir)  # rebuild everything from the changelog
     worker.start()
     rebuild_s = worker.wait_ready()
     worker.kill(signal.SIGTERM)
     rebuilt = store_state(worker.data_dir)
     assert rebuilt[0] == live[0]  # the same ids with the same first sightings and sequences
-    assert rebuilt[1] == live[1]  # the same age-out index
+    assert rebuilt[1] == live[1]  # the same counts
     assert rebuilt[2] == live[2]  # the same count, next sequence and newest first sighting
     # The bulk restorer rebuilt every partition of the ids' changelog, into empty stores (so
     # without the write-ahead log), through the commit marker that ends each one.

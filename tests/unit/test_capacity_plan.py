@@ -89,16 +89,16 @@ def test_a_shortened_window_above_the_minimum_is_not_short() -> None:
     assert plan(a_load(cap=200_000_000, min_window=3 * DAY, **fast), ROUND).short
 
 
-def test_ids_of_other_shapes_add_their_key_bytes_twice_on_disk_and_once_in_the_changelog() -> None:
+def test_ids_of_other_shapes_add_their_key_bytes_once_on_disk_and_in_the_changelog() -> None:
     pl = plan(a_load(id_length=59, disk_key_bytes=59), ROUND)
-    assert pl.disk_bytes_per_id == 50.0 + 2 * (59 - 17)
+    assert pl.disk_bytes_per_id == 50.0 + (59 - 17)
     assert pl.changelog_bytes_per_id == 30.0 + (59 - 36)
     # analytics-next's ajs-next ids, packed into 23 bytes; the changelog keeps their text
     pl = plan(a_load(id_length=59, disk_key_bytes=23), ROUND)
-    assert pl.disk_bytes_per_id == 50.0 + 2 * (23 - 17)
+    assert pl.disk_bytes_per_id == 50.0 + (23 - 17)
     assert pl.changelog_bytes_per_id == 30.0 + (59 - 36)
     # an uncompressed UUID-length id: its text form, not the 17-byte one
-    assert plan(a_load(disk_key_bytes=36), ROUND).disk_bytes_per_id == 50.0 + 2 * 19
+    assert plan(a_load(disk_key_bytes=36), ROUND).disk_bytes_per_id == 50.0 + 19
 
 
 def test_the_rate_sets_the_fewest_partitions_and_the_headroom() -> None:

@@ -68,49 +68,47 @@ def test_bucket_start(t: int, bucket: int, start: int) -> None:
     assert window.bucket_start(t, bucket) == start
 
 
-def test_index_keys_order_by_bucket_then_sequence() -> None:
-    keys = [
-        window.index_key(5_000, 1_000, 9),
-        window.index_key(5_999, 1_000, 3),  # same bucket, earlier sequence
-        window.index_key(1_000, 1_000, 100),  # older bucket, later sequence
-        window.index_key(9_000, 1_000, 0),
+@pytest.mark.parametrize(
+    ("bucket", "slot"),
+    [(3_600_000, 225_000), (1_000, 50), (40, 2), (16, 1), (7, 7), (1, 1), (10, 10)],
+)
+def test_slots_tile_the_bucket(bucket: int, slot: int) -> None:
+    assert window.slot_width(bucket) == slot
+    assert bucket % slot == 0 and (slot == bucket or bucket // slot >= window.SLOTS_PER_BUCKET)
+
+
+@pytest.mark.parametrize(
+    ("stream", "lateness", "cutoff"),
+    [
+        (W + 1_000, 0, 1_000),  # bucket [0, 1000) ends exactly W before stream time: out
+        (W + 999, 0, 0),
+        (W + 1_000, 500, 0),  # kept for the allowed lateness
+        (W + 1_500, 500, 1_000),
+        (W + 2_999, 0, 2_000),  # a bucket at a time
+        (W - 5, 0, 0),  # before the first window ends
+    ],
+)
+def test_window_cutoff(stream: int, lateness: int, cutoff: int) -> None:
+    assert window.window_cutoff(stream, W, lateness, 1_000) == cutoff
+
+
+@pytest.mark.parametrize(("slot_ms", "block"), [(1, 1), (50, 7), (225_000, 78_125)])
+def test_marks_of_many_entries_are_those_of_each(slot_ms: int, block: int) -> None:
+    entries = [
+        window.Entry(1_790_000_000_000 + 37 * i, 1_000 - i, i % 3).encode() for i in range(300)
     ]
-    assert sorted(keys) == [keys[2], keys[1], keys[0], keys[3]]
-    assert window.bucket_of_index_key(keys[1]) == 5_000
-
-
-@pytest.mark.parametrize(
-    "entry",
-    [
-        window.Entry(0, 0),
-        window.Entry(5_999, 3, 2),
-        window.Entry(1_790_000_123_456, 2**40 + 7, 0xFFFFFFFF),
-        window.Entry(2**62, 2**63 - 1),
-    ],
-)
-@pytest.mark.parametrize("bucket_ms", [1, 1_000, 3_600_000])
-def test_index_key_cut_from_an_encoded_entry(entry: window.Entry, bucket_ms: int) -> None:
-    expected = window.index_key(entry.first_seen_ms, bucket_ms, entry.seq)
-    assert window.index_key_of(entry.encode(), bucket_ms) == expected
-    assert window.index_key_of(entry.encode()[:16], bucket_ms) == expected  # 16-byte entries
-
-
-@pytest.mark.parametrize(
-    ("bucket", "stream", "lateness", "expired"),
-    [
-        (0, W + 1_000, 0, True),  # bucket [0, 1000) ends exactly W before stream time
-        (0, W + 999, 0, False),
-        (0, W + 1_000, 500, False),  # kept for the allowed lateness
-        (0, W + 1_500, 500, True),
-    ],
-)
-def test_bucket_expired(bucket: int, stream: int, lateness: int, expired: bool) -> None:
-    assert window.bucket_expired(bucket, 1_000, stream, W, lateness) is expired
-
-
-@pytest.mark.parametrize(("held", "cap", "over"), [(0, 0, False), (10, 10, False), (11, 10, True)])
-def test_over_cap(held: int, cap: int, over: bool) -> None:
-    assert window.over_cap(held, cap) is over
+    marks = window.marks_of(entries, slot_ms, block)
+    assert marks is not None
+    each = [window.Entry.decode(e) for e in entries]
+    assert int.from_bytes(marks.top_seq, "big") == max(e.seq for e in each)
+    assert int.from_bytes(marks.newest, "big") == max(e.first_seen_ms for e in each)
+    ranks: dict[tuple[int, int], int] = {}
+    for e in each:
+        rank = (e.first_seen_ms - e.first_seen_ms % slot_ms, e.seq // block)
+        ranks[rank] = ranks.get(rank, 0) + 1
+    assert marks.ranks == ranks
+    assert window.marks_of([entries[0], entries[1] + b"x"], slot_ms, block) is None  # lengths
+    assert window.marks_of([], slot_ms, block) is None
 
 
 def test_effective_window() -> None:

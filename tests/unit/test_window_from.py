@@ -1,5 +1,5 @@
 """``DEDUPE_WINDOW_FROM``: whether a repeat re-arms an id's clock (``tables.window.rearms``), on
-a real RocksDB store (the age-out index moves with the id, and a rebuild from the changelog
+a real RocksDB store (the id's count moves to its new slot, and a rebuild from the changelog
 agrees), and per source through the deduplicator."""
 
 from __future__ import annotations
@@ -61,10 +61,7 @@ def test_a_repeat_keeps_the_id_alive_only_under_last_seen(w: ArmedWorld, last_se
     assert entry.first_seen_ms == (1_000 + 4 * step)
     # first_seen: the copy at n=4 was a new first sighting (repeats start again at 0)
     assert entry.repeats == (4 if last_seen else 0)
-    assert len(w.index()) == 1  # one index entry, in the armed time's bucket
-    assert window.bucket_of_index_key(w.index()[0]) == window.bucket_start(
-        entry.first_seen_ms, BUCKET_MS
-    )
+    assert w.counts() == {w.rank(entry.first_seen_ms, entry.seq): 1}  # one id, in the armed slot
     assert w.store.summary(0).held == 1
 
 
@@ -104,8 +101,8 @@ def test_rearmed_ids_rebuilt_from_the_changelog_give_the_same_state(w: ArmedWorl
     for start in range(0, len(events), 11):
         replica.apply_changelog_batch(events[start : start + 11], None, None)  # type: ignore[arg-type]
     assert w.ids(replica) == w.ids()
-    assert w.index(replica) == w.index()
-    assert len(w.index()) == len(w.ids())  # exact: one index entry per id held
+    assert w.counts(replica) == w.counts()
+    assert sum(w.counts().values()) == len(w.ids())  # exact: every id held counted once
     live, rebuilt = w.store.summary(0), replica.summary(0)
     assert (rebuilt.held, rebuilt.next_seq, rebuilt.newest_ms) == (
         live.held,
@@ -135,10 +132,14 @@ async def test_window_from_per_source() -> None:
 
 
 def restart_with(w: ArmedWorld, **env: str) -> None:
-    """What a restart with other window settings changes: the width the store derives index
-    keys with and the rules SeenIds applies; the persisted ids and index stay as written."""
+    """What a restart with other window settings changes: the slot width and block size the
+    store counts with (it counts the ids again when it opens the partition) and the rules
+    SeenIds applies; the persisted ids and cutoff stay as written."""
     settings = Settings.from_env({"DEDUPE_ALLOWED_LATENESS": "0", "DEDUPE_MIN_WINDOW": "0", **env})
     w.store.bucket_ms = round(settings.bucket * 1000)
+    w.store.slot_ms = window.slot_width(w.store.bucket_ms)
+    w.store.block = window.block_size(settings.max_ids_per_partition)
+    w.store.close_partition(0)
     w.seen = SeenIds(w.table, settings)  # type: ignore[arg-type]
 
 
@@ -158,8 +159,8 @@ def test_a_shorter_window_judges_old_entries_by_their_own_time_not_the_old_bucke
     w.record_from("y", 6_000, False)  # stream time 6 s: a0..a19 (f < 2000) are out
     w.commit()
     assert set(w.ids()) == {b"z", b"y"}
-    # Every index entry written under the old width went with its id: none left behind.
-    assert len(w.index()) == len(w.ids()) == w.store.summary(0).held
+    # Counted again under the new width: every id held once, none left behind.
+    assert sum(w.counts().values()) == len(w.ids()) == w.store.summary(0).held
 
 
 def test_a_longer_window_keeps_every_id_held(w: ArmedWorld) -> None:
@@ -171,20 +172,17 @@ def test_a_longer_window_keeps_every_id_held(w: ArmedWorld) -> None:
         w.record_from(f"b{n}", 20_000 + n, False)
         w.commit()
     assert {f"a{i}".encode() for i in range(20)} <= set(w.ids())
-    # a13 (1300 ms) is indexed under the old width's bucket 1000; the new width's is 1200.
     assert not w.record_from("a13", 41_299, False)  # 40 s after a13 less 1 ms: a repeat
     assert w.record_from("a13", 41_300, False)  # W itself is outside
     w.commit()
-    # A re-sighting under the new width leaves the old width's entry to age-out's cleanup:
-    # walking past it deletes it by its own key.
     w.record_from("c", 100_000, False)
     w.commit()
-    assert len(w.index()) == len(w.ids()) == w.store.summary(0).held
+    assert sum(w.counts().values()) == len(w.ids()) == w.store.summary(0).held
 
 
 def test_a_lower_cap_evicts_the_excess_in_bounded_batches(w: ArmedWorld) -> None:
     for i in range(100):
-        w.record_from(f"a{i}", 1_000 + i, False)
+        w.record_from(f"a{i:02d}", 1_000 + 10 * i, False)
     w.commit()
     restart_with(
         w,
@@ -198,7 +196,25 @@ def test_a_lower_cap_evicts_the_excess_in_bounded_batches(w: ArmedWorld) -> None
         w.record_from(f"b{n}", 2_000 + n, False)
         w.commit()
         held.append(w.store.summary(0).held)
-    # Each record evicts at most 8 (the batch): 100 + 1 - 8 = 93, ... down to the cap.
+    # Each record evicts at most 8 (the batch): 100 + 1 - 8 = 93, ... down to what the cap keeps.
     assert held[:3] == [93, 86, 79]
     assert held[-1] == 40
-    assert {f"a{i}".encode() for i in range(70, 100)} <= set(w.ids())  # the newest stay
+    # Under a cap of 40 a block is one sequence number: the cap cuts exactly, oldest first.
+    assert sorted(k for k in w.ids() if k.startswith(b"a")) == [
+        f"a{i:02d}".encode() for i in range(70, 100)
+    ]
+
+
+def test_another_bucket_keeps_every_id_the_cutoff_left_in(w: ArmedWorld) -> None:
+    """The cutoff is kept across a restart with another bucket, moved onto the new slots'
+    grid: down, so an id it left in stays held although its new slot starts before it."""
+    w.record_from("old", 100, False)
+    w.record_from("kept", 2_010, False)
+    w.record_from("move", 2 * BUCKET_MS + WINDOW_MS, False)  # the cutoff: 2000
+    w.commit()
+    assert w.store.summary(0).cutoff == (2_000, 0)
+    restart_with(w, DEDUPE_WINDOW=f"{WINDOW_MS}ms", DEDUPE_BUCKET="1200ms")  # slots of 75 ms
+    assert w.store.summary(0).cutoff == (2_000 - 2_000 % 75, 0)  # 1950, kept's new slot
+    assert not w.record_from("kept", 2 * BUCKET_MS + WINDOW_MS + 1, False)  # still a repeat
+    w.commit()
+    assert set(w.ids()) == {b"kept", b"move"}

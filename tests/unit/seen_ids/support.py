@@ -13,7 +13,8 @@ import pytest
 from app.settings import Settings
 from tables import window
 from tables.seen_ids import SeenIds
-from tables.seen_ids_index import SeenIdsStore
+from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids_summary import stored_counts
 
 BUCKET_MS = 1_000
 
@@ -48,8 +49,6 @@ class World:
         self.app = faust.App("t-seen", store="rocksdb://", datadir=str(tmp_path))
         self.tmp_path = tmp_path
         self.stores: list[SeenIdsStore] = []
-        self.store = self.new_store("seen_ids")
-        self.table = StoreTable(self.store)
         self.settings = Settings.from_env(
             {
                 "DEDUPE_WINDOW": f"{WINDOW_MS}ms",
@@ -59,6 +58,8 @@ class World:
                 **env,
             }
         )
+        self.store = self.new_store("seen_ids")
+        self.table = StoreTable(self.store)
         self.seen = SeenIds(self.table, self.settings)  # type: ignore[arg-type]
         self.offset = 0
 
@@ -69,6 +70,7 @@ class World:
             types.SimpleNamespace(name=name),
             partition_of=lambda: self.table.partition,
             bucket_ms=BUCKET_MS,
+            block=window.block_size(self.settings.max_ids_per_partition),
             table_name=name,
             key_type=bytes,
             value_type=bytes,
@@ -103,6 +105,19 @@ class World:
         s = store or self.store
         return {s.written_key(k): window.Entry.decode(v) for k, v in s.db(partition).items()}
 
-    def index(self, store: SeenIdsStore | None = None, partition: int = 0) -> list[bytes]:
+    def counts(
+        self, store: SeenIdsStore | None = None, partition: int = 0
+    ) -> dict[tuple[int, int], int]:
+        """The committed ids per rank, as stored (read back from the database), which must be
+        what the store keeps in memory."""
         s = store or self.store
-        return [k for k, _ in s.index(partition, b"")]
+        in_memory = s.counts(partition).counts  # first: it may count the ids (and store them)
+        stored = {rank: n for _, rank, n in stored_counts(s.partition_db(partition))}
+        assert stored == in_memory
+        return stored
+
+    def rank(self, first_seen_ms: int, seq: int) -> tuple[int, int]:
+        return self.slot(first_seen_ms), seq // self.seen.block
+
+    def slot(self, first_seen_ms: int) -> int:
+        return first_seen_ms - first_seen_ms % window.slot_width(BUCKET_MS)

@@ -1,6 +1,5 @@
 """The bulk restore into ``tables.seen_ids``: an empty store written through vector memtables and
-the whole-array path, reading back only the keys it wrote, the index keys of many entries, and
-a restore ended midway."""
+the whole-array path, reading back only the keys it wrote, and a restore ended midway."""
 
 from __future__ import annotations
 
@@ -10,15 +9,15 @@ import time
 import pytest
 
 from tables import window
-from tables.seen_ids_index import SeenIdsStore
+from tables.seen_ids_store import SeenIdsStore
 from tests.unit.seen_ids.support import BUCKET_MS, World
 
 
 def test_a_bulk_restore_into_an_empty_store_reads_back_only_keys_it_wrote(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Into an empty database the restore reads back (for the index upkeep) only keys its own
-    earlier batches may have written, and ends with the same ids, index and summary as writing
+    """Into an empty database the restore reads back (for the count upkeep) only keys its own
+    earlier batches may have written, and ends with the same ids, counts and summary as writing
     every record in order; after the restore every key is read again."""
     from tables import staging
 
@@ -44,21 +43,20 @@ def test_a_bulk_restore_into_an_empty_store_reads_back_only_keys_it_wrote(
         bulk.write_restored(0, writes[start : start + 100], start + 99, wal=False)
     bulk.end_bulk(0)
     assert world.ids(bulk) == world.ids(one_by_one)
-    assert world.index(bulk) == world.index(one_by_one)
-    a, b = one_by_one.summary(0), bulk.summary(0)
-    assert (b.held, b.next_seq, b.newest_ms, b.hint) == (a.held, a.next_seq, a.newest_ms, a.hint)
+    assert world.counts(bulk) == world.counts(one_by_one)
+    assert bulk.summary(0) == one_by_one.summary(0)
     # Each of the 1,000 fresh keys first came in its own batch: none of them needed a read
     # but for a hash collision; the keys written again were read back.
     assert len(read) < 0.2 * len(writes)
     assert {bulk.disk_key(k) for k in again} & set(read)
     # After the restore (live commits) every key is read: a restored key is found and its
-    # index entry replaced, not duplicated.
+    # count moved, not doubled.
     read.clear()
     late = window.encode_entry(30 * BUCKET_MS, 5_000)
     for store in (one_by_one, bulk):
         store.write_partition(0, [(fresh[500], late)], 5_000)
     assert read == [bulk.disk_key(fresh[500])] * 2  # by each store
-    assert world.index(bulk) == world.index(one_by_one)
+    assert world.counts(bulk) == world.counts(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)
 
 
@@ -128,7 +126,7 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
     assert ids_option(bulk, "disable_auto_compactions") == "false"
     assert ids_option(bulk, "max_subcompactions", "[DBOptions]") == "1"
     assert world.ids(bulk) == world.ids(one_by_one)
-    assert world.index(bulk) == world.index(one_by_one)
+    assert world.counts(bulk) == world.counts(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)
     assert bulk.summary(0).held == 280
 
@@ -136,15 +134,15 @@ def test_a_restore_into_an_empty_store_writes_through_vector_memtables(world: Wo
 def test_batches_of_new_ids_take_the_whole_array_path_and_end_as_one_by_one(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Writes of new ids only, from ``FRESH_IN_BULK`` on, get their index keys and the
-    summary's marks in whole-array steps: ids, index and summary end as written one by one,
-    across buckets, first sightings below the hint, sequences with zero bytes at their end,
+    """Writes of new ids only, from ``FRESH_IN_BULK`` on, get their counts and the summary's
+    marks in whole-array steps: ids, counts and summary end as written one by one, across
+    slots, first sightings older than every other, sequences with zero bytes at their end,
     entries with a content hash, entries of mixed lengths and batches with repeats (those two
     take the loop)."""
-    from tables import seen_ids_index
+    from tables import seen_ids_store
 
     rnd = random.Random(17)
-    n = seen_ids_index.FRESH_IN_BULK
+    n = seen_ids_store.FRESH_IN_BULK
 
     def fresh(
         count: int, seq0: int, content: bytes = b"", latest: int = 9 * BUCKET_MS
@@ -171,24 +169,21 @@ def test_batches_of_new_ids_take_the_whole_array_path_and_end_as_one_by_one(
     repeats[9] = (old_key, old_value[:16] + (1).to_bytes(4, "big"))  # a repeat counted
     batches.append(repeats)
     early = fresh(n, 5 * 10**6)
-    early[0] = (early[0][0], window.encode_entry(0, 7))  # below every index key so far
+    early[0] = (early[0][0], window.encode_entry(0, 7))  # older than every id so far
     batches.append(early)
 
     took: list[bool] = []
-    real = seen_ids_index.index_keys_of
+    real = seen_ids_store.marks_of
 
-    def spy(values: list[bytes], bucket_ms: int) -> window.IndexKeys | None:
-        found = real(values, bucket_ms)
+    def spy(values: list[bytes], slot_ms: int, block: int) -> window.Marks | None:
+        found = real(values, slot_ms, block)
         took.append(found is not None)
         return found
 
-    monkeypatch.setattr(seen_ids_index, "index_keys_of", spy)
+    monkeypatch.setattr(seen_ids_store, "marks_of", spy)
     batched, one_by_one = world.new_store("batched"), world.new_store("one_by_one")
-    hint = window.index_key(5 * BUCKET_MS, BUCKET_MS, 0)
-    for store in (batched, one_by_one):  # age-out left a hint: the walk starts at bucket 5
-        store.stage_hint(0, hint)
+    for store in (batched, one_by_one):
         store.write_partition(0, [(b"seed", window.encode_entry(6 * BUCKET_MS, 1))], 0)
-        assert store.summary(0).hint == hint
     offset = 1
     for batch in batches:
         for write in batch:
@@ -197,30 +192,11 @@ def test_batches_of_new_ids_take_the_whole_array_path_and_end_as_one_by_one(
         batched.write_partition(0, batch, offset)
     assert took == [True, True, False, True]  # the batch with a repeat is not all new
     assert world.ids(batched) == world.ids(one_by_one)
-    assert world.index(batched) == world.index(one_by_one)
+    assert world.counts(batched) == world.counts(one_by_one)
     a, b = one_by_one.summary(0), batched.summary(0)
     assert (b.held, b.next_seq, b.newest_ms) == (a.held, a.next_seq, a.newest_ms)
-    assert b.hint == a.hint == min(world.index(batched)) < hint
+    assert b == a
     assert b.held == sum(map(len, batches)) - 1 + 1  # a repeat, and the seed
-
-
-def test_index_keys_of_many_entries_are_those_of_each() -> None:
-    rnd = random.Random(3)
-    for bucket_ms in (1, 7, 1000, 3_600_000):
-        entries = [
-            window.encode_entry(rnd.randrange(2**62), rnd.choice([0, 256, rnd.randrange(2**64)]))
-            for _ in range(500)
-        ]
-        found = window.index_keys_of(entries, bucket_ms)
-        assert found is not None
-        expected = [window.index_key_of(e, bucket_ms) for e in entries]
-        assert found.keys == expected
-        assert found.lowest == min(expected)
-        assert found.top_seq == max(e[8:16] for e in entries)
-        assert found.newest == max(e[:8] for e in entries)
-    assert window.index_keys_of([], 1) is None
-    assert window.index_keys_of([b"x" * 20, b"x" * 21], 1) is None
-    assert window.index_keys_of([b"x" * 15], 1) is None
 
 
 def test_a_bulk_restore_ended_midway_keeps_its_prefix_on_disk(world: World) -> None:
@@ -252,5 +228,5 @@ def test_a_bulk_restore_ended_midway_keeps_its_prefix_on_disk(world: World) -> N
     assert not bulk.begin_bulk(0, 300)  # it holds a prefix: the rest goes with the WAL
     bulk.write_restored(0, writes[300:], 599, wal=True)
     assert world.ids(bulk) == world.ids(one_by_one)
-    assert world.index(bulk) == world.index(one_by_one)
+    assert world.counts(bulk) == world.counts(one_by_one)
     assert bulk.summary(0) == one_by_one.summary(0)

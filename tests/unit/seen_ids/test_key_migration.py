@@ -1,8 +1,9 @@
-"""A database of key form 1 (only canonical UUIDs packed) is converted to this version's form in
-place when a store opens it (tables/key_migration.py), on real RocksDB: every id is found by
-the worker's own lookups with its entry, the age-out index names each id by its new disk form,
-and the changelog offset and source offsets are kept; a conversion cut short is finished by the
-next open."""
+"""A database of key form 1 (only canonical UUIDs packed) or 2 (the keys of this version, and the
+age-out index that named every id a second time) is converted to this version's form in place
+when a store opens it (tables/key_migration.py), on real RocksDB: every id is found by the
+worker's own lookups with its entry, the index is dropped, the ids are counted per slot, and
+the summary, the changelog offset and the source offsets are kept; a conversion cut short is
+finished by the next open."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import uuid
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rocksdict import WriteBatch
+from rocksdict import Options, Rdict, WriteBatch
 
 from tables import key_migration, keys
 from tables.key_prefixes import SCOPED_TAG, UUID_TAG
 from tables.rocks import KEY_FORMAT_KEY
-from tables.seen_ids_index import INDEX_CF, SeenIdsStore
+from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids_summary import SUMMARY_KEY, stored_counts
 from tables.source_offsets import encode_source_offsets
-from tables.window import Entry
+from tables.window import Entry, bucket_start
 from tests.unit.seen_ids.support import World
 
 
@@ -61,70 +63,78 @@ def form_1(key: bytes) -> bytes:
     return key[:start] + UUID_TAG + uuid.UUID(text).bytes if canonical else key
 
 
-def write_as_form_1(store: SeenIdsStore, left_in_form_2: int = 0) -> int:
-    """Rewrite partition 0 as a form-1 worker left it (the first ``left_in_form_2`` ids, in key
-    order, of those whose forms differ kept as this version wrote them: a conversion that
-    stopped there); how many ids differ between the forms."""
+def write_as_old_layout(store: SeenIdsStore, form: int = 1, left_in_form_2: int = 0) -> int:
+    """Rewrite partition 0 as a worker of key form ``form`` left it: keys of form 1 (but the
+    first ``left_in_form_2`` ids, in key order, of those whose forms differ, kept as this
+    version wrote them: a conversion that stopped there), the age-out index (bucket of the
+    first sighting and sequence -> the id's disk key), that layout's summary and no counts; how
+    many ids differ between forms 1 and 2."""
     pdb = store.partition_db(0)
     batch = WriteBatch(raw_mode=True)
     differ = 0
+    index = pdb.db.create_column_family(key_migration.LEGACY_INDEX_CF, Options(raw_mode=True))
+    handle = pdb.db.get_column_family_handle(key_migration.LEGACY_INDEX_CF)
     for raw, value in list(pdb.db.items()):
-        old = form_1(store.written_key(raw))
+        old = form_1(store.written_key(raw)) if form == 1 else raw
         if old != raw:
             differ += 1
             if differ > left_in_form_2:
                 batch.delete(raw)
                 batch.put(old, value)
-    handle = pdb.handles[INDEX_CF]
-    for index_key, raw in pdb.extra[INDEX_CF].items():
-        batch.put(index_key, form_1(store.written_key(raw)), handle)
-    batch.put(KEY_FORMAT_KEY, b"\x01", pdb.meta_handle)
+        entry = Entry.decode(value)
+        index_key = bucket_start(entry.first_seen_ms, store.bucket_ms).to_bytes(8, "big")
+        batch.put(index_key + entry.seq.to_bytes(8, "big"), old, handle)
+    for key, _, _ in stored_counts(pdb):
+        batch.delete(key, pdb.meta_handle)
+    summary = pdb.meta[SUMMARY_KEY]
+    # Held, next sequence and newest first sighting, then the hint (empty: from the start).
+    batch.put(SUMMARY_KEY, summary[:24], pdb.meta_handle)
+    batch.put(KEY_FORMAT_KEY, bytes((form,)), pdb.meta_handle)
     pdb.db.write(batch)
+    del index
     return differ
 
 
-def stored(world: World, store: SeenIdsStore) -> tuple[dict[bytes, Entry], list[bytes], int | None]:
-    pdb = store.partition_db(0)
-    held = world.ids(store)
-    index = [store.written_key(raw) for _, raw in pdb.extra[INDEX_CF].items()]
-    return held, sorted(index), pdb.offset()
+def stored(world: World, store: SeenIdsStore) -> tuple[dict[bytes, Entry], dict[int, int]]:
+    return world.ids(store), world.counts(store)
 
 
-@pytest.mark.parametrize("left_in_form_2", [0, 3], ids=["form-1", "cut-short"])
-def test_a_database_of_key_form_1_is_converted_in_place(
-    world: World, caplog: pytest.LogCaptureFixture, left_in_form_2: int
+@pytest.mark.parametrize(
+    ("form", "left_in_form_2"), [(1, 0), (1, 3), (2, 0)], ids=["form-1", "cut-short", "form-2"]
+)
+def test_a_database_of_an_earlier_form_is_converted_in_place(
+    world: World, caplog: pytest.LogCaptureFixture, form: int, left_in_form_2: int
 ) -> None:
     every = ids()
     for n, key in enumerate(every):
         assert world.first(key, 1_000 + n)
     world.store.stage_source_offsets(0, encode_source_offsets({"in": 40}))
     world.commit()
-    before = stored(world, world.store)
-    differ = write_as_form_1(world.store, left_in_form_2)
+    before, summary = stored(world, world.store), world.store.summary(0)
+    differ = write_as_old_layout(world.store, form, left_in_form_2)
     # Every shape form 2 packs beyond form 1: 7 of the 10, plain and scoped.
-    assert differ == 14
-    assert world.store.partition_db(0).stored_key_format() == 1
+    assert differ == (14 if form == 1 else 0)
+    assert world.store.partition_db(0).stored_key_format() == form
+    path = world.store.partition_path(0)
     world.store.close_partition(0)
 
     with caplog.at_level(logging.WARNING):
         reopened = world.new_store("seen_ids")
         pdb = reopened.partition_db(0)
-    rewritten = (differ - left_in_form_2) + differ  # ids not yet converted + index values
+    rewritten = differ - left_in_form_2  # ids not yet converted
     assert (
-        f"held keys in disk form 1, this worker's is {keys.FORMAT}; converted in place "
+        f"held keys in disk form {form}, this worker's is {keys.FORMAT}; converted in place "
         f"({rewritten} keys rewritten)" in caplog.text
     )
     assert pdb.stored_key_format() == keys.FORMAT
+    assert key_migration.LEGACY_INDEX_CF not in Rdict.list_cf(str(path))
     assert stored(world, reopened) == before
+    assert reopened.summary(0) == summary
     # The worker's own lookups find every id (in the form this version packs it).
     for key in every:
         value = reopened.committed_get(0, key)
         assert value is not None and Entry.decode(value) == before[0][key]
     assert {raw for raw, _ in pdb.db.items()} == {keys.to_disk(k) for k in every}
-    # The age-out index names them so too (its deletes would miss a key in the old form).
-    assert sorted(raw for _, raw in pdb.extra[INDEX_CF].items()) == sorted(
-        keys.to_disk(k) for k in every
-    )
     assert reopened.source_offsets(0) == {"in": 40}
 
 
@@ -133,7 +143,7 @@ def test_a_converted_database_is_not_converted_again(
 ) -> None:
     assert world.first(b"ajs-" + uuid.uuid4().hex.encode(), 1_000)
     world.commit()
-    write_as_form_1(world.store)
+    write_as_old_layout(world.store)
     world.store.close_partition(0)
     first_open = world.new_store("seen_ids")
     first_open.partition_db(0)

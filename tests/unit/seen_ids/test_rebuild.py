@@ -1,4 +1,4 @@
-"""``tables.seen_ids`` rebuilt from its changelog gives the same ids, index and summary as the
+"""``tables.seen_ids`` rebuilt from its changelog gives the same ids, counts and summary as the
 live store: the source-offsets record, UUID ids in their 16-byte form, several writes of a key
 in one batch, and a commit reusing what its transaction read."""
 
@@ -10,7 +10,7 @@ import types
 import pytest
 
 from tables import keys, window
-from tables.seen_ids_index import INDEX_CF, SeenIdsStore
+from tables.seen_ids_store import SeenIdsStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 from tests.unit.seen_ids.support import BUCKET_MS, WINDOW_MS, World
 
@@ -34,19 +34,19 @@ def test_rebuilding_from_the_changelog_gives_the_same_state(world: World) -> Non
     for start in range(0, len(events), 13):  # recovery applies batches
         replica.apply_changelog_batch(events[start : start + 13], None, None)  # type: ignore[arg-type]
     assert world.ids(replica) == world.ids()
-    assert world.index(replica) == world.index()
+    assert world.counts(replica) == world.counts()
     live, rebuilt = world.store.summary(0), replica.summary(0)
     assert (rebuilt.held, rebuilt.next_seq, rebuilt.newest_ms) == (
         live.held,
         live.next_seq,
         live.newest_ms,
     )
-    assert INDEX_CF in replica.extra_cfs
+    assert replica.extra_cfs == ()  # nothing but the ids and the bookkeeping
 
 
-def test_the_source_offsets_record_is_neither_an_id_nor_indexed(world: World) -> None:
+def test_the_source_offsets_record_is_neither_an_id_nor_counted(world: World) -> None:
     """Each transaction's source-offsets changelog record (tables.store.SOURCE_OFFSETS_KEY)
-    goes to the store's bookkeeping, live and in recovery: ids, index and counts ignore it."""
+    goes to the store's bookkeeping, live and in recovery: the ids and their counts ignore it."""
     assert world.record("a", 1_000)
     world.store.stage_source_offsets(0, encode_source_offsets({"in": 3}))
     world.commit()
@@ -61,14 +61,14 @@ def test_the_source_offsets_record_is_neither_an_id_nor_indexed(world: World) ->
     )
     for store in (world.store, rebuilt):
         assert set(world.ids(store)) == {b"a"}
-        assert len(world.index(store)) == 1
+        assert world.counts(store) == {world.rank(1_000, 0): 1}
         assert store.summary(0).held == 1
         assert store.source_offsets(0) == {"in": 3}
 
 
 def test_uuid_ids_are_held_in_their_16_byte_form_and_read_back_as_written(world: World) -> None:
-    """Canonical UUIDs are 17 bytes on disk, as the ids' keys and as the index's values
-    (tables/keys.py); lookups, age-out, tombstones, items() and the index give the text."""
+    """Canonical UUIDs are 17 bytes on disk (tables/keys.py); lookups, age-out, tombstones and
+    items() give the text."""
     uuids = [f"00000000-0000-4000-8000-{i:012x}".encode() for i in range(20)]
     for i, u in enumerate(uuids):
         assert world.first(u, 100 + i)
@@ -78,15 +78,13 @@ def test_uuid_ids_are_held_in_their_16_byte_form_and_read_back_as_written(world:
     world.commit()
     db = world.store.db(0)
     assert {len(k) for k, _ in db.items()} == {17} and db.get(uuids[0]) is None
-    assert {len(v) for _, v in world.store.partition_db(0).extra[INDEX_CF].items()} == {17}
-    assert {id_ for _, id_ in world.store.index(0, b"")} == set(uuids)
     assert set(world.store._iterkeys()) == set(uuids)
     assert world.seen.committed_entry(0, uuids[4]) is not None
     world.record("late", 2 * BUCKET_MS + WINDOW_MS)  # ages all twenty out
     world.commit()
     assert [k for k, _ in db.items()] == [b"late"]
     assert sorted(k for _, k, v in world.table.changelog if v is None) == sorted(uuids)
-    assert world.store.partition_db(0).stored_key_format() == keys.FORMAT == 2
+    assert world.store.partition_db(0).stored_key_format() == keys.FORMAT == 3
 
 
 def test_a_uuid_state_rebuilt_from_the_changelog_is_the_same_on_disk(world: World) -> None:
@@ -98,14 +96,13 @@ def test_a_uuid_state_rebuilt_from_the_changelog_is_the_same_on_disk(world: Worl
     for n, (_, key, value) in enumerate(world.table.changelog):
         replica.write_partition(0, [(key, value)], n)  # the changelog holds the text keys
     assert dict(replica.db(0).items()) == dict(world.store.db(0).items())
-    index = replica.partition_db(0).extra[INDEX_CF]
-    assert dict(index.items()) == dict(world.store.partition_db(0).extra[INDEX_CF].items())
+    assert world.counts(replica) == world.counts()
 
 
 def test_a_batch_with_several_writes_of_a_key_ends_as_its_writes_one_by_one(world: World) -> None:
     """A restore's batch can hold several changelog records of one key (a sighting, its
     repeats, its age-out, a new sighting): the store applies each key's last write against its
-    committed value, and must end with the same ids, index and summary as after every write in
+    committed value, and must end with the same ids, counts and summary as after every write in
     order."""
     rnd = random.Random(7)
     keys = [f"00000000-0000-4000-8000-{i:012x}".encode() for i in range(6)] + [b"x", b"y"]
@@ -128,17 +125,16 @@ def test_a_batch_with_several_writes_of_a_key_ends_as_its_writes_one_by_one(worl
     for start in range(0, len(writes), 50):
         batched.write_partition(0, writes[start : start + 50], start + 49)
     assert world.ids(batched) == world.ids(one_by_one)
-    assert world.index(batched) == world.index(one_by_one)
+    assert world.counts(batched) == world.counts(one_by_one)
     a, b = one_by_one.summary(0), batched.summary(0)
     assert (b.held, b.next_seq, b.newest_ms) == (a.held, a.next_seq, a.newest_ms)
-    assert b.held == len(world.ids(batched)) > 0
-    assert not world.index(batched) or b.hint <= world.index(batched)[0]
+    assert b.held == len(world.ids(batched)) == sum(world.counts(batched).values()) > 0
 
 
 def test_a_commit_reuses_what_its_transaction_read_and_encoded(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The commit's index upkeep needs the committed values its writes replace, and the keys'
+    """The commit's count upkeep needs the committed values its writes replace, and the keys'
     disk forms: a prefetched batch has both already, so the commit neither reads the database
     nor encodes a key again (before: one more multi-get and two more encodings per id)."""
     from tables import keys, staging
