@@ -33,13 +33,12 @@ from tables.slot_counts import LiveCounts, Rank
 from tables.transactional import TransactionalTable
 from tables.window import (
     CAP_SLACK_DIVISOR,
-    FIRST_SEEN,
-    SEQ,
     block_size,
     effective_window_ms,
     slot_width,
     window_cutoff,
 )
+from tables.window import rank_of as rank_of_entry
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +183,8 @@ class AgeOut:
         return deleted
 
     def rank_of(self, raw: bytes) -> Rank:
-        """The rank of an encoded entry."""
-        first_seen = int.from_bytes(raw[FIRST_SEEN], "big")
-        return first_seen - first_seen % self.slot_ms, int.from_bytes(raw[SEQ], "big") // self.block
+        """The rank of an encoded entry under this partition's slot width and block size."""
+        return rank_of_entry(raw, self.slot_ms, self.block)
 
     def check_window(self, partition: int, live: PartitionState, record_ms: int) -> None:
         if not self.evicted.get(partition) or live.cutoff <= live.window_cut:

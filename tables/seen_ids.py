@@ -30,8 +30,7 @@ class SeenIds:
 
     @property
     def store(self) -> SeenIdsStore:
-        store: SeenIdsStore = self.table.data
-        return store
+        return self.aging.store
 
     def _state(self, partition: int) -> PartitionState:
         """The partition's live state, read again from the committed state when the store's

@@ -27,7 +27,7 @@ from tables.seen_ids_summary import (
 )
 from tables.slot_counts import Rank, SlotCounts
 from tables.store import TransactionalStore
-from tables.window import FIRST_SEEN, SEQ, SIGHTING, marks_of, slot_width
+from tables.window import FIRST_SEEN, SEQ, SIGHTING, marks_of, rank_of, slot_width
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,11 @@ class SeenIdsStore(TransactionalStore):
     def convert_keys(pdb: PartitionDB, found: int, name: str) -> int | None:
         converted = key_migration.convert(pdb, found, name)
         if converted is not None:
-            # The summary of forms 1 and 2: ids held, next sequence and newest first sighting
-            # as now, then the index's seek hint. Kept, with no counts yet: they are taken
-            # from the ids when the partition is first read (:meth:`_recount`).
+            # No counts yet: they are taken from the ids when the partition is first read
+            # (:meth:`_recount`).
             old = pdb.meta.get(SUMMARY_KEY)
             if old is not None:
-                summary = Summary.decode(old[:24] + bytes(32))
-                pdb.meta[SUMMARY_KEY] = summary.encode()
+                pdb.meta[SUMMARY_KEY] = Summary.of_forms_1_and_2(old).encode()
         return converted
 
     def __init__(self, *args: Any, bucket_ms: int, block: int, **kwargs: Any) -> None:
@@ -105,8 +103,7 @@ class SeenIdsStore(TransactionalStore):
         slot_ms, block = self.slot_ms, self.block
         found: dict[Rank, int] = {}
         for _, raw in cast(Iterator[tuple[bytes, bytes]], pdb.db.items()):
-            first_seen = int.from_bytes(raw[FIRST_SEEN], "big")
-            rank = (first_seen - first_seen % slot_ms, int.from_bytes(raw[SEQ], "big") // block)
+            rank = rank_of(raw, slot_ms, block)
             found[rank] = found.get(rank, 0) + 1
         batch = WriteBatch(raw_mode=True)
         for key, _, _ in stored_counts(pdb):
@@ -196,8 +193,7 @@ class SeenIdsStore(TransactionalStore):
                     # and the same summary.
                     put(disk_key, new)
                     continue
-                ms = int.from_bytes(old[FIRST_SEEN], "big")
-                gone = (ms - ms % slot_ms, int.from_bytes(old[SEQ], "big") // block)
+                gone = rank_of(old, slot_ms, block)
                 changes[gone] = changes.get(gone, 0) - 1
                 held -= 1
             if new is None:

@@ -49,6 +49,13 @@ class Summary:
         )
 
     @classmethod
+    def of_forms_1_and_2(cls, raw: bytes) -> Summary:
+        """The summary of a database of key form 1 or 2: ids held, next sequence and newest
+        first sighting as now (the first 24 bytes), then the age-out index's seek hint, which
+        has no use here. No cutoff and no counts yet (slot width 0: count the ids)."""
+        return cls.decode(raw[:24] + bytes(32))
+
+    @classmethod
     def decode(cls, raw: bytes | None) -> Summary:
         if raw is None:
             return cls()

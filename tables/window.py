@@ -129,6 +129,13 @@ def block_size(cap: int) -> int:
     return max(1, cap // BLOCKS_PER_CAP)
 
 
+def rank_of(encoded_entry: bytes, slot_ms: int, block: int) -> tuple[int, int]:
+    """The age rank of an encoded :class:`Entry` (``tables/slot_counts.py``): the start of the
+    slot of its first sighting, then the block of its sequence, cut from its bytes."""
+    first_seen = int.from_bytes(encoded_entry[FIRST_SEEN], "big")
+    return first_seen - first_seen % slot_ms, int.from_bytes(encoded_entry[SEQ], "big") // block
+
+
 def slot_width(bucket_ms: int) -> int:
     """The slot of a bucket ``bucket_ms`` wide: the bucket divided by the least number from
     :data:`SLOTS_PER_BUCKET` to four times it that divides it (slots tile buckets, so the
