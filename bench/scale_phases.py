@@ -97,7 +97,7 @@ def load(
     """Stage each id ``id_of(i)`` in its partition (``current[0]`` is the store's partition),
     commit a partition every ``batch`` ids, then what is left staged."""
     from app.rules import partition_for
-    from tables.window import Entry
+    from tables.window import Entry, block_start
 
     print(f"loading {ids:,} ids into {partitions} partitions", flush=True)
     read_start = read_bytes()
@@ -108,7 +108,8 @@ def load(
         key = id_of(i)
         p = partition_for(key, partitions)
         current[0] = p
-        store.set_raw(key, Entry(first_seen_ms(i, ids), seqs[p]).encode())
+        # The entry as the worker writes it: its block's start for the sequence.
+        store.set_raw(key, Entry(first_seen_ms(i, ids), block_start(seqs[p], store.block)).encode())
         seqs[p] += 1
         if seqs[p] % batch == 0:
             offsets[p] += batch

@@ -109,7 +109,7 @@ class SeenIds:
         if seq is None:
             seq = self.store.summary(partition).next_seq
         live.next_seq = seq + 1
-        table.put(id_bytes, encode_entry(record_ms, seq, repeats, content), partition)
+        table.put(id_bytes, encode_entry(record_ms, seq - seq % block, repeats, content), partition)
         rank = (record_ms - record_ms % slot_ms, seq // block)
         delta = counts.delta  # counts.add(rank, 1), inline: once per first sighting
         delta[rank] = delta.get(rank, 0) + 1
@@ -174,7 +174,9 @@ class SeenIds:
             live.counts.delta.clear()
             live.counts.delta_total = 0
             live.held_delta = 0
-            live.next_seq = None
+            # next_seq stays: entries keep only their block's start, so the summary's next
+            # sequence is the next block's start (``tables/seen_ids_store.py``); read after
+            # every commit, it would start a block per commit.
             live.moved = False
 
     def discard_partition(self, partition: int) -> None:

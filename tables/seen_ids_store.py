@@ -233,7 +233,9 @@ class SeenIdsStore(TransactionalStore):
         sweep = self._pending_sweep.pop(partition, None)
         summary = Summary(
             held,
-            int.from_bytes(top_seq, "big") + 1 if top_seq else 0,
+            # The next block's start: entries keep their block's start only, so a worker that
+            # reads this (after a restart, a rebalance or a restore) begins a new block.
+            (int.from_bytes(top_seq, "big") // block + 1) * block if top_seq else 0,
             int.from_bytes(newest, "big"),
             summary.cutoff if sweep is None else sweep.cutoff,
             slot_ms,

@@ -6,7 +6,8 @@ The table (replicated through its changelog, inside each partition's transaction
 - Key: the ``messageId`` as UTF-8 bytes (at most ``DEDUPE_MAX_MESSAGE_ID_BYTES``); in the local
   databases a canonical UUID takes its 16-byte form (``tables/keys.py``), in the changelog not.
 - Value: :class:`tables.window.Entry`: the first-seen time (ms, the record time of the forwarded
-  copy), the id's insertion sequence number in its partition and the repeats dropped; 20 bytes.
+  copy), the block of its insertion sequence in its partition (the block's first sequence
+  number) and the repeats dropped; 20 bytes.
 - Partitioning: co-partitioned with the input and repartition topics (same partition count, key
   = messageId, Kafka's murmur2 partitioner), so every copy of an id meets the same state.
 - Changelog: ``<app id>-seen_ids-changelog``, compacted; an id that ages out is deleted with a
@@ -19,8 +20,8 @@ Retention (how long an id is remembered):
   than W before the copy's own record time (``tables.window.judge``). Decisions use record
   times only, never the wall clock, so a replay decides as the first run did.
 - **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest slot of
-  first sighting, then insertion order, to a 256th of the cap), down to 1% under the cap, so a
-  traffic spike shortens the window instead of exhausting the disk. The effective window
+  first sighting, then insertion order, to a 256th of the cap or finer), down to 1% under the
+  cap, so a traffic spike shortens the window instead of exhausting the disk. The effective window
   (record time minus the oldest held id's first sighting, to a slot) is kept per partition and
   a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
 - Ids out of the window or over the cap are absent at once (below the partition's cutoff) and

@@ -2,7 +2,8 @@
 
 An id's rank is (the slot of its first sighting, the block of its insertion sequence): slots
 are :data:`tables.window.SLOTS_PER_BUCKET` or more to an age-out bucket, blocks
-:func:`tables.window.block_size` sequence numbers, a 256th of the size cap. Ranks order ids
+:func:`tables.window.block_size` sequence numbers, a power of two within a 256th of the size
+cap. Ranks order ids
 oldest first as the age-out index of earlier versions did (time bucket, then insertion order),
 to a block's width.
 

@@ -2,7 +2,8 @@
 table-driven tests (``tests/unit/test_rules_window.py``).
 
 A held id maps to an Entry: its first-seen time (ms, the record time of the copy that was
-forwarded), its insertion sequence number in its partition, how many repeats of it were
+forwarded), the block of its insertion sequence in its partition (the block's first sequence
+number, :func:`block_start`), how many repeats of it were
 dropped since (for the status endpoint; repeats are rare, ~0.6% of traffic, so counting them
 costs one changelog record per repeat) and, with ``DEDUPE_VERIFY_CONTENT``, a short hash of the
 forwarded copy's content. A record is a repeat when its id is held and was first seen less than
@@ -116,8 +117,9 @@ def bucket_start(timestamp_ms: int, bucket_ms: int) -> int:
 #: Ids are counted per age rank (``tables/slot_counts.py``): the slot of their first sighting, at
 #: least this many slots to an age-out bucket, then the block of their insertion sequence.
 SLOTS_PER_BUCKET = 16
-#: Blocks of sequence numbers to the size cap: the cap cuts at a block's edge, so at most this
-#: share of the cap more than it must.
+#: Blocks of sequence numbers to the size cap, at least (at most twice as many: a block is a
+#: power of two): the cap cuts at a block's edge, so at most this share of the cap more than it
+#: must.
 BLOCKS_PER_CAP = 256
 #: When the size cap cuts, it cuts down to the cap less this share of it, so the sweep that
 #: deletes what was cut runs once per that many new ids, not once per new id.
@@ -125,8 +127,19 @@ CAP_SLACK_DIVISOR = 100
 
 
 def block_size(cap: int) -> int:
-    """Sequence numbers per block under a size cap of ``cap`` ids."""
-    return max(1, cap // BLOCKS_PER_CAP)
+    """Sequence numbers per block under a size cap of ``cap`` ids: the greatest power of two
+    not over a :data:`BLOCKS_PER_CAP`-th of it (so 256 to 512 blocks to the cap). A power of
+    two, so that a block's start, which is what an entry keeps (:func:`block_start`), is a
+    number whose low bytes are zero."""
+    return 1 << (max(1, cap // BLOCKS_PER_CAP).bit_length() - 1)
+
+
+def block_start(seq: int, block: int) -> int:
+    """The sequence an entry keeps: the first of its block. The counts and the cap need no
+    more (an id's rank is its block), and the low bits of a sequence number are the most
+    random field of an entry, stored with every id: zeroed, zstd packs an entry into about
+    2 bytes less (``bench/results-scale.md``)."""
+    return seq - seq % block
 
 
 def rank_of(encoded_entry: bytes, slot_ms: int, block: int) -> tuple[int, int]:

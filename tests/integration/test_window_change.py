@@ -78,7 +78,8 @@ def test_a_lower_cap_evicts_down_to_it_oldest_first(
     broker: Broker, names: Names, workers: list[Worker]
 ) -> None:
     base = {"DEDUPE_EVICTION_BATCH": "8", "DEDUPE_MIN_WINDOW": "0"}
-    worker = start(broker, names, workers, **base)
+    # Under a cap of 1,024 an entry keeps its sequence to a block of 4 (tables.window.block_size).
+    worker = start(broker, names, workers, DEDUPE_MAX_IDS_PER_PARTITION="1024", **base)
     ids: list[Send] = [(f"c{i}", T0 + i) for i in range(500)]
     feed(broker, names, workers, ids)
     restart(worker, DEDUPE_MAX_IDS_PER_PARTITION="100", **base)
@@ -86,8 +87,9 @@ def test_a_lower_cap_evicts_down_to_it_oldest_first(
     assert stats(worker)["evicted"] == 10 * 8
     feed(broker, names, workers, [("go", T0 + 1_000)] * 60)
     s = stats(worker)
-    # The cap cuts down to 99, its 1% under it: c402..c499 and "go" (one block is one id under
-    # a cap of 100: the cut is exact, oldest first).
-    assert s["ids_held"] == 99 and s["evicted"] == 402
-    slot = slot_width(3_600_000)  # of the default bucket: c402's slot is the oldest held
-    assert s["oldest_first_seen_ms"] == T0 + 402 - (T0 + 402) % slot
+    # The cap cuts to 99 or under (its 1% under it), oldest first, whole ranks: a block is one
+    # id under a cap of 100, but the ids written before keep their blocks of 4, so it keeps
+    # c404..c499 and "go" (97), not c402..c499.
+    assert s["ids_held"] == 97 and s["evicted"] == 404
+    slot = slot_width(3_600_000)  # of the default bucket: c404's slot is the oldest held
+    assert s["oldest_first_seen_ms"] == T0 + 404 - (T0 + 404) % slot

@@ -136,3 +136,13 @@ NOON_MS = int(datetime(2026, 9, 21, 12, tzinfo=UTC).timestamp() * 1000)
 )
 def test_event_time(field: object, expected: int) -> None:
     assert rules.event_time_ms(field, KAFKA_MS, 3_600_000) == expected
+
+
+@pytest.mark.parametrize(
+    ("cap", "block"),
+    [(1, 1), (511, 1), (512, 2), (1_023, 2), (1_024, 4), (20_000_000, 65_536), (10**12, 2**31)],
+)
+def test_a_block_is_a_power_of_two_within_a_256th_of_the_cap(cap: int, block: int) -> None:
+    assert window.block_size(cap) == block
+    assert block * window.BLOCKS_PER_CAP <= max(cap, window.BLOCKS_PER_CAP)
+    assert window.block_start(3 * block + block - 1, block) == 3 * block
