@@ -203,7 +203,8 @@ def figures(
     rows += [
         (
             "RocksDB options (tables/rocks_options.py)",
-            f"{tuning.compression}, {tuning.block_bytes // 1024} KiB data blocks, "
+            f"{tuning.compression}, {tuning.block_bytes // 1024} KiB data blocks (a full key "
+            f"every {store_module.BLOCK_RESTART_INTERVAL}), "
             f"block cache {mib(tuning.block_cache_bytes)} shared, memtables "
             f"{mib(tuning.memtable_budget_bytes)} for all partitions (write-buffer manager), "
             f"at most {mib(tuning.write_buffer_bytes)} each, bloom "
