@@ -109,7 +109,8 @@ class SeenIds:
         if seq is None:
             seq = self.store.summary(partition).next_seq
         live.next_seq = seq + 1
-        table.put(id_bytes, encode_entry(record_ms, seq - seq % block, repeats, content), partition)
+        stored_seq = seq - seq % block  # tables.window.block_start, inline: per first sighting
+        table.put(id_bytes, encode_entry(record_ms, stored_seq, repeats, content), partition)
         rank = (record_ms - record_ms % slot_ms, seq // block)
         delta = counts.delta  # counts.add(rank, 1), inline: once per first sighting
         delta[rank] = delta.get(rank, 0) + 1

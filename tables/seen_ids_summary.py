@@ -25,6 +25,8 @@ class Summary:
     """Per partition, kept in the store's bookkeeping family."""
 
     held: int = 0
+    #: The sequence a worker that reads the partition gives out next: the start of the block
+    #: after the newest written (entries keep their block's start only).
     next_seq: int = 0
     #: The newest first sighting written: the partition's stream time.
     newest_ms: int = 0

@@ -21,9 +21,9 @@ Retention (how long an id is remembered):
   times only, never the wall clock, so a replay decides as the first run did.
 - **Size cap** ``DEDUPE_MAX_IDS_PER_PARTITION``: past it the oldest ids go first (oldest slot of
   first sighting, then insertion order, to a 256th of the cap or finer), down to 1% under the
-  cap, so a traffic spike shortens the window instead of exhausting the disk. The effective window
-  (record time minus the oldest held id's first sighting, to a slot) is kept per partition and
-  a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
+  cap, so a traffic spike shortens the window instead of exhausting the disk. The effective
+  window (record time minus the oldest held id's first sighting, to a slot) is kept per
+  partition and a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
 - Ids out of the window or over the cap are absent at once (below the partition's cutoff) and
   deleted by a sweep of the ids soon after: ``tables/seen_ids.py``.
 - Trade-off: ids are kept ``DEDUPE_ALLOWED_LATENESS`` past the window, so a late record (behind

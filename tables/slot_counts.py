@@ -3,9 +3,8 @@
 An id's rank is (the slot of its first sighting, the block of its insertion sequence): slots
 are :data:`tables.window.SLOTS_PER_BUCKET` or more to an age-out bucket, blocks
 :func:`tables.window.block_size` sequence numbers, a power of two within a 256th of the size
-cap. Ranks order ids
-oldest first as the age-out index of earlier versions did (time bucket, then insertion order),
-to a block's width.
+cap. Ranks order ids oldest first as the age-out index of earlier versions did (time bucket,
+then insertion order), to a block's width.
 
 Age-out (``tables/seen_ids.py``) keeps one cutoff rank per partition: an id ranked below it is
 out of the window or over the size cap, and counts as absent whatever its entry says. The

@@ -3,11 +3,11 @@ table-driven tests (``tests/unit/test_rules_window.py``).
 
 A held id maps to an Entry: its first-seen time (ms, the record time of the copy that was
 forwarded), the block of its insertion sequence in its partition (the block's first sequence
-number, :func:`block_start`), how many repeats of it were
-dropped since (for the status endpoint; repeats are rare, ~0.6% of traffic, so counting them
-costs one changelog record per repeat) and, with ``DEDUPE_VERIFY_CONTENT``, a short hash of the
-forwarded copy's content. A record is a repeat when its id is held and was first seen less than
-the window W before the record's time:
+number, :func:`block_start`), how many repeats of it were dropped since (for the status
+endpoint; repeats are rare, ~0.6% of traffic, so counting them costs one changelog record per
+repeat) and, with ``DEDUPE_VERIFY_CONTENT``, a short hash of the forwarded copy's content. A
+record is a repeat when its id is held and was first seen less than the window W before the
+record's time:
 
     duplicate  <=>  held and record_ms - first_seen_ms < W
 
