@@ -27,7 +27,15 @@ from tables.seen_ids_summary import (
 )
 from tables.slot_counts import Rank, SlotCounts
 from tables.store import TransactionalStore
-from tables.window import FIRST_SEEN, SEQ, SIGHTING, marks_of, rank_of, slot_width
+from tables.window import (
+    FIRST_SEEN,
+    SEQ,
+    SIGHTING,
+    block_start,
+    marks_of,
+    rank_of,
+    slot_width,
+)
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +243,7 @@ class SeenIdsStore(TransactionalStore):
             held,
             # The next block's start: entries keep their block's start only, so a worker that
             # reads this (after a restart, a rebalance or a restore) begins a new block.
-            (int.from_bytes(top_seq, "big") // block + 1) * block if top_seq else 0,
+            block_start(int.from_bytes(top_seq, "big"), block) + block if top_seq else 0,
             int.from_bytes(newest, "big"),
             summary.cutoff if sweep is None else sweep.cutoff,
             slot_ms,
