@@ -11,6 +11,9 @@ This module imports only aiokafka.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import inspect
+import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -20,6 +23,7 @@ from aiokafka.cluster import ClusterMetadata
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import (
+    BaseHandler,
     EndTxnHandler,
     InitPIDHandler,
     Sender,
@@ -69,6 +73,14 @@ def fail_held_batches(producer: AIOKafkaProducer, exc: BaseException) -> None:
 async def close_connections(producer: AIOKafkaProducer) -> None:
     """Close ``producer``'s client connections (its ``stop()`` would wait for the broker)."""
     await producer.client.close()
+
+
+def use_client(producer: AIOKafkaProducer, client: Any) -> None:
+    """Give ``producer`` (not started) another network client: a test's mock, as Kafka's
+    ``MockClient`` is handed to a ``KafkaProducer`` (tests/unit/kafka_mock.py). Its sender
+    sends through it; its accumulator keeps the cluster metadata it was built with."""
+    producer.client = client
+    producer._sender.client = client
 
 
 def add_partition_by_request(producer: AIOKafkaProducer, tp: TopicPartition) -> None:
@@ -202,12 +214,6 @@ class TransactionManagerShim(TransactionManager):  # type: ignore[misc]
     def record_partition(self, tp: TopicPartition) -> None:
         self._txn_partitions.add(tp)
 
-    def request_partition(self, tp: TopicPartition) -> None:
-        """Have the sender add ``tp`` with AddPartitionsToTxn (unless it is in already)."""
-        if tp not in self._txn_partitions:
-            self._pending_txn_partitions.add(tp)
-            self.notify_task_waiter()
-
     def group_added(self, group_id: str) -> None:
         """Count ``group_id`` as added to the transaction (no AddOffsetsToTxn to send)."""
         self._txn_consumer_group = group_id
@@ -223,13 +229,14 @@ class TransactionManagerShim(TransactionManager):  # type: ignore[misc]
 _PRODUCER = "_message_accumulator _txn_manager _sender client create_batch send_batch"
 _ACCUMULATOR = "flush_for_commit _batches _pending_batches fail_all"
 _BATCH = "future _drain_waiter _msg_futures"
-_TXN = """is_fatal_error wait_for_transaction_end maybe_add_partition_to_txn producer_id
-    producer_epoch _txn_partitions _pending_txn_partitions _txn_consumer_group _pid_and_epoch
-    _sequence_numbers notify_task_waiter error_transaction complete_transaction
-    is_empty_transaction add_offsets_to_txn transactional_id transaction_timeout_ms"""
-_SENDER = """close _txn_manager _acks _request_timeout_ms _message_accumulator _find_coordinator
-    _in_flight _muted_partitions _do_init_pid _send_produce_req _do_txn_offset_commit
-    _do_txn_commit"""
+_TXN = """state is_fatal_error wait_for_transaction_end maybe_add_partition_to_txn producer_id
+    producer_epoch _txn_partitions _txn_consumer_group _pid_and_epoch
+    _sequence_numbers error_transaction fatal_error complete_transaction
+    is_empty_transaction needs_transaction_commit add_offsets_to_txn transactional_id
+    transaction_timeout_ms"""
+_SENDER = """client close _txn_manager _acks _request_timeout_ms _message_accumulator
+    _find_coordinator _in_flight _muted_partitions _do_init_pid _send_produce_req
+    _do_txn_offset_commit _do_txn_commit"""
 _CLIENT = "bootstrap send add_topic force_metadata_update cluster close"
 _RECORDS = "validate_crc next_offset base_offset producer_id is_control_batch is_transactional"
 HERE, V2, READER = "adapters/aiokafka_privates.py", "app/eos/txn_v2.py", "recovery/reader.py"
@@ -255,3 +262,43 @@ _GROUPS: list[tuple[type, str, str]] = [
 PRIVATE_NAMES: list[tuple[type, str, str]] = [
     (cls, name, where) for cls, names, where in _GROUPS for name in names.split()
 ]
+
+#: aiokafka 0.14.0's methods that the transactions-v2 flow (``app/eos/txn_v2.py``, the shims
+#: above) copies, overrides or builds on, with a hash of each one's source in that release
+#: (:func:`source_hash`). aiokafka is pinned exactly (pyproject.toml); an upgrade that changes
+#: one fails ``tests/unit/test_aiokafka_pins.py``, which names it: read the new body against
+#: our copy or override, then record the new hash.
+#: (class, method, what the v2 flow does with it, hash)
+V2_PINNED_SOURCES: list[tuple[type, str, str, str]] = [
+    (Sender, "_do_init_pid", "overridden: SenderV2.init_pid", "18cfb0d369254a90"),
+    (Sender, "_send_produce_req", "copied: SenderV2.send_produce_req", "5fbb5b444b0f65bd"),
+    (Sender, "_do_txn_offset_commit", "copied: SenderV2.txn_offset_commit", "ab4e7128f33ab64e"),
+    (Sender, "_do_txn_commit", "copied: SenderV2.txn_commit", "a474e71ab00f2b81"),
+    (Sender, "_maybe_do_transactional_request", "the order of the steps", "84a1736c0bd88805"),
+    (Sender, "_sender_routine", "mutes partitions_to_add", "c07b5ec56875658f"),
+    (BaseHandler, "do", "a backoff answer is retried", "47be65fcbddda09d"),
+    (InitPIDHandler, "create_request", "overridden: v5", "5bad4f18f194e329"),
+    (InitPIDHandler, "handle_response", "called by the v5 handler", "310b52e848f25e06"),
+    (SendProduceReqHandler, "create_request", "overridden: v12", "9e5840ea3ef2fd47"),
+    (SendProduceReqHandler, "handle_response", "called with v12 as v8", "552007acc49e7f06"),
+    (SendProduceReqHandler, "do", "fails or re-enqueues batches", "89912727d3c89bfb"),
+    (TxnOffsetCommitHandler, "create_request", "overridden: v5", "d51e42678ef339a1"),
+    (TxnOffsetCommitHandler, "handle_response", "called with v5 as v0", "da2a7e6d89c7b614"),
+    (EndTxnHandler, "create_request", "overridden: v5", "0d76c79d2c186fb9"),
+    (EndTxnHandler, "handle_response", "called with v5 errors", "0d6dddf7e76dd092"),
+    (TransactionManager, "maybe_add_partition_to_txn", "overridden", "db7059aa884626ae"),
+    (TransactionManager, "add_offsets_to_txn", "extended", "a177ec82d5014d67"),
+    (TransactionManager, "is_empty_transaction", "overridden: started", "3209652e760bca1c"),
+    (TransactionManager, "complete_transaction", "extended", "9897bddaf5f294d2"),
+    (TransactionManager, "error_transaction", "guarded", "4acd8c0364a2816b"),
+    (TransactionManager, "fatal_error", "called on a fatal batch error", "982d6933722826c1"),
+    (TransactionManager, "committing_transaction", "refuses after an error", "85b28a337d3ed98f"),
+    (TransactionManager, "aborting_transaction", "after an error", "551722fa3f33b3ef"),
+    (TransactionManager, "needs_transaction_commit", "read by txn_commit", "a43acf99d21dfc5f"),
+]
+
+
+def source_hash(cls: type, method: str) -> str:
+    """The first 16 hex digits of the sha256 of ``cls.method``'s source, dedented."""
+    source = textwrap.dedent(inspect.getsource(getattr(cls, method)))
+    return hashlib.sha256(source.encode()).hexdigest()[:16]

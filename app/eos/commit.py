@@ -14,7 +14,8 @@ Steps (``# Step N.`` in :meth:`Committer.commit`):
 3. Wait until the broker acknowledged every send; the first send error fails the
    transaction. Nothing was asked to commit yet, so aborting is exact.
 4. Add the consumed offsets to the transaction (``TxnOffsetCommit``).
-5. Ask to commit (``EndTxn``). Fenced: another owner took over. An answer lost (timeout, lost
+5. Ask to commit (``EndTxn``). Fenced: another owner took over. Refused (the broker answered
+   TRANSACTION_ABORTABLE, KIP-890): it did not commit; abort it. An answer lost (timeout, lost
    connection, a stop) leaves the outcome unknown: never abort then.
 6. Unknown outcome: close the producer and start one with the same transactional id
    (``InitProducerId`` completes or aborts the pending transaction on the broker); the group's
@@ -34,7 +35,13 @@ from aiokafka.structs import TopicPartition
 
 from app.eos.broker import BrokerReader
 from app.eos.collector import retrieve_exception_later
-from app.eos.producer import TransactionalProducers, abandon, is_fenced, send_lingering
+from app.eos.producer import (
+    TransactionalProducers,
+    abandon,
+    is_commit_refused,
+    is_fenced,
+    send_lingering,
+)
 from app.eos.task import Task
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import COMMIT_FAILURES
@@ -171,6 +178,15 @@ class Committer:
             abandon(request)
             if is_fenced(producer, exc):
                 return CommitResult(Outcome.FENCED, error=exc)
+            if is_commit_refused(producer, exc):
+                # A known outcome: not committed. A plain abort, as before the commit.
+                failed(task, "error")
+                aborted = await self.abort(task)
+                if aborted.outcome is Outcome.FENCED:
+                    return aborted
+                return CommitResult(
+                    Outcome.FAILED, error=exc, why=f"the broker refused the commit: {exc!r}"
+                )
             # Step 6. Unknown outcome: never abort; ask the broker.
             if not await self._did_commit(task, offsets, exc):
                 failed(task, "unknown_outcome")

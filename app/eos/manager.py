@@ -22,7 +22,7 @@ from app.eos.broker import BrokerReader
 from app.eos.commit import Committer
 from app.eos.consumer import Consumer, records_held_back, request_rejoin
 from app.eos.guards import StallWatchdog, gap_checked
-from app.eos.hanging import commit_through, written_by
+from app.eos.hanging import BrokerMarkers, HangingTransactions, written_by
 from app.eos.lifecycle import TaskLife
 from app.eos.positions import (
     assign_start_positions,
@@ -81,6 +81,12 @@ class TaskTransactionManager(TaskSendsOnly):
             lambda: bool(self.should_stop),
         )
         self.tasks: dict[int, Task] = self.life.tasks
+        self.hanging = HangingTransactions(
+            self.producers,
+            BrokerMarkers(s),
+            self._written_by,
+            lambda task, exc: self.life.transaction_error(task, exc, "ending a hanging one"),
+        )
         self.watchdog = StallWatchdog(
             s.stall_timeout,
             self.broker,
@@ -201,15 +207,14 @@ class TaskTransactionManager(TaskSendsOnly):
                 )
 
     async def _end_hanging(self, hanging: list[TopicPartition]) -> None:
+        await self.hanging.commit_through(self.tasks, hanging)
+
+    def _written_by(self, partition: int) -> list[TopicPartition]:
+        """Every partition the task of ``partition`` may write (app/eos/hanging.py)."""
         s = self.settings
         changelogs = sorted(set(self.committer.changelog_topics()))
         sinks = (s.output_topic, s.dlq_topic, s.repartition_topic)
-        await commit_through(
-            self.tasks,
-            hanging,
-            lambda partition: written_by(partition, changelogs, sinks, s.partitions),
-            lambda task, exc: self.life.transaction_error(task, exc, "ending a hanging one"),
-        )
+        return written_by(partition, changelogs, sinks, s.partitions)
 
     # -- rejoins ------------------------------------------------------------------------------
 

@@ -28,12 +28,13 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
 from adapters import aiokafka_privates
 from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
-from app.eos.txn_v2 import is_v2, txn_v2_manager, use_v2
+from app.eos.txn_v2 import TransactionAbortable, is_v2, use_v2
 
 if TYPE_CHECKING:
     from app.eos.txn_protocol import TransactionProtocol
@@ -94,6 +95,16 @@ def is_fenced(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     )
 
 
+def is_commit_refused(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
+    """True when a commit request failed with a known outcome, not committed: the broker
+    answered TRANSACTION_ABORTABLE (transactions v2), or the producer holds an abortable error
+    and never sent it. Only an abort may follow (the Java client's ``ABORTABLE_ERROR``)."""
+    if isinstance(exc, TransactionAbortable):
+        return True
+    txn = aiokafka_privates.txn_manager(producer)
+    return txn is not None and txn.state is TransactionState.ABORTABLE_ERROR
+
+
 def is_transaction_error(producer: AIOKafkaProducer | None, exc: BaseException) -> bool:
     """True when ``exc`` is the transaction's failure (Kafka's, or the producer refusing to send
     once it was fenced: aiokafka's ``IllegalOperation`` is no ``KafkaError``), not a bug."""
@@ -138,15 +149,13 @@ async def commit_markers(producer: AIOKafkaProducer, tps: list[TopicPartition]) 
     """Commit a transaction of ``producer`` that adds ``tps`` and writes no record: the broker
     writes a commit marker, with the producer's current epoch, on each of them. A marker of a
     newer epoch ends whatever transaction an older epoch of the same producer left open there
-    (app/eos/hanging.py)."""
+    (app/eos/hanging.py). Only the old flow adds a partition without a record
+    (AddPartitionsToTxn): ``producer`` must run it."""
+    if is_v2(producer):
+        raise ValueError("a record-less transaction needs a producer on the old flow")
     await producer.begin_transaction()
-    # With transactions v2 only a record adds its partition; AddPartitionsToTxn still does.
-    v2 = is_v2(producer)
     for tp in tps:
-        if v2:
-            txn_v2_manager(producer).add_partition_by_request(tp)
-        else:
-            aiokafka_privates.add_partition_by_request(producer, tp)
+        aiokafka_privates.add_partition_by_request(producer, tp)
     await producer.commit_transaction()  # the sender adds the partitions first
 
 
@@ -195,7 +204,10 @@ class TransactionalProducers:
         """Stable per (app, input topic, partition): survives deploys and topology changes."""
         return f"{self.settings.app_id}-{self.settings.input_topic}-{partition}"
 
-    def new(self, partition: int) -> AIOKafkaProducer:
+    def new(self, partition: int, *, old_flow: bool = False) -> AIOKafkaProducer:
+        """A producer of ``partition``'s transactional id, not started, on the protocol chosen
+        at start-up (``old_flow``: aiokafka's own, whatever was chosen: the record-less
+        transactions of app/eos/hanging.py)."""
         s = self.settings
         producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
@@ -215,7 +227,7 @@ class TransactionalProducers:
             max_request_size=s.dlq_max_message_bytes,
             request_timeout_ms=int(self.request_timeout * 1000),
         )
-        if self.protocol is not None and self.protocol.running == "v2":
+        if self.protocol is not None and self.protocol.running == "v2" and not old_flow:
             use_v2(producer)
         return producer
 

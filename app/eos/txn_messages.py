@@ -9,6 +9,8 @@ header v2 and response header v1, except ApiVersions' response header: v0 at eve
 - ApiVersions v3/v4: the cluster's finalized features (tag 1: their epoch, tag 2: the list).
 - InitProducerId v5, EndTxn v5 (its response carries the producer id and epoch to use next),
   TxnOffsetCommit v5, Produce v12: the transaction v2 (KIP-890) flow (app/eos/txn_v2.py).
+- DescribeProducers v0, WriteTxnMarkers v1: who holds a hanging transaction open, and its
+  marker written for an old producer id (app/eos/hanging.py).
 """
 
 from __future__ import annotations
@@ -297,3 +299,122 @@ class ProduceV12(Request[ProduceRequest_v12]):  # type: ignore[misc]
             for topic, parts in topics.items()
         ]
         self.fields = (transactional_id, required_acks, timeout_ms, listed)
+
+
+class DescribeProducersResponse_v0(Response):  # type: ignore[misc]
+    API_KEY = 61
+    API_VERSION = 0
+    SCHEMA = struct(
+        ("throttle_time_ms", Int32),
+        (
+            "topics",
+            array(
+                ("name", STRING),
+                (
+                    "partitions",
+                    array(
+                        ("partition_index", Int32),
+                        ("error_code", Int16),
+                        ("error_message", STRING),
+                        (
+                            "active_producers",
+                            array(
+                                ("producer_id", Int64),
+                                ("producer_epoch", Int32),
+                                ("last_sequence", Int32),
+                                ("last_timestamp", Int64),
+                                ("coordinator_epoch", Int32),
+                                ("current_txn_start_offset", Int64),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+class DescribeProducersRequest_v0(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True  # header v2, response header v1
+    API_KEY = 61
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeProducersResponse_v0
+    SCHEMA = struct(("topics", array(("name", STRING), ("partition_indexes", CompactArray(Int32)))))
+
+
+class DescribeProducers(Request[DescribeProducersRequest_v0]):  # type: ignore[misc]
+    """The producers a partition leader holds state for, with each one's open transaction
+    (KIP-664, what ``kafka-transactions.sh describe-producers`` asks). Needs Read on the topic."""
+
+    API_KEY = 61
+    build = build_from_fields
+
+    def __init__(self, tps: list[TopicPartition]) -> None:
+        topics: dict[str, list[int]] = {}
+        for tp in sorted(tps):
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        self.fields = ([(topic, parts, NO_TAGS) for topic, parts in topics.items()],)
+
+
+class WriteTxnMarkersResponse_v1(Response):  # type: ignore[misc]
+    API_KEY = 27
+    API_VERSION = 1
+    SCHEMA = struct(
+        (
+            "markers",
+            array(
+                ("producer_id", Int64),
+                (
+                    "topics",
+                    array(
+                        ("name", STRING),
+                        ("partitions", array(("partition_index", Int32), ("error_code", Int16))),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+class WriteTxnMarkersRequest_v1(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True  # header v2, response header v1
+    API_KEY = 27
+    API_VERSION = 1
+    RESPONSE_TYPE = WriteTxnMarkersResponse_v1
+    SCHEMA = struct(
+        (
+            "markers",
+            array(
+                *PRODUCER_ID_AND_EPOCH,
+                ("transaction_result", Boolean),
+                ("topics", array(("name", STRING), ("partition_indexes", CompactArray(Int32)))),
+                ("coordinator_epoch", Int32),
+            ),
+        ),
+    )
+
+
+class WriteTxnMarkers(Request[WriteTxnMarkersRequest_v1]):  # type: ignore[misc]
+    """A transaction marker for one producer on partitions of the broker it is sent to: what a
+    transaction coordinator writes at the end of a transaction, and what ``kafka-transactions.sh
+    abort`` (``Admin.abortTransaction``) writes for a transaction no coordinator will end.
+    Needs Alter (or ClusterAction) on the cluster. Version 1 carries no transaction version: the
+    leader checks the marker's epoch as for the old protocol (at least the producer's)."""
+
+    API_KEY = 27
+    build = build_from_fields
+
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        tps: list[TopicPartition],
+    ) -> None:
+        topics: dict[str, list[int]] = {}
+        for tp in sorted(tps):
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        listed = [(topic, parts, NO_TAGS) for topic, parts in topics.items()]
+        marker = (producer_id, producer_epoch, commit, listed, coordinator_epoch, NO_TAGS)
+        self.fields = ([marker],)

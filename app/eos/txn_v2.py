@@ -14,6 +14,20 @@ when the cluster finalized ``transaction.version >= 2`` (apache/kafka
 - TRANSACTION_ABORTABLE (error 120) on a Produce, TxnOffsetCommit or EndTxn: the transaction
   can only be aborted.
 
+Where aiokafka's transaction state and the Java client's differ, the v2 flow follows Java's:
+
+- a transaction a record or the offsets joined is *started* (``transactionStarted``) and always
+  ends with EndTxn, abort included: aiokafka forgets the partitions on an abortable error and
+  then ends the abort locally, which under v2 (the broker added the partitions) leaves the
+  broker's transaction open, readers stalled at it and the epoch unbumped;
+- a failed record batch makes the transaction abortable (``TransactionManager
+  .handleFailedBatch`` -> ``maybeTransitionToErrorState``): the producer itself refuses to
+  commit, whoever checks the send futures;
+- a retriable error on TxnOffsetCommit (CONCURRENT_TRANSACTIONS while the previous
+  transaction's markers are written, NETWORK_EXCEPTION, ...) is retried
+  (``TxnOffsetCommitHandler``: ``error.exception() instanceof RetriableException``); aiokafka
+  raises it in its sender task, which ends the producer.
+
 aiokafka (0.14) sends the oldest versions only; its ``Sender`` picks each request from a
 handler class, and its ``TransactionManager`` keeps the transaction's partitions, group and
 producer state. :func:`use_v2` gives a producer (before ``start()``) the subclasses below,
@@ -28,7 +42,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.client import CoordinationType
-from aiokafka.errors import GroupAuthorizationFailedError, KafkaError, ProducerFenced
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    KafkaError,
+    ProducerFenced,
+    TransactionalIdAuthorizationFailed,
+)
+from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.structs import TopicPartition
 
 from adapters.aiokafka_privates import (
@@ -72,6 +92,21 @@ INVALID_PRODUCER_EPOCH = 47
 #: handler does not know CONCURRENT_TRANSACTIONS as retriable and would fail the batch.
 VERIFICATION_RETRIABLE = frozenset({51, 13, 14, 15, 16})
 NOT_ENOUGH_REPLICAS = 19
+CONCURRENT_TRANSACTIONS = 51
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+#: TxnOffsetCommit errors that are Kafka ``RetriableException``s and that aiokafka's handler
+#: does not retry (it retries COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+#: NOT_COORDINATOR, REQUEST_TIMED_OUT and UNKNOWN_TOPIC_OR_PARTITION itself): NETWORK_EXCEPTION,
+#: NOT_ENOUGH_REPLICAS(_AFTER_APPEND) (the offsets' append) and CONCURRENT_TRANSACTIONS (under v2
+#: the group coordinator adds the offsets partition to the transaction, and the coordinator
+#: answers this while the previous transaction's markers are being written).
+OFFSET_COMMIT_RETRIABLE = frozenset({13, 19, 20, CONCURRENT_TRANSACTIONS})
+#: How long to wait before retrying after CONCURRENT_TRANSACTIONS: the previous transaction's
+#: markers are being written, which takes milliseconds (aiokafka's and the Java client's
+#: override for AddPartitionsToTxn, KAFKA-5477; the default 100 ms backoff would add that to
+#: every commit that follows another closely).
+CONCURRENT_TRANSACTIONS_BACKOFF = 0.02
 
 
 def as_old_error(code: int) -> int:
@@ -107,6 +142,14 @@ class InitPidV5Handler(InitPIDShim):
         return result
 
 
+def as_old_offset_commit_error(code: int) -> int:
+    """A TxnOffsetCommit v5 partition error as aiokafka's handler of the older version reads
+    it: a retriable error it does not know becomes one it retries after its backoff."""
+    if code in OFFSET_COMMIT_RETRIABLE:
+        return COORDINATOR_LOAD_IN_PROGRESS
+    return as_old_error(code)
+
+
 class ProduceV12Handler(ProduceShim):
     def create_request(self) -> ProduceV12:
         topics: dict[str, list[tuple[int, bytes]]] = {}
@@ -117,7 +160,8 @@ class ProduceV12Handler(ProduceShim):
     def handle_response(self, response: Any) -> None:
         # As a v8 response (aiokafka's newest): (partition, error, offset, timestamp, log
         # start offset, record errors, error message). A TRANSACTION_ABORTABLE fails the
-        # batch at once: retrying cannot help, the commit sees the send error and aborts.
+        # batch at once: retrying cannot help (the sender then makes the transaction
+        # abortable, as for every failed batch).
         topics = []
         for topic, partitions, _tags in response.responses:
             kept = []
@@ -144,16 +188,20 @@ class TxnOffsetCommitV5Handler(TxnOffsetCommitShim):
         )
 
     def handle_response(self, resp: Any) -> float | None:
-        errors = [
-            (topic, [(p, as_old_error(error)) for p, error, _t in partitions])
-            for topic, partitions, _tags in resp.topics
-        ]
-        if any(e == TRANSACTION_ABORTABLE for _, parts in errors for _, e in parts):
+        codes = [error for _t, partitions, _ in resp.topics for _p, error, _ in partitions]
+        if TRANSACTION_ABORTABLE in codes:
             self.txn.error_transaction(
                 TransactionAbortable(f"TxnOffsetCommit for group {self.group_id}")
             )
             return None
+        errors = [
+            (topic, [(p, as_old_offset_commit_error(error)) for p, error, _t in partitions])
+            for topic, partitions, _tags in resp.topics
+        ]
         result: float | None = super().handle_response(_Fields(errors=errors))
+        if result is not None and CONCURRENT_TRANSACTIONS in codes:
+            # The previous transaction's markers are being written: soon done.
+            return CONCURRENT_TRANSACTIONS_BACKOFF
         return result
 
 
@@ -174,7 +222,14 @@ class EndTxnV5Handler(EndTxnShim):
             txn.complete_transaction()
             return None
         if resp.error_code == TRANSACTION_ABORTABLE:
-            txn.error_transaction(TransactionAbortable("EndTxn"))
+            # A commit that can only be aborted now: the caller aborts it (EndTxn(abort)).
+            # An abort answered so makes no sense: the producer ends, and its successor's
+            # InitProducerId settles the transaction.
+            error = TransactionAbortable(f"EndTxn({'commit' if self.commit_result else 'abort'})")
+            if self.commit_result:
+                txn.error_transaction(error)
+            else:
+                txn.fatal_error(error)
             return None
         code = as_old_error(resp.error_code)
         result: float | None = super().handle_response(_Fields(error_code=code))
@@ -189,9 +244,14 @@ class SenderV2(SenderShim):
         return ok
 
     async def send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
-        # As aiokafka's, with the v12 handler.
+        # As aiokafka's, with the v12 handler; then a batch that failed (not one sent again)
+        # fails its transaction, as the Java client's ``handleFailedBatch`` does.
         await ProduceV12Handler(self, batches).do(node_id)
         self.produce_sent(node_id, batches)
+        for batch in batches.values():
+            fut = batch.future
+            if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                self.txn.batch_failed(fut.exception())
 
     async def txn_offset_commit(self, offsets: dict[TopicPartition, Any], group: str) -> None:
         # As aiokafka's, with the v5 handler.
@@ -206,9 +266,14 @@ class SenderV2(SenderShim):
 
     async def txn_commit(self, commit_result: Any) -> None:
         # As aiokafka's, with the v5 handler: every batch acknowledged first; a transaction
-        # that sent nothing ends locally (the Java client's ``nextRequest`` does the same).
+        # that never started (no record, no offsets) ends locally, as the Java client's
+        # ``nextRequest`` does; a started one always sends EndTxn, an abort after an error too.
         await self.flush_for_commit()
         txn = self.txn
+        if txn.needs_transaction_commit() != commit_result:
+            # A batch failed while they were flushed: the commit failed with it (the Java
+            # client's ``maybeTerminateRequestWithError``); only an abort may follow.
+            return
         if txn.is_empty_transaction():
             txn.complete_transaction()
             return
@@ -216,27 +281,61 @@ class SenderV2(SenderShim):
         await EndTxnV5Handler(self, commit_result).do(node_id)
 
 
+#: The states an abortable error may come from (Java's ``State.isTransitionValid`` for
+#: ABORTABLE_ERROR, less ABORTABLE_ERROR itself: a second error changes nothing here).
+ABORTABLE_FROM = (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING_TRANSACTION)
+#: Batch errors that end the producer, not only the transaction (Java's
+#: ``maybeTransitionToErrorState``: fenced, or the transactional id not authorized).
+FATAL_BATCH_ERRORS = (ProducerFenced, TransactionalIdAuthorizationFailed)
+
+
 class TransactionManagerV2(TransactionManagerShim):
-    """aiokafka's transaction state, with partitions and offsets added by the broker."""
+    """aiokafka's transaction state, with partitions and offsets added by the broker and the
+    Java client's ``transactionStarted`` (see the module docstring)."""
+
+    #: A record or the offsets joined the open transaction: it ends with EndTxn, whatever
+    #: error came first. (A class default: :func:`use_v2` swaps the class of a live object.)
+    started = False
 
     def maybe_add_partition_to_txn(self, tp: TopicPartition) -> None:
-        # Recorded only (the transaction is not empty); the Produce request adds it.
+        # Recorded only; the Produce request adds it (and the transaction has started).
         if self.transactional_id is None:
             return
         assert self.is_in_transaction()
         self.record_partition(tp)
-
-    def add_partition_by_request(self, tp: TopicPartition) -> None:
-        """Add ``tp`` with AddPartitionsToTxn although no record goes there (a marker-only
-        transaction, app/eos/hanging.py): the old request still adds it on a v2 cluster."""
-        assert self.is_in_transaction()
-        self.request_partition(tp)
+        self.started = True
 
     def add_offsets_to_txn(self, offsets: Any, group_id: str) -> Any:
         # No AddOffsetsToTxn: the group counts as added, so the sender goes straight to
-        # TxnOffsetCommit (and the transaction is not empty).
+        # TxnOffsetCommit (and the transaction has started).
         self.group_added(group_id)
+        self.started = True
         return super().add_offsets_to_txn(offsets, group_id)
+
+    def is_empty_transaction(self) -> bool:
+        # aiokafka asks its partitions and group, which an abortable error clears.
+        return not self.started
+
+    def complete_transaction(self) -> None:
+        super().complete_transaction()
+        self.started = False
+
+    def error_transaction(self, exc: BaseException) -> None:
+        """The transaction can only be aborted (``exc`` is what a commit raises). Ignored
+        while it is being aborted, after a first such error, and once the producer failed
+        (Java's ``transitionToAbortableError``)."""
+        if self.state in ABORTABLE_FROM:
+            super().error_transaction(exc)
+
+    def batch_failed(self, exc: BaseException) -> None:
+        """A record batch of the open transaction failed for good (Java's
+        ``maybeTransitionToErrorState``): fenced or not authorized ends the producer,
+        anything else the transaction."""
+        if isinstance(exc, FATAL_BATCH_ERRORS):
+            if not self.is_fatal_error():
+                self.fatal_error(exc)
+        else:
+            self.error_transaction(exc)
 
 
 def use_v2(producer: AIOKafkaProducer) -> None:
@@ -248,11 +347,4 @@ def is_v2(producer: AIOKafkaProducer) -> bool:
     return isinstance(txn_manager(producer), TransactionManagerV2)
 
 
-def txn_v2_manager(producer: AIOKafkaProducer) -> TransactionManagerV2:
-    """The v2 transaction state of ``producer`` (one :func:`use_v2` was given)."""
-    txn = txn_manager(producer)
-    assert isinstance(txn, TransactionManagerV2)
-    return txn
-
-
-__all__ = ["TransactionAbortable", "is_v2", "txn_v2_manager", "use_v2"]
+__all__ = ["TransactionAbortable", "is_v2", "use_v2"]

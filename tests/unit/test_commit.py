@@ -11,6 +11,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFenced
 
 from app.eos import Outcome
+from app.eos.txn_v2 import TransactionAbortable
 from app.metrics import REGISTRY
 from tests.unit.commit_fakes import CHANGELOG, SOURCE, setup
 
@@ -109,6 +110,21 @@ async def test_a_lost_commit_answer_that_did_not_commit_fails_never_aborted() ->
     assert "did not commit" in result.why
     assert "abort" not in producer.calls
     assert task.producer is producers.started[0]
+
+
+async def test_a_commit_the_broker_refused_is_aborted_not_resolved() -> None:
+    """TRANSACTION_ABORTABLE on EndTxn (transactions v2) is an answer: not committed. A plain
+    abort follows; the producer is kept and nobody asks the broker what happened."""
+    committer, task, producer, producers, broker, _ = setup(committed={SOURCE: 12})
+    producer.commit_error = TransactionAbortable("EndTxn(commit)")
+    labels = {"partition": "3", "reason": "error"}
+    before = REGISTRY.get_sample_value("dedupe_commit_failures_total", labels) or 0.0
+    result = await committer.commit(task)
+    assert result.outcome is Outcome.FAILED and result.reason == "error"
+    assert "refused" in result.why
+    assert producer.calls[-2:] == ["commit", "abort"]
+    assert broker.asked == [] and producers.started == [] and task.producer is producer
+    assert REGISTRY.get_sample_value("dedupe_commit_failures_total", labels) == before + 1
 
 
 async def test_fenced_at_the_commit() -> None:
