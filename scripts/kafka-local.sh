@@ -49,8 +49,10 @@
 #   KAFKA_EXTRA_LISTENERS  extra PLAINTEXT listeners "NAME:listen_port:advertised_port,..."
 #                          (the network fault tests put a proxy on each advertised port)
 #   KAFKA_FORMAT_ARGS      arguments for the first `kafka-storage format` of a data dir; default
-#                          "--feature transaction.version=1 --feature
-#                          eligible.leader.replicas.version=0" (see the comment at `format`)
+#                          none: Kafka's defaults, as every new 4.x cluster (transactions v2,
+#                          eligible leader replicas); e.g. "--feature transaction.version=1"
+#                          for a broker on the old transaction protocol (the fault tier's v1
+#                          rows)
 #   PYTHON                 python with aiokafka for the readiness probe and the InitProducerId
 #                          warm-up, default .venv/bin/python (`make install` creates it)
 #   JAVA                   java binary, default $JAVA_HOME/bin/java or java
@@ -630,21 +632,10 @@ cmd_up() {
     local cluster_id storage_tool
     cluster_id=$(new_cluster_id)
     storage_tool=$(tool_class storage-tool)
-    # Two features off on Kafka 4.x, both for a single node:
-    # - transaction.version=1 (new clusters default to 2, KIP-890): aiokafka 0.14 speaks the
-    #   version-1 protocol; on version 2 a kill -9 of the broker left transactions of the
-    #   restarted worker's old producers open for good (hanging), which broke exactly-once in
-    #   the F7 fault test.
-    # - eligible.leader.replicas.version=0 (ELR, KIP-966, on by default since 4.1): with ELR a
-    #   broker that restarts after a kill -9 is an "unclean shutdown" and is dropped from the
-    #   ELR, so with one replica every partition (__transaction_state and __consumer_offsets
-    #   too) comes back through an UNCLEAN leader election in leaderRecoveryState RECOVERING
-    #   (63 such lines per restart in broker.log), the election Kafka documents as possibly
-    #   losing data; the F7 test then intermittently saw hanging transactions and committed
-    #   offsets read back older. Without ELR the only replica stays in the ISR and is elected
-    #   cleanly, as before 4.0. On a cluster with replication 3 and min.insync.replicas 2, ELR
-    #   is what you want; it only hurts a single node.
-    local format_args=${KAFKA_FORMAT_ARGS-"--feature transaction.version=1 --feature eligible.leader.replicas.version=0"}
+    # Kafka's defaults unless KAFKA_FORMAT_ARGS says otherwise: what every new 4.x cluster
+    # finalizes (transaction.version=2, KIP-890; eligible leader replicas, KIP-966), so `make run`,
+    # the tests and the benchmarks run the protocol production runs.
+    local format_args=${KAFKA_FORMAT_ARGS-}
     local -a scram_args=()
     [[ $KAFKA_SECURITY == sasl_ssl ]] && mapfile -t scram_args < <(secure_format_args)
     say "formatting storage in $CONTROLLER_DIR and $LOG_DIR (cluster id $cluster_id) $format_args"
@@ -657,10 +648,10 @@ cmd_up() {
     fi
     echo "$KAFKA_VERSION" >"$DATA_DIR/kafka.version"
     echo "$KAFKA_SECURITY" >"$DATA_DIR/security"
-  elif grep -q "eligible.leader.replicas.version', featureLevel=1" "$DATA_DIR/format.log" 2>/dev/null; then
-    say "WARNING: $DATA_DIR was formatted with eligible leader replicas on: after a kill -9 this" \
-      "single broker comes back through an unclean leader election (see 'format' in this script);" \
-      "run 'wipe' once to reformat it"
+  elif [[ -z ${KAFKA_FORMAT_ARGS-} ]] &&
+    grep -q "transaction.version', featureLevel=1" "$DATA_DIR/format.log" 2>/dev/null; then
+    say "NOTE: $DATA_DIR was formatted with transaction.version=1 (an older kafka-local.sh did" \
+      "so); new clusters finalize 2: run 'wipe' once to reformat it with Kafka's defaults"
   fi
   if [[ ! -f $LOG_DIR/meta.properties ]]; then
     # The broker's log dir: only its identity in the controller's cluster.

@@ -25,8 +25,16 @@ def _listening(port: int) -> bool:
 
 
 @pytest.fixture(scope="session")
-def broker() -> Broker:
-    """The real Kafka broker on 127.0.0.1:$DEDUPE_TEST_KAFKA_PORT, started when not running.
+def broker(test_broker: Broker) -> Broker:
+    """The broker a test runs against: the session's test broker (a tier may choose another:
+    tests/faults, tests/cluster)."""
+    return test_broker
+
+
+@pytest.fixture(scope="session")
+def test_broker() -> Broker:
+    """The real Kafka broker on 127.0.0.1:$DEDUPE_TEST_KAFKA_PORT, formatted with Kafka's
+    defaults (scripts/kafka-local.sh), started when not running.
 
     It is left running after the session (``make kafka-down KAFKA_PORT=19092`` stops it), so
     repeated test runs do not pay its start-up.

@@ -8,6 +8,7 @@ that measured them): a run of a subset (one file, ``-k``) must not shrink the pu
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import platform
@@ -54,6 +55,12 @@ class Reliability:
         self.nodes = nodes
         self.txn_version = txn_version
         self.rows: list[Row] = []
+
+    def with_version(self, txn_version: str) -> Reliability:
+        """This report, recording rows under ``txn_version`` (the rows are shared)."""
+        view = copy.copy(self)
+        view.txn_version = txn_version
+        return view
 
     def record(
         self,

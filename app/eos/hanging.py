@@ -283,7 +283,17 @@ class HangingTransactions:
             await self._commit_own(task, written)
         if older:
             elsewhere = await self.markers.open_transactions(written)
-            await self.markers.commit([t for t in elsewhere if t.producer_id in older])
+            ending = [t for t in elsewhere if t.producer_id in older]
+            await self.markers.commit(ending)
+            for pid in older:
+                log.warning(
+                    "partition %d: wrote commit markers for the older producer id %d on %s",
+                    task.partition,
+                    pid,
+                    ", ".join(
+                        f"{t.tp.topic}-{t.tp.partition}" for t in ending if t.producer_id == pid
+                    ),
+                )
 
     async def _commit_own(self, task: Task, written: list[TopicPartition]) -> None:
         """A record-less commit of the task's own producer id on ``written``."""

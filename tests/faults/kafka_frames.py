@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from io import BytesIO
+from typing import Any
+
+from app.eos.txn_messages import ProduceResponse_v12, TxnOffsetCommitResponse_v5
 
 #: Kafka API keys the proxy reads (https://kafka.apache.org/protocol#protocol_api_keys).
 PRODUCE, JOIN_GROUP, SYNC_GROUP, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = (
@@ -19,8 +23,15 @@ PRODUCE, JOIN_GROUP, SYNC_GROUP, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TX
     24,
     26,
 )
+TXN_OFFSET_COMMIT = 28
 #: First flexible version (compact strings, tagged fields) of each API read here.
-FLEXIBLE_FROM = {INIT_PRODUCER_ID: 2, END_TXN: 3}
+FLEXIBLE_FROM = {INIT_PRODUCER_ID: 2, END_TXN: 3, PRODUCE: 9, TXN_OFFSET_COMMIT: 3}
+#: The answers whose error codes the proxy can rewrite, by (API key, version): the versions
+#: the transactions-v2 flow sends (app/eos/txn_messages.py).
+REWRITABLE = {
+    (PRODUCE, 12): ProduceResponse_v12,
+    (TXN_OFFSET_COMMIT, 5): TxnOffsetCommitResponse_v5,
+}
 
 
 @dataclass
@@ -41,6 +52,8 @@ class TxnRequest:
 class Frame:
     data: bytes
     api_key: int = -1
+    version: int = -1
+    correlation_id: int = -1
     txn: TxnRequest | None = None
 
 
@@ -118,3 +131,51 @@ def parse_answer(frame: bytes, api_key: int, version: int, txn: TxnRequest) -> N
     _throttle, txn.error = struct.unpack_from(">ih", frame, i)
     if api_key == INIT_PRODUCER_ID:
         txn.producer_id, txn.epoch = struct.unpack_from(">qh", frame, i + 6)
+
+
+def _answer_body_at(frame: bytes) -> int:
+    """Where a flexible answer's body starts: after its size, correlation id and the response
+    header's tagged fields (header v1)."""
+    count, i = _uvarint(frame, 8)
+    for _ in range(count):
+        _tag, i = _uvarint(frame, i)
+        size, i = _uvarint(frame, i)
+        i += size
+    return i
+
+
+def _partition_errors(api_key: int, answer: Any) -> list[list[Any]]:
+    """The partition entries of a decoded answer, as lists whose index 1 is the error code."""
+    if api_key == PRODUCE:
+        return [p for _t, parts, _ in answer.responses for p in parts]
+    return [p for _t, parts, _ in answer.topics for p in parts]
+
+
+def answer_errors(frame: bytes, api_key: int, version: int) -> list[int]:
+    """The partition error codes of an answer the proxy can read (:data:`REWRITABLE`)."""
+    kind = REWRITABLE[(api_key, version)]
+    answer = kind.decode(BytesIO(frame[_answer_body_at(frame) :]))
+    return [int(p[1]) for p in _partition_errors(api_key, answer)]
+
+
+def rewrite_errors(frame: bytes, api_key: int, version: int, error: int) -> bytes:
+    """``frame`` (an answer of :data:`REWRITABLE`) with every partition's error code set to
+    ``error``, as if the broker had answered so."""
+    kind = REWRITABLE[(api_key, version)]
+    at = _answer_body_at(frame)
+    answer = kind.decode(BytesIO(frame[at:]))
+    if api_key == PRODUCE:
+        # A failed partition has no offsets; tag 0 (the new leader, KIP-951, sent with
+        # NOT_LEADER errors only) goes, which aiokafka's encoder cannot write either.
+        answer.responses = [
+            (name, [(p[0], error, -1, -1, -1, [], None, {}) for p in parts], tags)
+            for name, parts, tags in answer.responses
+        ]
+        answer.tags = {k: v for k, v in answer.tags.items() if k > 0}
+    else:
+        answer.topics = [
+            (name, [(p[0], error, p[2]) for p in parts], tags)
+            for name, parts, tags in answer.topics
+        ]
+    body = frame[4:at] + answer.encode()
+    return struct.pack(">i", len(body)) + body

@@ -12,7 +12,12 @@ it. The test can, at any moment:
   and :meth:`Link.heal` resets the connections that lost bytes (their streams are broken);
 - hold the link: nothing passes until the heal, then everything held is delivered late;
 - reset every connection (RST), or reset a connection when a chosen request passes (before
-  or after it reaches the broker), e.g. mid-commit.
+  or after it reaches the broker), e.g. mid-commit;
+- rewrite the error code of the next answers to a request type (``fail_next``: the broker's
+  TRANSACTION_ABORTABLE or CONCURRENT_TRANSACTIONS, as the client would see it);
+- hold the next request of a type (``hold_next``) with what follows it on its connection, until
+  :meth:`Link.release`: it reaches the broker then, even if the client gave up on it and
+  closed the connection meanwhile (a request delayed in the network past its timeout).
 
 The proxy reads the Kafka frames it forwards (size-prefixed requests, answers matched by
 correlation id) and keeps a log of the transaction requests it saw (:class:`TxnRequest`:
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tests.faults.kafka_frames import TxnRequest
-from tests.faults.proxy_conn import Action, Conn
+from tests.faults.proxy_conn import Action, Conn, Held
 
 Direction = Literal["both", "to-broker", "from-broker"]
 
@@ -60,6 +65,12 @@ class Link:
     resets: int = 0
     connections: int = 0
     dropped_bytes: int = 0
+    #: The answers rewritten by :meth:`fail_next`: (API key, the broker's error codes).
+    rewritten: list[tuple[int, list[int]]] = field(default_factory=list)
+    #: The request :meth:`hold_next` held, once one was.
+    held: Held | None = None
+    _fail: list[tuple[int, int]] = field(default_factory=list)
+    _hold_api: int | None = None
     _cut_up: bool = False
     _cut_down: bool = False
     _hold: bool = False
@@ -135,6 +146,40 @@ class Link:
         many were reset."""
         self._cut_up = self._cut_down = self._hold = False
         return int(self._call(self._reset_damaged))
+
+    def clear(self) -> None:
+        """No fault and an empty log: what a test starts from."""
+        self.latency = self.jitter = 0.0
+        self.rate = None
+        self.on_request = None
+        self._fail.clear()
+        self.release()
+        self.heal()
+        self.txn_requests.clear()
+        self.rewritten.clear()
+        self.held = None
+        self.resets = self.connections = self.dropped_bytes = 0
+
+    def fail_next(self, api_key: int, error: int, times: int = 1) -> None:
+        """Set every partition's error code to ``error`` in the next ``times`` answers to
+        requests of ``api_key`` (the versions of ``kafka_frames.REWRITABLE``)."""
+        self._fail += [(api_key, error)] * times
+
+    def failing(self) -> int:
+        """How many of the answers :meth:`fail_next` asked for are still to come."""
+        return len(self._fail)
+
+    def hold_next(self, api_key: int) -> None:
+        """Hold the next request of ``api_key``, on whichever connection it comes, and what
+        follows it on that connection, until :meth:`release` (see the module docstring)."""
+        self.held = None
+        self._hold_api = api_key
+
+    def release(self) -> None:
+        """Deliver the held request (and what queued behind it)."""
+        self._hold_api = None
+        if self.held is not None:
+            self.held.released = True
 
     def reset_all(self) -> int:
         """Reset every open connection now; returns how many."""

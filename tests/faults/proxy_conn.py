@@ -10,16 +10,20 @@ import contextlib
 import socket
 import struct
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tests.faults.kafka_frames import (
     JOIN_GROUP,
+    REWRITABLE,
     SYNC_GROUP,
     Frame,
     Reader,
     TxnRequest,
+    answer_errors,
     parse_answer,
     parse_request,
+    rewrite_errors,
 )
 
 if TYPE_CHECKING:
@@ -29,6 +33,24 @@ if TYPE_CHECKING:
 #: the connection instead: the request is lost), "reset-after" (forward it, then reset the
 #: connection before its answer can come back).
 Action = Literal["reset-before", "reset-after"] | None
+
+
+@dataclass
+class Held:
+    """The request ``Link.hold_next`` held."""
+
+    api_key: int
+    version: int
+    correlation_id: int
+    held_at: float
+    released: bool = False
+    #: When it was sent on to the broker (0: not yet).
+    forwarded_at: float = 0.0
+    #: Whether the client had closed the connection by then (it gave up on the request).
+    client_gone: bool = False
+    #: The broker's partition error codes in its answer (None: no answer seen yet; empty: an
+    #: answer of a version the proxy does not read).
+    answer: list[int] | None = None
 
 
 class Conn:
@@ -50,6 +72,10 @@ class Conn:
         self.mute_answers = False  # set before a "reset-after" request goes on
         #: correlation id -> (api key, version, the transaction request) of requests sent on
         self.pending: dict[int, tuple[int, int, TxnRequest | None]] = {}
+        #: The request held on this connection (``Link.hold_next``), and its answer's arrival.
+        self.held: Held | None = None
+        self.held_answered = asyncio.Event()
+        self.client_closed = False
 
     def reset(self) -> None:
         if self.closed:
@@ -97,6 +123,8 @@ class Conn:
             rest = frames.rest()
             if rest:
                 queue.put_nowait((last, Frame(rest)))
+            if up:
+                self.client_closed = True
             queue.put_nowait((last, None))
             await sender
         finally:
@@ -107,7 +135,8 @@ class Conn:
         try:
             if up:
                 api_key, version, corr, txn = parse_request(raw)
-                frame.api_key, frame.txn = api_key, txn
+                frame.api_key, frame.version, frame.correlation_id = api_key, version, corr
+                frame.txn = txn
                 self.pending[corr] = (api_key, version, txn)
                 if txn is not None:
                     self.link.txn_requests.append(txn)
@@ -116,9 +145,26 @@ class Conn:
                 api_key, version, txn = self.pending.pop(corr, (-1, 0, None))
                 if txn is not None:
                     parse_answer(raw, api_key, version, txn)
+                self._answer_seen(frame, api_key, version, corr)
         except (struct.error, IndexError, AssertionError):
             pass  # not a frame the proxy understands: forwarded as it is
         return frame
+
+    def _answer_seen(self, frame: Frame, api_key: int, version: int, corr: int) -> None:
+        """Rewrite the answer as ``Link.fail_next`` asked; note the held request's answer."""
+        link = self.link
+        held = self.held
+        if held is not None and held.correlation_id == corr:
+            readable = (api_key, version) in REWRITABLE
+            held.answer = answer_errors(frame.data, api_key, version) if readable else []
+            self.held_answered.set()
+        if (api_key, version) not in REWRITABLE:
+            return
+        wanted = next((f for f in link._fail if f[0] == api_key), None)
+        if wanted is not None:
+            link._fail.remove(wanted)
+            link.rewritten.append((api_key, answer_errors(frame.data, api_key, version)))
+            frame.data = rewrite_errors(frame.data, api_key, version, wanted[1])
 
     async def _send(
         self, queue: asyncio.Queue[tuple[float, Frame | None]], w: asyncio.StreamWriter, up: bool
@@ -150,9 +196,23 @@ class Conn:
             # A flag polled, not an asyncio.Event: the test's thread sets and clears it.
             while link._hold and not self.closed:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
+            if up and link._hold_api is not None and frame.api_key == link._hold_api:
+                link._hold_api = None
+                self.held = link.held = Held(
+                    frame.api_key, frame.version, frame.correlation_id, time.monotonic()
+                )
+                while not self.held.released and not self.closed:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+                self.held.client_gone = self.client_closed
             if self.closed:
                 return
             await self._write(w, frame.data)
+            if up and self.held is not None and self.held.correlation_id == frame.correlation_id:
+                self.held.forwarded_at = time.monotonic()
+                # Its answer before anything more from a client that gave up: an end of the
+                # stream right behind it could close the connection before the broker acts.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.held_answered.wait(), 30)
             if frame.txn is not None:
                 frame.txn.forwarded_at = time.monotonic()
             if up and frame.api_key in (JOIN_GROUP, SYNC_GROUP):

@@ -23,15 +23,13 @@ import threading
 import time
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition as TP
 
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import end_offsets, read_topic
 from scripts.verify import check
-from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.faults.conftest import SCALE, Reliability
+from tests.faults.hanging_support import hang_a_transaction
 from tests.faults.scenario import drain_and_verify, record, started
 from tests.support import Broker, Names
 from tests.workers import Worker, wait_drained
@@ -53,6 +51,7 @@ def broker_pid(broker: Broker) -> int:
     ],
     ids=["committed", "not-committed"],
 )
+@pytest.mark.both_protocols
 def test_a_commit_with_unknown_outcome_is_resolved_not_aborted(
     broker: Broker,
     names: Names,
@@ -85,6 +84,7 @@ def test_a_commit_with_unknown_outcome_is_resolved_not_aborted(
     assert report.exactly_once, report.line() + "\n" + "\n".join(report.examples)
 
 
+@pytest.mark.both_protocols
 def test_a_commit_rolled_back_after_it_was_acknowledged_is_not_kept(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
@@ -121,47 +121,7 @@ def test_a_commit_rolled_back_after_it_was_acknowledged_is_not_kept(
     assert "the broker returned a stale committed offset" not in log  # no raise past it
 
 
-VERIFICATION = "transaction.partition.verification.enable"
-
-
-async def leave_a_hanging_transaction(bootstrap: str, transactional_id: str, tp: TP) -> int:
-    """Write, with the task's own transactional id, a transaction on changelog partition ``tp``
-    that the transaction coordinator does not know of: what a broker that dropped its markers
-    leaves (F6). The partition is never added to the transaction (the broker accepts that
-    only with partition verification off), and the producer then dies without ending it. Its
-    records are copies of the partition's last committed seen-id records: the same ids with the
-    same values, so however it ends, the state does not change. Returns how many it holds."""
-    reader = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
-    )
-    await reader.start()
-    try:
-        reader.assign([tp])
-        end = (await reader.end_offsets([tp]))[tp]
-        reader.seek(tp, max(0, end - 200))
-        copies: list[tuple[bytes, bytes]] = []
-        while await reader.position(tp) < end:
-            batch = await reader.getmany(tp, timeout_ms=2000)
-            copies += [
-                (m.key, m.value)
-                for m in batch.get(tp, [])
-                if m.key is not None and m.value is not None and m.key != SOURCE_OFFSETS_KEY
-            ]
-    finally:
-        await reader.stop()
-    assert copies, f"no seen-id records in {tp}"
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
-    await producer.start()  # InitProducerId: the next start of the worker's producer bumps it
-    await producer.begin_transaction()
-    producer._txn_manager._txn_partitions.add(tp)  # "added": no AddPartitionsToTxn is sent
-    for key, value in copies[-20:]:
-        await producer.send(tp.topic, value, key=key, partition=tp.partition)
-    await producer.flush()
-    await producer._sender.close()  # dies: no EndTxn
-    await producer.client.close()
-    return len(copies[-20:])
-
-
+@pytest.mark.both_protocols
 def test_a_transaction_the_broker_left_open_on_the_changelog_is_committed_through(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
@@ -174,27 +134,7 @@ def test_a_transaction_the_broker_left_open_on_the_changelog_is_committed_throug
     wait_drained(broker, names, timeout=300, workers=workers)
     worker.kill(signal.SIGTERM)
     tp = TP(names.changelog_topic, 0)
-    cluster_wide = ("--entity-type", "brokers", "--entity-default")
-    broker.alter_configs(*cluster_wide, "--add-config", f"{VERIFICATION}=false")
-    try:
-        # The setting reaches the broker a moment later: until then the write is refused.
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                held = asyncio.run(
-                    leave_a_hanging_transaction(
-                        broker.bootstrap, f"{names.app_id}-{names.input_topic}-0", tp
-                    )
-                )
-                break
-            except KafkaError:
-                assert time.monotonic() < deadline, "the broker kept verifying partitions"
-                time.sleep(1)
-    finally:
-        broker.alter_configs(*cluster_wide, "--delete-config", VERIFICATION)
-    stable = asyncio.run(end_offsets(broker.bootstrap, tp.topic))[0]
-    end = asyncio.run(end_offsets(broker.bootstrap, tp.topic, isolation_level="read_uncommitted"))
-    assert stable < end[0], "no transaction was left open: the test would prove nothing"
+    held, end = hang_a_transaction(broker, names, tp)
     hung_at = time.monotonic()
     worker.start()
     worker.wait_ready(timeout=180)
@@ -205,9 +145,10 @@ def test_a_transaction_the_broker_left_open_on_the_changelog_is_committed_throug
     log = worker.log_text()
     assert f"a transaction stays open on {tp.topic}-0 after this partition's producer" in log
     settled = asyncio.run(end_offsets(broker.bootstrap, tp.topic))[0]
-    assert settled >= end[0] + 1, (settled, end[0], held)  # the copies and the commit marker
+    assert settled >= end + 1, (settled, end, held)  # the copies and the commit marker
 
 
+@pytest.mark.both_protocols
 def test_broker_pauses_keep_exactly_once(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:

@@ -44,6 +44,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("point", "at", "wipe"), CASES)
+@pytest.mark.both_protocols
 def test_kill_at_an_exact_point(
     broker: Broker,
     names: Names,

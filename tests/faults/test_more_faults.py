@@ -16,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from tests.faults.conftest import Reliability
+from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import (
     Feeder,
     drain_and_verify,
@@ -32,6 +32,7 @@ from tests.workers import WORKER_TRANSACTION_TIMEOUT, Worker
 pytestmark = pytest.mark.faults
 
 
+@pytest.mark.both_protocols
 def test_f5_a_zombie_is_fenced(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
@@ -58,7 +59,13 @@ def test_f5_a_zombie_is_fenced(
     assert a.alive() or "fenced" in a.log_text()
 
 
-@pytest.mark.parametrize("how", ["graceful", "kill-9"])
+#: F7's kill -9 meets the commit on both protocols; F6 on v1 only in the soak.
+F6_F7 = [("graceful", "v2"), ("kill-9", "v2"), ("kill-9", "v1")] + (
+    [("graceful", "v1")] if SCALE > 1 else []
+)
+
+
+@pytest.mark.parametrize(("how", "protocol"), F6_F7)
 def test_f6_f7_broker_restarts(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability, how: str
 ) -> None:

@@ -43,6 +43,7 @@ from tests.workers import Worker, get, wait_drained
 pytestmark = pytest.mark.faults
 
 
+@pytest.mark.both_protocols
 def test_f20_kill_9_during_a_bulk_restore_without_the_write_ahead_log(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
@@ -106,6 +107,7 @@ def restores_logged(text: str) -> dict[int, int]:
     return found
 
 
+@pytest.mark.both_protocols
 def test_f21_a_warm_standby_takes_over_after_a_kill_9_replaying_seconds(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:

@@ -1,12 +1,12 @@
 """Brokers formatted with a given Kafka transaction version (``transaction.version``), for the
 tests of the transaction protocol (app/eos/txn_protocol.py).
 
-The session's test broker (``broker``, tests/conftest.py) is formatted with
-``transaction.version=1`` (the default KAFKA_FORMAT_ARGS of scripts/kafka-local.sh); these two
-are formatted afresh for the session in their own data dirs, so what they finalized is known:
-Kafka's defaults (``transaction.version=2`` on Kafka 4.x) on 127.0.0.1:19400 and the script's
-default arguments (``transaction.version=1``) on 127.0.0.1:19410. Each is stopped at the end of
-the session.
+The session's test broker (``broker``, tests/conftest.py) is formatted with Kafka's defaults
+(scripts/kafka-local.sh), but may be one a developer formatted long ago; these two are formatted
+afresh for the session in their own data dirs, so what they finalized is known: Kafka's
+defaults (``transaction.version=2`` on Kafka 4.x) on 127.0.0.1:19400 and
+``--feature transaction.version=1`` on 127.0.0.1:19410. Each is stopped at the end of the
+session.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from tests.support import Broker
 
 #: Port of the broker formatted with Kafka's default features (transaction.version 2).
 TV2_PORT = 19400
-#: Port of the broker formatted as the script does by default (transaction.version 1).
+#: Port of the broker formatted with transaction.version 1 (the old protocol).
 TV1_PORT = 19410
+#: The format arguments of a broker on the old transaction protocol.
+TV1_FORMAT_ARGS = "--feature transaction.version=1"
 
 
 def _listening(port: int) -> bool:
@@ -72,5 +74,5 @@ def tv2_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 @pytest.fixture(scope="session")
 def tv1_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """A broker formatted as scripts/kafka-local.sh does by default: ``transaction.version=1``."""
-    yield from _formatted_broker(TV1_PORT, None, tmp_path_factory.mktemp("kafka-tv1"))
+    """A broker formatted with ``transaction.version=1``."""
+    yield from _formatted_broker(TV1_PORT, TV1_FORMAT_ARGS, tmp_path_factory.mktemp("kafka-tv1"))

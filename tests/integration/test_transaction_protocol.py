@@ -16,16 +16,17 @@ import pytest
 from aiokafka.structs import TopicPartition
 
 from app.eos.collector import RecordCollector
+from app.eos.hanging import BrokerMarkers, HangingTransactions
 from app.eos.producer import (
     TransactionalProducers,
-    commit_markers,
     producer_id_and_epoch,
     send_lingering,
 )
+from app.eos.task import Task
 from app.eos.txn_protocol import cluster_features, detect
 from app.eos.txn_v2 import is_v2
 from app.settings import Settings
-from scripts.topic_reader import committed_offsets, end_offsets, read_topic
+from scripts.topic_reader import committed_offsets, read_topic, settled_ends
 from tests.support import Broker, Names, create_topic, unique_suffix
 from tests.workers import Worker, get
 
@@ -188,36 +189,56 @@ def test_transactions_of_one_producer(
     assert offsets == {TopicPartition(names.input_topic, 0): 50}
 
 
-async def marker_only_transaction(broker: Broker, names: Names) -> tuple[Any, ...]:
+async def record_less_commit(broker: Broker, names: Names) -> dict[str, Any]:
+    """A v2 task commits through two partitions without a record (app/eos/hanging.py's repair
+    of its own producer id), then commits a record on v2."""
     settings = settings_for(broker, "v2")
     await create_topic(broker.bootstrap, names.output_topic, 2)
     producers = TransactionalProducers(settings, lambda: False)
     producers.use_protocol(await detect(settings))
-    producer = await producers.start(0)
+    tps = [TopicPartition(names.output_topic, p) for p in (0, 1)]
+    task = Task(0, producers.transactional_id(0), await producers.start(0))
+    failures: list[BaseException] = []
+    repair = HangingTransactions(
+        producers, BrokerMarkers(settings), lambda p: tps, lambda t, e: failures.append(e)
+    )
     try:
-        before = producer_id_and_epoch(producer)
-        tps = [TopicPartition(names.output_topic, p) for p in (0, 1)]
-        await commit_markers(producer, tps)
-        after = producer_id_and_epoch(producer)
+        before = producer_id_and_epoch(task.producer)  # type: ignore[arg-type]
+        done = await repair.commit_through({0: task}, [tps[0]])
+        assert task.producer is not None
+        after = producer_id_and_epoch(task.producer)
+        v2_after = is_v2(task.producer)
+        await task.producer.begin_transaction()
+        await (await task.producer.send(names.output_topic, b"v", partition=0))
+        await task.producer.commit_transaction()
     finally:
-        await producers.close(producer)
-    # The coordinator writes the markers after it answered EndTxn (Kafka's
-    # TransactionMarkerChannelManager sends WriteTxnMarkers once the PrepareCommit is logged),
-    # so the end offsets move a moment after the commit returns: read them until both moved.
-    deadline = time.monotonic() + 15
-    ends = await end_offsets(broker.bootstrap, names.output_topic)
-    while not all(ends.values()) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        ends = await end_offsets(broker.bootstrap, names.output_topic)
-    return before, after, ends
+        if task.producer is not None:
+            await producers.close(task.producer)
+    ends = await settled_ends(broker.bootstrap, names.output_topic)
+    values = [r.value for r in await read_topic(broker.bootstrap, names.output_topic)]
+    return {
+        "done": done,
+        "failures": failures,
+        "before": before,
+        "after": after,
+        "v2_after": v2_after,
+        "ends": ends,
+        "values": values,
+    }
 
 
-def test_a_marker_only_transaction_writes_its_markers_under_v2(
+def test_a_v2_task_commits_through_without_a_record_in_a_session_on_the_old_flow(
     tv2_broker: Broker, names: Names
 ) -> None:
-    """app/eos/hanging.py commits a transaction without records on the partitions where one
-    was left open: under v2 no record adds them, so they are added by AddPartitionsToTxn, and
-    the commit writes a marker on each (the end offset moves past it)."""
-    before, after, ends = asyncio.run(marker_only_transaction(tv2_broker, names))
-    assert after == (before[0], before[1] + 1)
-    assert ends == {0: 1, 1: 1}
+    """Under v2 only a record adds a partition, so app/eos/hanging.py commits its record-less
+    transaction in a producer session of its own on the old flow (AddPartitionsToTxn, EndTxn
+    v0) between two v2 sessions: a marker lands on each partition (the end offsets move past
+    it), and the v2 producer started after it commits records as before."""
+    seen = asyncio.run(record_less_commit(tv2_broker, names))
+    assert seen["done"] == [0] and seen["failures"] == []
+    pid, epoch = seen["before"]
+    # Same producer id; the session's InitProducerId and the new v2 producer's each bump it.
+    assert seen["after"] == (pid, epoch + 2)
+    assert seen["v2_after"]
+    assert seen["ends"] == {0: 3, 1: 1}  # marker | record, marker
+    assert seen["values"] == [b"v"]

@@ -1,27 +1,31 @@
-"""Fixtures of the network fault tests: ``net``, the broker with four proxied links (one for the
-package's tests), and ``links``, cleared of faults before and after each test."""
+"""Fixtures of the network fault tests: ``net``, the broker of this run's protocol with four
+proxied links (one for the package's tests), and ``links``, cleared of faults before and after
+each test. A broker per protocol (tests/faults/conftest.py): Kafka's defaults on
+``support.BASE``, ``transaction.version=1`` on ``support.BASE_V1``; each is started the first
+time a test needs it and stopped at the end of the package."""
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.network.support import BASE, LINKS, Net
+from tests.faults.conftest import V1_FORMAT_ARGS, checked
+from tests.faults.network.support import BASE, BASE_V1, LINKS, Net
 from tests.faults.proxy import Link
 from tests.support import Broker
 
 
-# One broker for all the network tests (their ports are fixed, and each start takes seconds).
-@pytest.fixture(scope="package")
-def net() -> Iterator[Net]:
-    broker = Broker(f"127.0.0.1:{BASE}", BASE)
-    listeners = ",".join(f"L{i}:{BASE + 2 + 2 * i}:{BASE + 3 + 2 * i}" for i in range(LINKS))
-    os.environ["KAFKA_EXTRA_LISTENERS"] = listeners
-    try:
+def start_net(base: int, protocol: str) -> Net:
+    """The broker on ``base`` with its proxied links (their ports follow it), started."""
+    broker = Broker(f"127.0.0.1:{base}", base)
+    listeners = ",".join(f"L{i}:{base + 2 + 2 * i}:{base + 3 + 2 * i}" for i in range(LINKS))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KAFKA_EXTRA_LISTENERS", listeners)
+        if protocol == "v1":
+            env.setenv("KAFKA_FORMAT_ARGS", V1_FORMAT_ARGS)
         # Tried again: a port of the broker's can be held for a moment as the local end of some
         # program's outgoing connection when it lies in the ephemeral range (32768-60999 on
         # Linux), and the broker then fails to bind it ("Address already in use").
@@ -30,45 +34,51 @@ def net() -> Iterator[Net]:
             if up.returncode == 0 or "Address already in use" not in up.stderr:
                 break
             time.sleep(3)
-    finally:
-        del os.environ["KAFKA_EXTRA_LISTENERS"]
     if up.returncode != 0:
         pytest.fail(f"cannot start the proxied broker:\n{up.stdout}\n{up.stderr}")
     for i in range(LINKS):
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", BASE + 2 + 2 * i)) != 0:
+            if s.connect_ex(("127.0.0.1", base + 2 + 2 * i)) != 0:
                 pytest.fail(
-                    f"the broker on {BASE} has no listener L{i} on {BASE + 2 + 2 * i}: was it "
+                    f"the broker on {base} has no listener L{i} on {base + 2 + 2 * i}: was it "
                     "started without KAFKA_EXTRA_LISTENERS (scripts/kafka-local.sh)? Stop it "
-                    f"(KAFKA_PORT={BASE} scripts/kafka-local.sh down) and run again"
+                    f"(KAFKA_PORT={base} scripts/kafka-local.sh down) and run again"
                 )
+    checked(broker, protocol)
     links = [
-        Link(listen_port=BASE + 3 + 2 * i, target_port=BASE + 2 + 2 * i, seed=i).start()
+        Link(listen_port=base + 3 + 2 * i, target_port=base + 2 + 2 * i, seed=i).start()
         for i in range(LINKS)
     ]
-    try:
-        yield Net(broker, links)
-    finally:
-        for link in links:
+    return Net(broker, links)
+
+
+# One broker per protocol for all the network tests (their ports are fixed, and each start
+# takes seconds).
+@pytest.fixture(scope="package")
+def nets() -> Iterator[dict[str, Net]]:
+    started: dict[str, Net] = {}
+    yield started
+    for net in started.values():
+        for link in net.links:
             link.stop()
-        broker.script("down")
+        net.broker.script("down")
+
+
+@pytest.fixture
+def net(protocol: str, nets: dict[str, Net]) -> Net:
+    if protocol not in nets:
+        nets[protocol] = start_net(BASE if protocol == "v2" else BASE_V1, protocol)
+    return nets[protocol]
 
 
 @pytest.fixture
 def links(net: Net) -> Iterator[list[Link]]:
     """The links, clear of faults and logs at the start of a test, and again after it."""
 
-    def clear() -> None:
-        for link in net.links:
-            link.latency = link.jitter = 0.0
-            link.rate = None
-            link.on_request = None
-            link.heal()
-            link.txn_requests.clear()
-            link.resets = link.connections = link.dropped_bytes = 0
-
-    clear()
+    for link in net.links:
+        link.clear()
     yield net.links
-    clear()
+    for link in net.links:
+        link.clear()
     for link in net.links:
         link.reset_all()

@@ -16,6 +16,8 @@ from tests.support import Broker, Names
 from tests.workers import WORKER_TRANSACTION_TIMEOUT, Worker
 
 BASE = int(os.environ.get("DEDUPE_NETFAULT_KAFKA_PORT", str(TEST_PORT + 10)))
+#: The proxied broker of the v1 runs (transaction.version=1), and its links after it.
+BASE_V1 = int(os.environ.get("DEDUPE_NETFAULT_KAFKA_V1_PORT", str(TEST_PORT + 30)))
 
 LINKS = 4
 

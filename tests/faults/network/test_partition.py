@@ -40,6 +40,7 @@ DIRECTIONS = ["both", "from-broker", "held"] + (["to-broker"] if SCALE > 1 else 
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.both_protocols
 def test_f9_a_partitioned_worker_is_fenced_and_commits_nothing_after_the_heal(
     net: Net,
     links: list[Link],

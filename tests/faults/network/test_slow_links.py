@@ -24,6 +24,7 @@ from tests.workers import Worker
 pytestmark = pytest.mark.faults
 
 
+@pytest.mark.both_protocols
 def test_f9a_latency_spikes_of_seconds_on_every_request(
     net: Net, links: list[Link], names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
@@ -70,6 +71,7 @@ def test_f9a_latency_spikes_of_seconds_on_every_request(
     )
 
 
+@pytest.mark.both_protocols
 def test_f9b_connection_resets_in_the_middle_of_commits(
     net: Net, links: list[Link], names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 from tests.faults.conftest import Reliability
 from tests.faults.kafka_frames import (
     ADD_PARTITIONS_TO_TXN,
+    PRODUCE,
     TxnRequest,
 )
 from tests.faults.network.support import Net, proxied, proxy_line
@@ -25,8 +26,14 @@ from tests.workers import Worker
 pytestmark = pytest.mark.faults
 
 
+@pytest.mark.both_protocols
 def test_f15_a_transaction_the_broker_aborts_on_its_timeout(
-    net: Net, links: list[Link], names: Names, workers: list[Worker], reliability: Reliability
+    net: Net,
+    links: list[Link],
+    names: Names,
+    workers: list[Worker],
+    reliability: Reliability,
+    protocol: str,
 ) -> None:
     """The worker is stopped (SIGSTOP) with a transaction open on the broker, for 3x its
     transaction timeout (2 s here), and stays in the group (60 s session), so nobody takes
@@ -37,7 +44,9 @@ def test_f15_a_transaction_the_broker_aborts_on_its_timeout(
     The worker's transactions are open on the broker only while it commits (records wait in
     the task's batches until the commit, ``app/eos/collector.py``), a few ms every 500 ms, so
     a stop at a random moment almost never meets one: the proxy stops the worker when it sees
-    the commit's ``AddPartitionsToTxn`` go to the broker (which opens the transaction there)."""
+    the request that opens the transaction on the broker go by: the commit's
+    ``AddPartitionsToTxn`` (v1), or its first ``Produce`` (v2, where the partition's leader
+    adds the partition)."""
     worker = proxied(
         net,
         names,
@@ -52,8 +61,10 @@ def test_f15_a_transaction_the_broker_aborts_on_its_timeout(
     stopped = threading.Event()
     armed = threading.Event()
 
+    opens = ADD_PARTITIONS_TO_TXN if protocol == "v1" else PRODUCE
+
     def on_request(api_key: int, txn: TxnRequest | None) -> Action:
-        if api_key == ADD_PARTITIONS_TO_TXN and armed.is_set():
+        if api_key == opens and armed.is_set():
             armed.clear()
             os.kill(pid, signal.SIGSTOP)  # the request still goes on: the broker opens the txn
             stopped.set()
