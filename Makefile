@@ -34,7 +34,8 @@ BROWSER_DIR := .cache/browser
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery bench-ingest \
         servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
-        test-prerequisites test-lane-faults test-lane-others
+        test-prerequisites test-lane-faults test-lane-network test-lane-others test-faults-core \
+        test-faults-network
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -122,8 +123,16 @@ test-unit: $(STAMP) ## Unit tests (no broker)
 test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 	$(call pytest_tier,tests/integration,-q -s)
 
-test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses
+test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses, network faults; every row on transactions v2, the commit's also on v1
 	$(call pytest_tier,tests/faults,-q -s)
+
+# `make test` runs the fault tier in two parts side by side: the network faults (their own
+# proxied brokers, mostly waiting out timeouts) and the rest.
+test-faults-core: $(STAMP) kafka-jars
+	$(call pytest_tier,tests/faults,-q -s --ignore=tests/faults/network)
+
+test-faults-network: $(STAMP) kafka-jars
+	$(call pytest_tier,tests/faults/network,-q -s)
 
 # -p no:hypothesispytest: the tier uses no Hypothesis, and the plugin's import at the end of the
 # session, with the fault proxy's threads just stopped, crashed CPython 3.11.7's parser once
@@ -179,19 +188,22 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-# The fault tier (and the security tier, on its own SASL_SSL broker, which balances the lanes)
-# runs in one lane, the other tiers one after another in a second lane beside it, each lane on
-# its own single broker and worker web ports, so `make test` takes about the longer
-# lane rather than the sum (most of a fault test is waiting for timeouts, not CPU). Everything
-# both lanes need is installed first, so no two lanes fetch or apt-get at once. -Otarget: each
-# tier's output is printed whole when it ends.
-test: lint test-unit test-prerequisites ## Lint and every test tier (two lanes side by side)
-	@$(MAKE) --no-print-directory -j2 -Otarget test-lane-faults test-lane-others
+# Three lanes side by side, each on brokers and worker web ports of its own, so `make test`
+# takes about the longest lane rather than the sum (most of a fault test is waiting for
+# timeouts, not CPU): the fault tier without its network faults; the network faults (their
+# proxied brokers) and the security tier (its own SASL_SSL broker); the other tiers one after
+# another. Everything the lanes need is installed first, so no two lanes fetch or apt-get at
+# once. -Otarget: each tier's output is printed whole when it ends.
+test: lint test-unit test-prerequisites ## Lint and every test tier (three lanes side by side)
+	@$(MAKE) --no-print-directory -j3 -Otarget test-lane-faults test-lane-network test-lane-others
 
 test-prerequisites: $(STAMP) kafka-jars spark-jars servers-install browser-install
 
 test-lane-faults:
-	@$(MAKE) --no-print-directory -j1 test-faults test-security
+	@$(MAKE) --no-print-directory -j1 test-faults-core
+
+test-lane-network:
+	@$(MAKE) --no-print-directory -j1 test-faults-network test-security
 
 test-lane-others:
 	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \

@@ -19,7 +19,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,11 +181,13 @@ async def produce(
     rate: float | None = None,
     patience: float = 40.0,
     client: Mapping[str, Any] | None = None,
+    hurry: Callable[[], bool] | None = None,
 ) -> int:
     """Send ``records`` in order with an idempotent producer (acks=all); returns the count.
     ``rate``: at most this many records per second (a steady feed; default: as fast as can be).
     ``patience``: how long (seconds) a batch keeps being retried while the broker is away
-    (aiokafka's request timeout, after which the batch fails)."""
+    (aiokafka's request timeout, after which the batch fails). ``hurry()`` true: the rest as
+    fast as can be."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
@@ -206,7 +208,7 @@ async def produce(
                 await producer.send(topic, rec.value, key=rec.key, headers=list(rec.headers))
             )
             sent += 1
-            if rate is not None and sent % 100 == 0:
+            if rate is not None and sent % 100 == 0 and not (hurry is not None and hurry()):
                 await asyncio.sleep(max(0.0, started + sent / rate - time.monotonic()))
             if len(pending) >= 5_000:
                 await asyncio.gather(*pending)

@@ -18,14 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INTRO = """\
-Written by the fault tiers: `make test-faults` (one broker) and `make test-cluster` (three
-brokers with Kafka's defaults) each rewrite their own section of docs/reliability.md; `make soak`
-runs them at 10x the events and writes docs/soak.md. Every run injects real faults into real
-worker and broker processes on one machine, then checks the clean topic with read_committed (each
-expected id exactly once, value bytes of its first copy), the dead-letter topic, the committed
-offsets and open transactions. Time to recover: from the last fault until every input record was
-committed. A section keeps the rows of faults that did not run in its latest session, from the
-run that measured them.
+Written by the fault tiers: `make test-faults` (one broker; its network faults, through the
+fault proxy, in a section of their own) and `make test-cluster` (three brokers with Kafka's
+defaults) each rewrite their own section of docs/reliability.md; `make soak` runs them at 10x
+the events and writes docs/soak.md. Every run injects real faults into real worker and broker
+processes on one machine, then checks the clean topic with read_committed (each expected id
+exactly once, value bytes of its first copy), the dead-letter topic, the committed offsets and
+open transactions. Time to recover: from the last fault until every input record was committed.
+
+Brokers are formatted with Kafka's defaults, so the workers run transactions v2 (KIP-890), as on
+every new Kafka 4.x cluster: every row runs on it (cluster / worker version 2 / v2). The rows
+whose fault meets the commit also run on the old protocol, on a broker formatted with
+`transaction.version=1` (1 / v1), or with v1 forced on the three brokers (2 / v1); `make soak`
+runs every row on both. A section keeps the rows of faults that did not run in its latest
+session, from the run that measured them.
 """
 
 HEADER = (

@@ -49,6 +49,7 @@ class Feeder:
         if seconds is not None:
             rate = len(records) / seconds
         self.sent: list[int] = []
+        self._hurry = threading.Event()
         self.thread = threading.Thread(
             # A client that waits out broker restarts (a restart on a loaded machine took
             # longer than aiokafka's default 40 s, and the feed failed with
@@ -62,6 +63,7 @@ class Feeder:
                         rate=rate,
                         patience=300.0,
                         client=client,
+                        hurry=self._hurry.is_set,
                     )
                 )
             ),
@@ -77,6 +79,13 @@ class Feeder:
         """Fail the test when the feed already ended: the fault about to land would meet an
         idle worker and prove less than it claims."""
         assert self.flowing(), "the stream had ended: the fault met an idle worker"
+
+    def finish(self, timeout: float = 600) -> int:
+        """The rest of the stream as fast as can be, then :meth:`join`: for a feed spread over
+        its ``seconds`` only to outlast faults that may take that long, once the last one met
+        it flowing."""
+        self._hurry.set()
+        return self.join(timeout)
 
     def join(self, timeout: float = 600) -> int:
         self.thread.join(timeout)

@@ -54,7 +54,7 @@ def test_kill_9_at_random_moments(
         if kill == wipe_on_restart:
             shutil.rmtree(worker.data_dir)
         worker.start()
-    assert feeder.join() == len(stream.records)
+    assert feeder.finish() == len(stream.records)
     waited = wait_drained(broker, names, timeout=900, workers=workers)
     elapsed = time.monotonic() - started
 

@@ -179,7 +179,7 @@ def test_grow_8_to_16_partitions_with_kills(
     second_half.assert_flowing()
     grown[1].kill(signal.SIGKILL)
     grown[1].start()
-    sent = first_half.join() + second_half.join()
+    sent = first_half.finish() + second_half.finish()
     assert sent == len(stream.records)
 
     report, waited = drain_and_verify(broker, names, workers, partitions=NEW)

@@ -54,7 +54,7 @@ def test_three_workers_join_die_and_leave_while_the_stream_flows(
     )
     assert c.kill(signal.SIGTERM) == 0  # leaves for good, cleanly: its partitions move to a, b
     faults += 1
-    assert feeder.join() == len(stream.records)
+    assert feeder.finish() == len(stream.records)
     report, waited = drain_and_verify(broker, names, workers, partitions=PARTITIONS)
     print(f"\nevents={len(stream.records)} workers=3 faults={faults} " + " | ".join(report.lines()))
     reliability.record(

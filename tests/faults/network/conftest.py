@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.conftest import V1_FORMAT_ARGS, checked
+from tests.faults.conftest import REPORT, SCALE, V1_FORMAT_ARGS, checked
 from tests.faults.network.support import BASE, BASE_V1, LINKS, Net
 from tests.faults.proxy import Link
+from tests.reliability import Reliability
 from tests.support import Broker
 
 
@@ -69,6 +70,27 @@ def net(protocol: str, nets: dict[str, Net]) -> Net:
     if protocol not in nets:
         nets[protocol] = start_net(BASE if protocol == "v2" else BASE_V1, protocol)
     return nets[protocol]
+
+
+@pytest.fixture
+def broker(net: Net) -> Broker:
+    """This run's proxied broker (overrides the tier's: the package needs no other, and runs
+    beside the rest of the tier in ``make test``, which restarts that one)."""
+    return net.broker
+
+
+@pytest.fixture(scope="package")
+def reliability_report() -> Iterator[Reliability]:
+    """The package's own section of the report: it runs in a lane of its own in ``make test``
+    (overrides the tier's)."""
+    report = Reliability(
+        "network",
+        "One broker, its links through the fault proxy (`make test-faults`: tests/faults/network)",
+        nodes=1,
+        txn_version="",
+    )
+    yield report
+    report.publish(REPORT, "Reliability report" if SCALE == 1 else f"Soak report ({SCALE}x)")
 
 
 @pytest.fixture

@@ -89,7 +89,7 @@ def test_a_transaction_the_broker_asks_to_abort_is_aborted_on_the_broker(
     stream = scaled_stream(10_000, seed=126 + api_key)
     feeder = Feeder(net.broker, names, stream, seconds=15)
     injected = inject_while_flowing(link, feeder, api_key, TRANSACTION_ABORTABLE, INJECTIONS)
-    feeder.join()
+    feeder.finish()
     report, waited = drain_and_verify(net.broker, names, workers)
     log = workers[0].log_text()
     print(
@@ -112,9 +112,9 @@ def test_concurrent_transactions_on_the_offset_commit_is_retried(
     link = links[0]
     proxied(net, names, workers, 0)
     stream = scaled_stream(10_000, seed=151)
-    feeder = Feeder(net.broker, names, stream, seconds=15)
+    feeder = Feeder(net.broker, names, stream, seconds=25)
     injected = inject_while_flowing(link, feeder, TXN_OFFSET_COMMIT, CONCURRENT_TRANSACTIONS, 6)
-    feeder.join()
+    feeder.finish()
     report, waited = drain_and_verify(net.broker, names, workers)
     log = workers[0].log_text()
     print(f"\nF26b: rewritten {len(link.rewritten)}; " + proxy_line(links))

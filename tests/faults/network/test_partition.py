@@ -83,7 +83,7 @@ def test_f9_a_partitioned_worker_is_fenced_and_commits_nothing_after_the_heal(
     feeder.assert_flowing()
     healed_at = time.monotonic()
     a_link.heal()
-    feeder.join()
+    feeder.finish()
     report, waited = drain_and_verify(net.broker, names, workers)
     taken_over = {
         t.transactional_id

@@ -51,7 +51,7 @@ def test_f9a_latency_spikes_of_seconds_on_every_request(
             link.rate = None
         time.sleep(3)
     assert spikes.count("latency") >= 2, f"the stream ended after the spikes {spikes}"
-    feeder.join()
+    feeder.finish()
     report, waited = drain_and_verify(net.broker, names, workers)
     logs = "".join(w.log_text() for w in workers)
     print(

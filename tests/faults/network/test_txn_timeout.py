@@ -83,7 +83,7 @@ def test_f15_a_transaction_the_broker_aborts_on_its_timeout(
         time.sleep(6)  # 3x the transaction timeout; the broker checks every second
         os.kill(pid, signal.SIGCONT)
         stops += 1
-    feeder.join()
+    feeder.finish()
     report, waited = drain_and_verify(net.broker, names, workers)
     log_text = worker.log_text()
     fenced = log_text.count("was fenced")
