@@ -17,7 +17,8 @@ per line, e.g.
 Each principal gets only what its component does (docs/security.md explains each line):
 
 - the worker reads its input, repartition, changelog and Faust's leader topic (and the output
-  topic, where ``GET /messages/{id}`` finds an id's forwarded copy), writes the
+  topic, where ``GET /messages/{id}`` finds an id's forwarded copy, and the dead-letter topic,
+  whose leaders the hanging-transaction repair asks about open transactions), writes the
   output, dead-letter, repartition and changelog topics inside transactions whose ids start with
   ``<app id>-<input topic>-``, uses its group ``<app id>``, reads the configs of its topics
   (DescribeConfigs: the start-up check of app/topic_safety.py), and creates its own topics (or,
@@ -114,13 +115,16 @@ def worker_topics(settings: Settings) -> list[str]:
 
 def worker_acls(settings: Settings, user: str, *, create: bool = True) -> list[Acl]:
     tables = tuple(changelogs(settings))
-    # The output topic too: GET /messages/{id} reads the id's forwarded copy (app/lookup.py).
+    # The output topic too: GET /messages/{id} reads the id's forwarded copy (app/lookup.py);
+    # and every topic it writes: the hanging-transaction repair asks their leaders which
+    # producers hold transactions open (DescribeProducers, app/eos/hanging.py).
     read = (
         settings.input_topic,
         settings.repartition_topic,
         *tables,
         leader_topic_name(settings),
         settings.output_topic,
+        settings.dlq_topic,
     )
     write = (settings.output_topic, settings.dlq_topic, settings.repartition_topic, *tables)
     acls = [

@@ -157,13 +157,8 @@ class Committer:
         except Exception as exc:
             if is_fenced(producer, exc):
                 return CommitResult(Outcome.FENCED, error=exc)
-            # Counted before the abort, which waits for the brokers when they are the cause.
-            failed(task, "error")
-            aborted = await self.abort(task)
-            if aborted.outcome is Outcome.FENCED:
-                return aborted
-            return CommitResult(
-                Outcome.FAILED, error=exc, why=f"transaction failed before the commit: {exc!r}"
+            return await self._abort_failed(
+                task, exc, f"transaction failed before the commit: {exc!r}"
             )
         # Step 5. Ask to commit.
         request: asyncio.Future[None] | None = None
@@ -180,12 +175,8 @@ class Committer:
                 return CommitResult(Outcome.FENCED, error=exc)
             if is_commit_refused(producer, exc):
                 # A known outcome: not committed. A plain abort, as before the commit.
-                failed(task, "error")
-                aborted = await self.abort(task)
-                if aborted.outcome is Outcome.FENCED:
-                    return aborted
-                return CommitResult(
-                    Outcome.FAILED, error=exc, why=f"the broker refused the commit: {exc!r}"
+                return await self._abort_failed(
+                    task, exc, f"the broker refused the commit: {exc!r}"
                 )
             # Step 6. Unknown outcome: never abort; ask the broker.
             if not await self._did_commit(task, offsets, exc):
@@ -197,6 +188,16 @@ class Committer:
                     reason="unknown_outcome",
                 )
         return CommitResult(Outcome.COMMITTED, changelog_offsets=changelog_offsets)
+
+    async def _abort_failed(self, task: Task, exc: BaseException, why: str) -> CommitResult:
+        """A transaction known not to commit: counted, aborted, FAILED (FENCED when the abort
+        meets another owner)."""
+        # Counted before the abort, which waits for the brokers when they are the cause.
+        failed(task, "error")
+        aborted = await self.abort(task)
+        if aborted.outcome is Outcome.FENCED:
+            return aborted
+        return CommitResult(Outcome.FAILED, error=exc, why=why)
 
     async def abort(self, task: Task) -> CommitResult:
         """Abort the open transaction: ABORTED, or FENCED. An abort that fails otherwise

@@ -301,6 +301,14 @@ class ProduceV12(Request[ProduceRequest_v12]):  # type: ignore[misc]
         self.fields = (transactional_id, required_acks, timeout_ms, listed)
 
 
+def partitions_by_topic(tps: list[TopicPartition]) -> list[tuple[str, list[int], dict[int, bytes]]]:
+    """``tps`` as a request's compact array of (topic, partition indexes, no tagged field)."""
+    topics: dict[str, list[int]] = {}
+    for tp in sorted(tps):
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return [(topic, parts, NO_TAGS) for topic, parts in topics.items()]
+
+
 class DescribeProducersResponse_v0(Response):  # type: ignore[misc]
     API_KEY = 61
     API_VERSION = 0
@@ -350,10 +358,7 @@ class DescribeProducers(Request[DescribeProducersRequest_v0]):  # type: ignore[m
     build = build_from_fields
 
     def __init__(self, tps: list[TopicPartition]) -> None:
-        topics: dict[str, list[int]] = {}
-        for tp in sorted(tps):
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        self.fields = ([(topic, parts, NO_TAGS) for topic, parts in topics.items()],)
+        self.fields = (partitions_by_topic(tps),)
 
 
 class WriteTxnMarkersResponse_v1(Response):  # type: ignore[misc]
@@ -412,9 +417,6 @@ class WriteTxnMarkers(Request[WriteTxnMarkersRequest_v1]):  # type: ignore[misc]
         coordinator_epoch: int,
         tps: list[TopicPartition],
     ) -> None:
-        topics: dict[str, list[int]] = {}
-        for tp in sorted(tps):
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        listed = [(topic, parts, NO_TAGS) for topic, parts in topics.items()]
+        listed = partitions_by_topic(tps)
         marker = (producer_id, producer_epoch, commit, listed, coordinator_epoch, NO_TAGS)
         self.fields = ([marker],)

@@ -47,6 +47,7 @@ def test_the_worker_reads_and_writes_exactly_its_topics() -> None:
         producers,
         leader_topic_name(SETTINGS),
         "events-clean",  # GET /messages/{id} reads the forwarded copy
+        "events-dlq",  # the hanging-transaction repair's DescribeProducers (app/eos/hanging.py)
     }
     assert granted(acls, "Write", "topic") == {
         "events-clean",
