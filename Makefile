@@ -17,6 +17,10 @@ TEST_KAFKA_PORT ?= 19092
 # ports, so that it never meets the fault tier's broker restarts.
 OTHERS_KAFKA_PORT ?= 19096
 OTHERS_WEB_PORT_BASE ?= 23000
+# The third lane's worker web ports (the first's start at 17000), and its Spark tier's broker.
+NETWORK_WEB_PORT_BASE ?= 21000
+SPARK_KAFKA_PORT ?= 19098
+SPARK_WEB_PORT_BASE ?= 25000
 # The security tier starts (and stops) its own SASL_SSL broker on this port (controller +1).
 TEST_SECURE_KAFKA_PORT ?= 19192
 # The cluster tier's controller port; its three brokers listen on the next three ports.
@@ -113,7 +117,7 @@ format: $(STAMP) ## Format and auto-fix
 # Each tier is its own pytest run; a tier with no test files yet is skipped, not failed.
 define pytest_tier
 	@if find $(1) -name 'test_*.py' | grep -q .; then \
-	  DEDUPE_TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) $(PY) -m pytest --durations=10 $(1) $(2); \
+	  DEDUPE_TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) $(PY) -m pytest --durations=25 $(1) $(2); \
 	else echo "no tests in $(1)"; fi
 endef
 
@@ -138,7 +142,7 @@ test-faults-network: $(STAMP) kafka-jars
 # session, with the fault proxy's threads just stopped, crashed CPython 3.11.7's parser once
 # ("AST constructor recursion depth mismatch") after every test had passed.
 test-cluster: $(STAMP) kafka-jars spark-jars servers-install ## Cluster tier: 3 brokers, Kafka's defaults (19300-19303); leader, coordinator, controller kills, rolling restart, every client (C8)
-	@DEDUPE_TEST_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m pytest --durations=10 tests/cluster -q -s \
+	@DEDUPE_TEST_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m pytest --durations=25 tests/cluster -q -s \
 	  -p no:hypothesispytest
 
 soak: $(STAMP) kafka-jars ## The fault and cluster tiers at 10x the events, not in make test (writes docs/soak.md)
@@ -191,8 +195,8 @@ test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer lib
 # Three lanes side by side, each on brokers and worker web ports of its own, so `make test`
 # takes about the longest lane rather than the sum (most of a fault test is waiting for
 # timeouts, not CPU): the fault tier without its network faults; the network faults (their
-# proxied brokers) and the security tier (its own SASL_SSL broker); the other tiers one after
-# another. Everything the lanes need is installed first, so no two lanes fetch or apt-get at
+# proxied brokers), the security tier (its own SASL_SSL broker) and the Spark tier (19098); the
+# other tiers one after another (19096). Everything the lanes need is installed first, so no two lanes fetch or apt-get at
 # once. -Otarget: each tier's output is printed whole when it ends.
 test: lint test-unit test-prerequisites ## Lint and every test tier (three lanes side by side)
 	@$(MAKE) --no-print-directory -j3 -Otarget test-lane-faults test-lane-network test-lane-others
@@ -203,11 +207,14 @@ test-lane-faults:
 	@$(MAKE) --no-print-directory -j1 test-faults-core
 
 test-lane-network:
-	@$(MAKE) --no-print-directory -j1 test-faults-network test-security
+	@DEDUPE_TEST_WEB_PORT_BASE=$(NETWORK_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
+	  test-faults-network test-security
+	@DEDUPE_TEST_WEB_PORT_BASE=$(SPARK_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
+	  TEST_KAFKA_PORT=$(SPARK_KAFKA_PORT) test-spark
 
 test-lane-others:
 	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
-	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-spark test-ingest \
+	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-ingest \
 	  test-idempotency test-observe test-browser
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png

@@ -126,7 +126,7 @@ def copies_and_owned(worker: Worker, timeout: float = 90) -> set[int]:
 def test_grow_8_to_16_partitions_with_kills(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
-    stream = scaled_stream(100_000, seed=45, duplicates=0.2)
+    stream = scaled_stream(50_000, seed=45, duplicates=0.2)
     old = [Worker(broker, names, index=i, partitions=OLD, extra_env=STANDBYS) for i in range(2)]
     workers.extend(old)
     for w in old:

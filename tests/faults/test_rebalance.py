@@ -27,7 +27,7 @@ def test_three_workers_join_die_and_leave_while_the_stream_flows(
     workers.extend([a, b, c])
     a.start()
     a.wait_ready()
-    stream = scaled_stream(80_000, seed=21)
+    stream = scaled_stream(40_000, seed=21)
     # Steady over ~90 s, longer than the churn below: at full speed the workers had the whole
     # stream done in seconds, before most of the joins and kills. The churn waits for each
     # start to take partitions, which took over 45 s in all on a loaded machine.

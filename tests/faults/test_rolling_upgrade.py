@@ -61,7 +61,7 @@ def test_f25_rolling_upgrade_one_worker_at_a_time_under_load(
     for worker in fleet:
         worker.start()
         worker.wait_ready()
-    stream = scaled_stream(90_000, seed=25)
+    stream = scaled_stream(45_000, seed=25)
     # Steady over ~100 s: longer than the three stops and starts, so every restart meets a
     # flowing stream (asserted before each one and after the last, when the rest goes at once).
     feeder = Feeder(broker, names, stream, seconds=100)
