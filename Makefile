@@ -13,14 +13,20 @@ SERVERS := scripts/servers.sh
 IDEM_LIB := libs/idempotent-consumer
 # Tests use their own broker port, so they never touch the broker of `make run`.
 TEST_KAFKA_PORT ?= 19092
-# `make test`'s second lane (every tier but the fault tier) runs its own broker and worker web
-# ports, so that it never meets the fault tier's broker restarts.
+# `make test` runs three lanes side by side (see `test` below), each on brokers and worker web
+# ports of its own, so that none meets another's broker restarts: the first on TEST_KAFKA_PORT
+# (+20: its broker of the old transaction protocol), web ports from 17000; the second on
+# OTHERS_KAFKA_PORT; the third's part of the fault tier on COMMIT_KAFKA_PORT (+20 likewise) and
+# its network faults on their proxied brokers (NETFAULT_KAFKA_PORT, NETFAULT_KAFKA_V1_PORT; each
+# with its listeners on the next eight ports). The Spark jobs of the second and third lanes
+# serve metrics from ports of their own.
 OTHERS_KAFKA_PORT ?= 19096
 OTHERS_WEB_PORT_BASE ?= 23000
-# The third lane's worker web ports (the first's start at 17000), and its Spark tier's broker.
-NETWORK_WEB_PORT_BASE ?= 21000
-SPARK_KAFKA_PORT ?= 19098
-SPARK_WEB_PORT_BASE ?= 25000
+COMMIT_KAFKA_PORT ?= 19094
+NETFAULT_KAFKA_PORT ?= 19102
+NETFAULT_KAFKA_V1_PORT ?= 19122
+THIRD_WEB_PORT_BASE ?= 21000
+THIRD_SPARK_METRICS_PORT ?= 19540
 # The security tier starts (and stops) its own SASL_SSL broker on this port (controller +1).
 TEST_SECURE_KAFKA_PORT ?= 19192
 # The cluster tier's controller port; its three brokers listen on the next three ports.
@@ -38,8 +44,8 @@ BROWSER_DIR := .cache/browser
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
         spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery bench-ingest \
         servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
-        test-prerequisites test-lane-faults test-lane-network test-lane-others test-faults-core \
-        test-faults-network
+        test-prerequisites test-lane-faults test-lane-others test-lane-third test-faults-core \
+        test-faults-commit test-faults-network
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -130,10 +136,15 @@ test-integration: $(STAMP) kafka-jars ## Integration tests on the real broker
 test-faults: $(STAMP) kafka-jars ## Fault tests: kill -9, restarts, fencing, broker pauses, network faults; every row on transactions v2, the commit's also on v1
 	$(call pytest_tier,tests/faults,-q -s)
 
-# `make test` runs the fault tier in two parts side by side: the network faults (their own
-# proxied brokers, mostly waiting out timeouts) and the rest.
+# `make test` runs the fault tier in three parts, in two lanes: the faults at the commit and the
+# network faults (their own brokers, mostly waiting out timeouts) beside the rest.
+FAULTS_AT_COMMIT := tests/faults/test_commit_outcome.py tests/faults/test_exact_points.py
 test-faults-core: $(STAMP) kafka-jars
-	$(call pytest_tier,tests/faults,-q -s --ignore=tests/faults/network)
+	$(call pytest_tier,tests/faults,-q -s --ignore=tests/faults/network \
+	  $(addprefix --ignore=,$(FAULTS_AT_COMMIT)))
+
+test-faults-commit: $(STAMP) kafka-jars
+	$(call pytest_tier,$(FAULTS_AT_COMMIT),-q -s)
 
 test-faults-network: $(STAMP) kafka-jars
 	$(call pytest_tier,tests/faults/network,-q -s)
@@ -192,30 +203,35 @@ servers-down: ## Stop the test PostgreSQL and Redis
 test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer library: real PostgreSQL, Redis (started here), broker
 	$(call pytest_tier,tests/idempotency,-q)
 
-# Three lanes side by side, each on brokers and worker web ports of its own, so `make test`
-# takes about the longest lane rather than the sum (most of a fault test is waiting for
-# timeouts, not CPU): the fault tier without its network faults; the network faults (their
-# proxied brokers), the security tier (its own SASL_SSL broker) and the Spark tier (19098); the
-# other tiers one after another (19096). Everything the lanes need is installed first, so no two lanes fetch or apt-get at
-# once. -Otarget: each tier's output is printed whole when it ends.
+# Three lanes side by side, so `make test` takes about the longest lane rather than the sum
+# (most of a fault test is waiting for timeouts, not CPU), balanced by what each tier takes when
+# the three run at once: the fault tier's bulk, then the lighter tiers (ingest, idempotency,
+# observe, browser); the integration, cluster and security tiers; the fault tier's faults at
+# the commit and network faults, then the Spark tier. The ports of each are above. Everything
+# the lanes need is installed first, so no two lanes fetch or apt-get at once. -Otarget: each
+# lane's output is printed whole when it ends. One DEDUPE_REPORT_RUN dates the rows every lane
+# publishes (tests/reliability.py).
+test: export DEDUPE_REPORT_RUN := $(shell date -u '+%Y-%m-%d %H:%M UTC')
 test: lint test-unit test-prerequisites ## Lint and every test tier (three lanes side by side)
-	@$(MAKE) --no-print-directory -j3 -Otarget test-lane-faults test-lane-network test-lane-others
+	@$(MAKE) --no-print-directory -j3 -Otarget test-lane-faults test-lane-others test-lane-third
 
 test-prerequisites: $(STAMP) kafka-jars spark-jars servers-install browser-install
 
 test-lane-faults:
-	@$(MAKE) --no-print-directory -j1 test-faults-core
-
-test-lane-network:
-	@DEDUPE_TEST_WEB_PORT_BASE=$(NETWORK_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
-	  test-faults-network test-security
-	@DEDUPE_TEST_WEB_PORT_BASE=$(SPARK_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
-	  TEST_KAFKA_PORT=$(SPARK_KAFKA_PORT) test-spark
+	@$(MAKE) --no-print-directory -j1 test-faults-core test-ingest test-idempotency \
+	  test-observe test-browser
 
 test-lane-others:
 	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
-	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-ingest \
-	  test-idempotency test-observe test-browser
+	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-security
+
+test-lane-third: export DEDUPE_TEST_WEB_PORT_BASE = $(THIRD_WEB_PORT_BASE)
+test-lane-third: export DEDUPE_TEST_SPARK_METRICS_PORT = $(THIRD_SPARK_METRICS_PORT)
+test-lane-third: export DEDUPE_NETFAULT_KAFKA_PORT = $(NETFAULT_KAFKA_PORT)
+test-lane-third: export DEDUPE_NETFAULT_KAFKA_V1_PORT = $(NETFAULT_KAFKA_V1_PORT)
+test-lane-third:
+	@$(MAKE) --no-print-directory -j1 TEST_KAFKA_PORT=$(COMMIT_KAFKA_PORT) test-faults-commit \
+	  test-faults-network test-spark
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

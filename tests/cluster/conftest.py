@@ -8,19 +8,17 @@ registered and no partition is under-replicated, so every fault meets a whole cl
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from scripts.kafka_cluster import Cluster
 from tests.cluster.support import protocol_of
 from tests.faults.conftest import REPORT, SCALE
 from tests.reliability import Reliability
-from tests.support import Broker, Names, unique_suffix
+from tests.support import Broker, Names, delete_topics_after, unique_suffix
 
 CLUSTER_PORT = int(os.environ.get("DEDUPE_TEST_CLUSTER_PORT", "19300"))
 
@@ -42,21 +40,7 @@ def names(tmp_path: Path, cluster: Cluster) -> Iterator[Names]:
     it, for the reason given at :func:`cluster`."""
     fresh = Names(unique_suffix(), tmp_path)
     yield fresh
-    try:
-        asyncio.run(asyncio.wait_for(delete_topics_of(cluster.bootstrap, fresh.suffix), 60))
-    except Exception as exc:  # a test that failed mid-fault may leave the cluster short
-        print(f"\ncould not delete the topics of {fresh.suffix}: {exc!r}")
-
-
-async def delete_topics_of(bootstrap: str, suffix: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if suffix in t]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
+    delete_topics_after(Broker(cluster.bootstrap, cluster.brokers[0].port), fresh)
 
 
 @pytest.fixture

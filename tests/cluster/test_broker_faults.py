@@ -5,12 +5,10 @@ coordinators and of the controller, a rolling restart, and two brokers down at o
 ends with the full verification (every id exactly once in the clean topic with read_committed,
 every offset committed, no open transaction) and Kafka's own ``find-hanging`` on every broker.
 
-Workers pick transactions v2 on this cluster. The rows whose fault meets the protocol's own
-requests also run with v1 forced (the flow of every other Python client): C1 (leaders move under
-Produce, and under AddPartitionsToTxn in v1 or the broker's own add in v2), C2 (the coordinator
-dies under EndTxn, which in v2 also bumps the epoch) and C4 (every broker in turn). The other
-rows (C3, C5, C6, C7) run on both in ``make soak``; C8, whose subject is the other
-clients, runs on v2.
+Workers pick transactions v2 on this cluster, as on every Kafka 4.x cluster, and every row runs
+on it. ``make soak`` also runs every row with v1 forced (the flow of every other Python client;
+the fault tier runs the rows that meet the commit on v1 in every run, on a broker of that
+version); C8, whose subject is the other clients, runs on v2.
 
 How to run: ``make test-cluster`` (starts the cluster on 19300-19303 when it is not running);
 each test prints its verifier lines and adds a row to docs/reliability.md's cluster section.
@@ -45,9 +43,7 @@ from tests.workers import Worker
 
 pytestmark = pytest.mark.faults
 
-#: The rows that run on both protocols in every run; ``make soak`` runs every row on both.
-BOTH = pytest.mark.parametrize("protocol", ["v2", "v1"])
-#: The others: v2 (the worker's pick on this cluster), and v1 too at soak scale.
+#: Every row: v2 (the worker's pick on this cluster), and v1 forced too at soak scale.
 SOAK_BOTH = pytest.mark.parametrize("protocol", ["v2", "v1"] if SCALE > 1 else ["v2"])
 
 
@@ -102,7 +98,7 @@ def run_row(
     assert not left_open, left_open
 
 
-@BOTH
+@SOAK_BOTH
 def test_kill_9_of_partition_leaders(
     cluster: Cluster,
     broker: Broker,
@@ -127,7 +123,7 @@ def test_kill_9_of_partition_leaders(
     )
 
 
-@BOTH
+@SOAK_BOTH
 def test_kill_9_of_the_transaction_coordinator(
     cluster: Cluster,
     broker: Broker,
@@ -185,7 +181,7 @@ def test_kill_9_of_the_group_coordinator_during_a_rebalance(
     )
 
 
-@BOTH
+@SOAK_BOTH
 def test_rolling_restart_of_all_brokers(
     cluster: Cluster,
     broker: Broker,

@@ -25,7 +25,7 @@ from app.eos.txn_protocol import cluster_features
 from app.settings import Settings
 from tests.conftest import TEST_PORT
 from tests.reliability import Reliability
-from tests.support import Broker
+from tests.support import Broker, Names, delete_topics_after
 
 SCALE = int(os.environ.get("DEDUPE_FAULT_SCALE", "1"))
 #: The fault tier's report; the soak (a larger scale) writes its own, so neither run replaces
@@ -98,10 +98,12 @@ def protocol(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def broker(protocol: str, request: pytest.FixtureRequest) -> Broker:
-    """The broker of this run's protocol (overrides tests/conftest.py's)."""
+def broker(protocol: str, names: Names, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """The broker of this run's protocol (overrides tests/conftest.py's); the test's topics are
+    deleted after it (F6 and F7 restart this broker: see ``delete_topics_after``)."""
     chosen: Broker = request.getfixturevalue("broker_v2" if protocol == "v2" else "broker_v1")
-    return chosen
+    yield chosen
+    delete_topics_after(chosen, names)
 
 
 @pytest.fixture(scope="session")

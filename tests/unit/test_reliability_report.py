@@ -26,9 +26,13 @@ def table_rows(path: Path, section: str) -> dict[str, list[str]]:
     }
 
 
-def test_a_subset_run_keeps_the_rows_it_did_not_run(tmp_path: Path) -> None:
+def test_a_subset_run_keeps_the_rows_it_did_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "reliability.md"
+    monkeypatch.setenv("DEDUPE_REPORT_RUN", "2026-01-01 10:00 UTC")
     run("faults", {"F1 kill": 0, "F2 pause": 0, "F10 cut": 0}, path)
+    monkeypatch.setenv("DEDUPE_REPORT_RUN", "2026-01-02 10:00 UTC")
     run("faults", {"F2 pause": 3}, path)
     rows = table_rows(path, "faults")
     assert set(rows) == {"F1 kill", "F2 pause", "F10 cut"}
@@ -36,6 +40,23 @@ def test_a_subset_run_keeps_the_rows_it_did_not_run(tmp_path: Path) -> None:
     assert rows["F1 kill"][7] == "0"
     assert list(rows) == ["F1 kill", "F2 pause", "F10 cut"]  # F10 after F2
     assert "1 of the 3 rows below" in path.read_text()
+
+
+def test_lanes_of_one_run_count_each_others_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two lanes of one ``make test`` publish parts of a tier into one section, minutes apart:
+    the header counts the rows of both, dated alike."""
+    path = tmp_path / "reliability.md"
+    monkeypatch.setenv("DEDUPE_REPORT_RUN", "2026-01-01 10:00 UTC")
+    run("faults", {"F1 kill": 0, "F2 pause": 0, "F10 cut": 0}, path)
+    monkeypatch.setenv("DEDUPE_REPORT_RUN", "2026-01-02 10:00 UTC")
+    run("faults", {"F2 pause": 0}, path)
+    run("faults", {"F10 cut": 0}, path)
+    text = path.read_text()
+    assert "Latest run 2026-01-02 10:00 UTC" in text
+    assert "2 of the 3 rows below" in text
+    assert table_rows(path, "faults")["F1 kill"][-1] == "2026-01-01 10:00 UTC |"
 
 
 def test_each_tier_rewrites_only_its_own_section(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from tests.faults.conftest import REPORT, SCALE, V1_FORMAT_ARGS, checked
 from tests.faults.network.support import BASE, BASE_V1, LINKS, Net
 from tests.faults.proxy import Link
 from tests.reliability import Reliability
-from tests.support import Broker
+from tests.support import Broker, Names, delete_topics_after
 
 
 def start_net(base: int, protocol: str) -> Net:
@@ -73,10 +73,12 @@ def net(protocol: str, nets: dict[str, Net]) -> Net:
 
 
 @pytest.fixture
-def broker(net: Net) -> Broker:
+def broker(net: Net, names: Names) -> Iterator[Broker]:
     """This run's proxied broker (overrides the tier's: the package needs no other, and runs
-    beside the rest of the tier in ``make test``, which restarts that one)."""
-    return net.broker
+    beside the rest of the tier in ``make test``, which restarts that one); the test's topics
+    are deleted after it."""
+    yield net.broker
+    delete_topics_after(net.broker, names)
 
 
 @pytest.fixture(scope="package")
