@@ -31,7 +31,9 @@ def test_retention_drops_whole_partitions(servers: Servers, table: str, figures:
     store = PostgresStore(
         servers.dsn, table=table, partition_period=PERIOD, retention=timedelta(seconds=4)
     )
-    idem = SyncIdempotency(store, "billing", expire_after=timedelta(seconds=4))
+    idem = SyncIdempotency(
+        store, "billing", lease=timedelta(seconds=2), expire_after=timedelta(seconds=4)
+    )
     wait_for_next_period(servers.dsn)  # both batches well inside their own period
     old_ids = [f"old-{i}" for i in range(50)]
     for e in old_ids:

@@ -68,7 +68,9 @@ BEGIN
      WHERE processor = p_processor AND event_id = p_event_id
      ORDER BY period DESC LIMIT 1;
     v_found := FOUND;
-    IF v_found AND r.expires_at <= v_now THEN
+    -- An expired record is gone unless it is a live claim (a holder that extended its lease
+    -- past expires_at): deleting that would let a second holder run the effect.
+    IF v_found AND r.expires_at <= v_now AND (r.state = 'c' OR r.lease_until <= v_now) THEN
         DELETE FROM {t} WHERE processor = p_processor AND event_id = p_event_id;
         v_found := false;
     END IF;
@@ -153,7 +155,10 @@ BEGIN
          WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
            AND token = p_token AND state = 'p';
     ELSE
-        UPDATE {t} SET lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+        -- The record is kept at least as long as the claim it holds.
+        UPDATE {t} SET lease_until = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+                       expires_at = greatest(
+                           expires_at, clock_timestamp() + p_lease_ms * interval '1 millisecond')
          WHERE processor = p_processor AND event_id = p_event_id AND period = p_period
            AND token = p_token AND state = 'p';
     END IF;

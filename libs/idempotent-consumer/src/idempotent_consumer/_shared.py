@@ -53,6 +53,13 @@ class Settings(Generic[StoreT]):
         self.serializer: Serializer = serializer or JsonSerializer()
         #: the longest pause between two polls while waiting for a busy id
         self.max_poll = positive(max_poll, "max_poll")
+        if expire_after < lease:
+            # A record that may expire while its claim is live lets a second holder in.
+            raise ValueError(
+                f"expire_after={expire_after} is shorter than the lease ({lease}): a claim "
+                "could expire while its holder runs the effect; raise expire_after or "
+                "shorten the lease"
+            )
         limit = getattr(store, "max_expire_after", None)
         if limit is not None and expire_after > limit:
             raise ValueError(

@@ -6,11 +6,13 @@ persistence/base.py, ``_save_to_cache`` / ``_retrieve_from_cache`` on its ``LRUD
     store = LocalCache(PostgresStore(dsn), max_items=10_000)
     idem = Idempotency(store, processor="billing")
 
-Only what is final is cached: a completed record, as the store answered it to a claim, or as
-this process completed it on its own (autocommitted). Never an in-progress claim (its holder
-may still release it, or crash and be taken over), and never a completion joined to a
-caller's transaction (it may still roll back; it is cached when a later claim reads it back
-from the store, committed). So the cache answers only "a repeat, here is the first result",
+Only what is final is cached: a completed record, as the store answered it to a claim made
+outside any caller's transaction, or as this process completed it on its own (autocommitted).
+Never an in-progress claim (its holder may still release it, or crash and be taken over), and
+nothing a claim joined to a caller's transaction saw or did: a completion made there may still
+roll back, and a claim there may read that transaction's own uncommitted completion (a repeat
+in the same batch). It is cached when a later claim outside a transaction reads it back.
+So the cache answers only "a repeat, here is the first result",
 which the store would answer too: it can save round trips, never run an effect a second
 time. A cached record answers a claim only with the same payload hash as it was cached with
 (or with none); any other hash asks the store, which decides between a repeat and a
@@ -120,8 +122,10 @@ class LocalCache:
         with self._lock:
             self._records.pop((held.processor, held.event_id), None)
 
-    def _claimed(self, request: ClaimRequest, reply: ClaimReply) -> ClaimReply:
-        if reply.outcome is Outcome.COMPLETED:  # committed and final: safe to answer again
+    def _claimed(self, request: ClaimRequest, reply: ClaimReply, connection: Any) -> ClaimReply:
+        # Read on the caller's connection, a completed record may be its transaction's own
+        # uncommitted row: cached, a rollback would leave a "done" for an effect never made.
+        if reply.outcome is Outcome.COMPLETED and connection is None:
             self._remember(
                 request.processor,
                 request.event_id,
@@ -146,7 +150,7 @@ class LocalCache:
         hit = self._lookup(request)
         if hit is not None:
             return hit
-        return self._claimed(request, await self.store.claim(request, connection))
+        return self._claimed(request, await self.store.claim(request, connection), connection)
 
     async def complete(
         self, held: Held, result: bytes, expire_after: timedelta, connection: Any = None
@@ -167,7 +171,7 @@ class LocalCache:
         hit = self._lookup(request)
         if hit is not None:
             return hit
-        return self._claimed(request, self.store.claim_sync(request, connection))
+        return self._claimed(request, self.store.claim_sync(request, connection), connection)
 
     def complete_sync(
         self, held: Held, result: bytes, expire_after: timedelta, connection: Any = None
