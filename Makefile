@@ -45,7 +45,7 @@ BROWSER_DIR := .cache/browser
         spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery bench-ingest \
         servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
         test-prerequisites test-lane-faults test-lane-others test-lane-third test-faults-core \
-        test-faults-commit test-faults-network
+        test-faults-commit test-faults-network alert-rules
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -190,6 +190,10 @@ test-browser: $(STAMP) kafka-jars browser-install ## Browser tier: analytics.js 
 
 test-observe: $(STAMP) kafka-jars servers-install ## Observe tier: the alert rules' promtool tests; a real Prometheus (19490) pages for a killed and a stopped worker
 	$(call pytest_tier,tests/observe,-q -s)
+
+alert-rules: ## The alert rules with runbook links under $RUNBOOK_BASE (default: the project's docs), to $ALERT_RULES_OUT or stdout
+	@$(PY) -m scripts.alert_rules $(if $(RUNBOOK_BASE),--runbook-base '$(RUNBOOK_BASE)') \
+	  $(if $(ALERT_RULES_OUT),--out '$(ALERT_RULES_OUT)')
 
 servers-install: ## Install PostgreSQL, Redis and Prometheus from Debian's packages when missing (apt-get, as root)
 	$(SERVERS) install

@@ -1,7 +1,8 @@
 """The alert rules (deploy/prometheus/alerts.yml) as Prometheus itself reads them: ``promtool
 check rules`` and the rules' unit tests (``promtool test rules alerts_test.yml``: each alert
 fires on what should page or open a ticket, after its ``for``, and not on its look-alike); each
-runbook link leads to a section of docs/operations.md; each metric a rule reads is one the code
+alert has a test; each runbook link is absolute and leads to its alert's section of
+docs/operations.md; each metric a rule reads is one the code
 exports (docs/metrics.md lists them, tests/unit/test_metrics_reference.py keeps that list true).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+from scripts import alert_rules
 from tests.observe.prometheus import RULES, binary
 from tests.unit.test_docs_links import heading_ids
 from tests.unit.test_metrics_reference import documented_metrics
@@ -42,8 +44,8 @@ def test_every_alert_has_a_unit_test_and_a_runbook_section() -> None:
     for alert in alerts_of(text):
         assert f"alertname: {alert}" in tested, f"{alert} has no promtool test"
         assert alert.lower() in sections, f"docs/operations.md has no section {alert}"
-    links = re.findall(r"runbook_url: docs/operations.md#(\S+)", text)
-    assert links == [a.lower() for a in alerts_of(text)]
+    links = alert_rules.links(text)
+    assert links == [(alert_rules.DEFAULT_BASE, a.lower()) for a in alerts_of(text)]
 
 
 def test_every_metric_a_rule_reads_is_documented_and_exported() -> None:
