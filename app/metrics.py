@@ -18,8 +18,13 @@ and ``dedupe_commit_seconds`` (histogram of transaction commit latency, all part
 (the bulk restorer's progress), ``dedupe_standby_lag_offsets{changelog, partition}`` (standby
 copies kept here), ``dedupe_min_window_seconds`` (the window below which an effective window
 is too short), ``dedupe_data_dir_free_bytes`` and ``dedupe_data_dir_size_bytes`` (the data
-dir's file system). docs/metrics.md lists every metric with its labels; the alert rules in
-deploy/prometheus/ read them.
+dir's file system), the process's ``process_*`` metrics and ``dedupe_build_info``
+(``envsettings/process_metrics.py``). docs/metrics.md lists every metric with its labels; the
+alert rules in deploy/prometheus/ read them.
+
+A labelled counter has no series until its first event, and ``increase()`` over a series that
+starts at 1 sees no increase: :func:`register` exports every partition and reason of
+``dedupe_commit_failures_total`` at 0 from the start, so the first failure counts.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from envsettings import process_metrics
 from recovery.restore import Progress
 
 if TYPE_CHECKING:
@@ -42,6 +48,7 @@ if TYPE_CHECKING:
 
 # No auto-describe: collecting at registration would build Faust's consumer before the worker.
 REGISTRY = CollectorRegistry()
+process_metrics.register(REGISTRY)
 
 COMMIT_SECONDS = Histogram(
     "dedupe_commit_seconds",
@@ -51,6 +58,8 @@ COMMIT_SECONDS = Histogram(
 )
 
 
+#: The ``reason`` labels of ``dedupe_commit_failures_total`` (``app.eos.commit.CommitResult``).
+COMMIT_FAILURE_REASONS = ("unknown_outcome", "error")
 COMMIT_FAILURES = Counter(
     "dedupe_commit_failures",
     "Transactions that did not commit and whose partition is re-read, by reason: "
@@ -225,7 +234,16 @@ class WorkerCollector(Collector):
         )
 
 
+def export_commit_failures(partitions: int) -> None:
+    """Every partition's and reason's ``dedupe_commit_failures_total`` at 0 (module docstring):
+    each partition of the pipeline, as any of them may be assigned here."""
+    for partition in range(partitions):
+        for reason in COMMIT_FAILURE_REASONS:
+            COMMIT_FAILURES.labels(str(partition), reason)
+
+
 def register(stats: Callable[[], dict[str, Any]], settings: Settings) -> None:
+    export_commit_failures(settings.partitions)
     REGISTRY.register(PartitionCollector(stats))
     REGISTRY.register(WorkerCollector(min(settings.min_window, settings.window), settings.data_dir))
 

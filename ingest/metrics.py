@@ -5,6 +5,12 @@ one; tests that build several read differences). Labels stay few: ``endpoint`` i
 of the /v1/ paths (``batch``, ``track``...; analytics.js's one-letter paths count as the type
 they stand for), ``sdk_metrics``, ``health``, ``ready``, ``metrics``, ``status_page`` (``/``), or
 ``unmatched``.
+
+A labelled counter has no series until its first event, and ``increase()`` over a series that
+starts at 1 sees no increase: the label values the alert rules and the dashboard read that the
+code knows in advance are exported at 0 from the start (:data:`KNOWN_ANSWERS`,
+:data:`KNOWN_KAFKA_ERRORS`). With them, the process metrics and ``dedupe_build_info``
+(``envsettings/process_metrics.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -21,8 +28,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from envsettings import process_metrics
 from envsettings.tokens import allowed
-from ingest.events import kind_of_path
+from ingest.events import EVENT_TYPES, kind_of_path
 from ingest.status_page import PAGE
 
 REGISTRY = CollectorRegistry()
@@ -57,6 +65,29 @@ KAFKA_ERRORS = Counter(
     labelnames=["error"],
     registry=REGISTRY,
 )
+
+#: (endpoints, statuses) exported at 0 from the start: the answers of the /v1/ calls that carry
+#: events (accepted, an internal error, Kafka did not acknowledge) and of the readiness probe,
+#: the 5xx of which DedupeIngestErrors counts.
+KNOWN_ANSWERS = ((("batch", *EVENT_TYPES), ("200", "500", "503")), (("ready",), ("200", "503")))
+#: ``error`` labels exported at 0 from the start: the errors the service's own sink raises
+#: (``ingest/sink.py``); another class of the Kafka client counts from its first.
+KNOWN_KAFKA_ERRORS = (KafkaTimeoutError.__name__, KafkaError.__name__)
+
+
+def _export_known_at_zero() -> None:
+    for endpoints, statuses in KNOWN_ANSWERS:
+        for endpoint in endpoints:
+            for status in statuses:
+                REQUESTS.labels(endpoint, status)
+    for endpoint in KNOWN_ANSWERS[0][0]:
+        EVENTS.labels(endpoint)
+    for error in KNOWN_KAFKA_ERRORS:
+        KAFKA_ERRORS.labels(error)
+
+
+_export_known_at_zero()
+process_metrics.register(REGISTRY)
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _PLAIN = {

@@ -93,10 +93,13 @@ class Progress:
     records: int = 0
     position: int = 0
     started_at: float = field(default_factory=time.monotonic)
+    #: The restore returned: done, stopped by a rebalance, or failed (the queue may try again).
+    ended: bool = False
 
     @property
     def remaining(self) -> int:
-        return max(self.end - self.position, 0)
+        """Offsets still to read: 0 once the restore ended, however it ended."""
+        return 0 if self.ended else max(self.end - self.position, 0)
 
     @property
     def rate(self) -> float:
@@ -116,7 +119,9 @@ class Progress:
         )
 
 
-#: Called after each batch written (progress, records it wrote) and once at the end (with 0).
+#: Called after each batch written (progress, records it wrote) and once at every end of a
+#: restore that read anything, with 0: done, stopped by a rebalance or failed
+#: (``Progress.ended``).
 OnProgress = Callable[[Progress, int], None]
 
 
@@ -193,6 +198,25 @@ class Restorer:
             # stopped waiting for: ended (again; a no-op for a store that is not in bulk mode).
             store.end_bulk(tp.partition)
             return True
+        try:
+            return await self._read_through(store, tp, end, still_wanted, progress)
+        finally:
+            # Every end, a stop for a rebalance and a failure included: nothing restores the
+            # partition here now, so its figures must not show offsets left (a revoked
+            # partition's would stay above 0 for good, and look like a restore that never ends).
+            progress.ended = True
+            if self._on_progress is not None:
+                self._on_progress(progress, 0)
+
+    async def _read_through(
+        self,
+        store: BulkTarget,
+        tp: TopicPartition,
+        end: int,
+        still_wanted: Callable[[], bool],
+        progress: Progress,
+    ) -> bool:
+        start = progress.start
         wal = not store.begin_bulk(tp.partition, end - start)
         log.info(
             "restoring %s-%d from offset %d to %d (%d offsets%s)",
@@ -233,8 +257,6 @@ class Restorer:
         store.write_restored(tp.partition, [], end - 1, wal=wal)
         store.end_bulk(tp.partition)
         progress.position = end
-        if self._on_progress is not None:
-            self._on_progress(progress, 0)
         elapsed = time.monotonic() - progress.started_at
         log.info(
             "restored %s-%d through offset %d: %d records in %.1fs (%.0f records/s)",

@@ -48,6 +48,7 @@ import sys
 import time
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -153,6 +154,12 @@ def start_queries(
     ]
 
 
+def jvm_pid(spark: SparkSession) -> int:
+    """The process id of the session's JVM (the driver; local mode runs the executors in it)."""
+    sc: Any = spark.sparkContext
+    return int(sc._jvm.java.lang.ProcessHandle.current().pid())
+
+
 class ProgressPrinter:
     """Prints one line per finished micro-batch that read any row."""
 
@@ -225,6 +232,8 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
     )
     printer = ProgressPrinter()
     progress_metrics = metrics.ProgressMetrics()
+    progress_metrics.expect([query.name or str(query.id) for query in queries])
+    metrics.watch_jvm(jvm_pid(spark))
     status = 0
     try:
         while not stop.requested:

@@ -7,6 +7,13 @@ job's loop reads it (``spark/job.py``, twice a second).
 the clean topic: the sum over partitions of the latest offset Spark saw minus the end offset of
 the batch (Spark reports both per Kafka partition; an idle query's progress, every 10 s, keeps
 the latest current).
+
+The Python process's own metrics and ``dedupe_build_info`` come from
+``envsettings/process_metrics.py``. The job's work runs in Spark's JVM, a child process the
+driver starts, so its memory and CPU are not the Python process's: ``dedupe_spark_jvm_process_*``
+reads the same figures for the JVM (:func:`watch_jvm`). The counters start at 0 for each query
+(:meth:`ProgressMetrics.expect`): ``increase()`` over a series that first appears at 1 sees no
+increase, and the lake-lag alert reads ``dedupe_lake_batches_total`` staying flat.
 """
 
 from __future__ import annotations
@@ -15,9 +22,35 @@ import json
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    ProcessCollector,
+    start_http_server,
+)
+
+from envsettings import process_metrics
 
 REGISTRY = CollectorRegistry()
+process_metrics.register(REGISTRY)
+
+#: The JVM's process id once :func:`watch_jvm` knows it.
+_jvm_pid: list[int] = []
+
+
+def _jvm_proc_entry() -> str:
+    # No JVM yet: a name with no /proc entry, for which the collector reports nothing.
+    return str(_jvm_pid[0]) if _jvm_pid else "no-jvm"
+
+
+JVM = ProcessCollector(namespace="dedupe_spark_jvm", pid=_jvm_proc_entry, registry=REGISTRY)
+
+
+def watch_jvm(pid: int) -> None:
+    """Report the process metrics of Spark's JVM (``dedupe_spark_jvm_process_*``) from now on."""
+    _jvm_pid[:] = [pid]
+
 
 ROWS = Counter(
     "dedupe_lake_rows",
@@ -78,6 +111,12 @@ class ProgressMetrics:
 
     def __init__(self) -> None:
         self.last_batch: dict[str, int] = {}
+
+    def expect(self, names: list[str]) -> None:
+        """Export the counters of the queries ``names`` at 0 before their first batch."""
+        for name in names:
+            ROWS.labels(name)
+            BATCHES.labels(name)
 
     def observe(self, name: str, progress: Any) -> None:
         behind = [offsets_behind(s.endOffset, s.latestOffset) for s in progress.sources]

@@ -158,6 +158,43 @@ def test_a_restore_no_longer_wanted_stops_before_its_next_write(after_writes: in
     assert len(store.writes) == after_writes
 
 
+@pytest.mark.parametrize("after_writes", [1, 2])
+def test_a_restore_stopped_by_a_rebalance_reports_its_end_with_nothing_left(
+    after_writes: int,
+) -> None:
+    """The last report of a revoked restore says 0 offsets left: the worker's gauge of it
+    (``dedupe_restore_remaining_offsets``) would otherwise keep its last figure for good."""
+    records = changelog(12)
+    end = records[-1].offset + 1
+    store = RecordingStore()
+    seen: list[tuple[int, int, bool]] = []
+    restorer = Restorer(
+        ScriptedReader(records, end), lambda p, n: seen.append((p.remaining, n, p.ended))
+    )
+    assert not asyncio.run(
+        restorer.restore(store, TP, end, lambda: len(store.writes) < after_writes)
+    )
+    assert all(left > 0 and not ended for left, _, ended in seen[:-1])
+    assert len(seen) == after_writes + 1 and seen[-1] == (0, 0, True)
+
+
+def test_a_failed_restore_reports_its_end_with_nothing_left() -> None:
+    records = changelog(5)
+    end = records[-1].offset + 1
+
+    class FailingStore(RecordingStore):
+        def write_restored(self, *args: Any, **kwargs: Any) -> None:
+            raise OSError("disk full")
+
+    seen: list[tuple[int, bool]] = []
+    restorer = Restorer(
+        ScriptedReader(records, end), lambda p, n: seen.append((p.remaining, p.ended))
+    )
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(restorer.restore(FailingStore(), TP, end, lambda: True))
+    assert seen == [(0, True)]
+
+
 def test_a_restore_into_an_empty_store_ends_its_bulk_mode_without_waiting_for_compaction() -> None:
     """The restorer only starts the compaction (the queue waits for it beside the next
     partition's restore: recovery/bulk.py, tests/unit/test_bulk_restores.py)."""
