@@ -3,6 +3,7 @@ documented settings. (No Docker engine on our build machines: this is what can b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,20 +95,27 @@ def test_the_workers_agree_with_ingest_and_spark_on_the_topics() -> None:
     assert worker.bootstrap_servers == ingest.bootstrap_servers == spark.bootstrap_servers
 
 
-def test_prometheus_scrapes_the_workers_and_ingest_under_the_rules_job_names() -> None:
+def test_prometheus_scrapes_every_component_under_the_rules_job_names() -> None:
     config = yaml.safe_load((ROOT / "docker" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     port = services()["worker-1"]["environment"]["DEDUPE_WEB_PORT"]
     ingest_port = services()["ingest"]["environment"]["PORT"]
+    spark_env = services()["spark"]["environment"]
     assert jobs["dedupe-worker"]["metrics_path"] == "/metrics"
     assert jobs["dedupe-worker"]["static_configs"][0]["targets"] == [
         f"worker-1:{port}",
         f"worker-2:{port}",
     ]
     assert jobs["dedupe-ingest"]["static_configs"][0]["targets"] == [f"ingest:{ingest_port}"]
+    # The lake job serves its metrics on 127.0.0.1 unless told otherwise: another container
+    # could not reach them.
+    spark = SparkSettings.from_env({k: str(v) for k, v in spark_env.items()})
+    assert spark.metrics_host == "0.0.0.0" and spark.metrics_port
+    assert jobs["dedupe-spark"]["static_configs"][0]["targets"] == [f"spark:{spark.metrics_port}"]
     rules = (ROOT / "deploy" / "prometheus" / "alerts.yml").read_text()
-    for job in jobs:
-        assert f'job="{job}"' in rules, job
+    rule_jobs = set(re.findall(r'job="([\w-]+)"', rules))
+    assert set(jobs) == rule_jobs
+    assert set(services()["prometheus"]["depends_on"]) == set(ROLES)
     mounted = services()["prometheus"]["volumes"]
     assert f"../deploy/prometheus/alerts.yml:{config['rule_files'][0]}:ro" in mounted
 

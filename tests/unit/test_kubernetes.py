@@ -6,6 +6,7 @@ machines: this is what can be checked.)"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,34 @@ def test_probes_name_the_endpoints_and_the_worker_keeps_its_data_dir_on_its_volu
     assert env["DEDUPE_DATA_DIR"] == mounts["data"] and "data" in claims
     budgets = [o for o in objects() if o["kind"] == "PodDisruptionBudget"]
     assert any(b["spec"]["selector"] == worker["spec"]["selector"] for b in budgets)
+
+
+def test_prometheus_scrapes_every_workload_through_its_service_under_the_rules_job_names() -> None:
+    """prometheus.yaml's jobs are the ones the alert rules name, and each keeps the endpoints of
+    a Service port that leads to a named port of the workload's container (the Spark job's bound
+    to every interface: its default, 127.0.0.1, is out of a scraper's reach)."""
+    [scrape] = [
+        o
+        for o in objects()
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "dedupe-prometheus"
+    ]
+    config = yaml.safe_load(scrape["data"]["prometheus.yml"])
+    rules = (ROOT / "deploy" / "prometheus" / "alerts.yml").read_text()
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == set(re.findall(r'job="([\w-]+)"', rules)) == set(WORKLOADS)
+    services = {o["metadata"]["name"]: o for o in objects() if o["kind"] == "Service"}
+    found = workloads()
+    for name, job in jobs.items():
+        [keep] = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+        service_name, port_name = keep["regex"].split(";")
+        service = services[service_name]
+        workload = found[name]
+        assert service["spec"]["selector"] == workload["spec"]["selector"]["matchLabels"], name
+        [port] = [p for p in service["spec"]["ports"] if p["name"] == port_name]
+        [container] = workload["spec"]["template"]["spec"]["containers"]
+        assert port["targetPort"] in {p["name"] for p in container["ports"]}, name
+    [spark] = found["dedupe-spark"]["spec"]["template"]["spec"]["containers"]
+    env = {v["name"]: v.get("value") for v in spark["env"]}
+    [metrics_port] = [p for p in spark["ports"] if p["name"] == "metrics"]
+    assert env["DEDUPE_SPARK_METRICS_HOST"] == "0.0.0.0"
+    assert env["DEDUPE_SPARK_METRICS_PORT"] == str(metrics_port["containerPort"])
