@@ -3,7 +3,8 @@
     python -m scripts.grafana_dashboard          # rewrites deploy/grafana/dedupe.json
 
 Import the JSON in Grafana (Dashboards > New > Import) and pick the Prometheus data source that
-scrapes the workers (job ``dedupe-worker``) and the ingest services (job ``dedupe-ingest``).
+scrapes the workers (job ``dedupe-worker``), the ingest services (job ``dedupe-ingest``) and the
+Spark lake job (job ``dedupe-spark``).
 Every query names metrics of docs/metrics.md; tests/unit/test_grafana_dashboard.py checks that
 the file is this script's output and its queries name exported metrics, and the observe tier runs
 each query on a real Prometheus scraping real workers.
@@ -20,6 +21,9 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 #: The selectors of the worker's series (the dashboard's instance choice) and the ingest's.
 W = 'job="dedupe-worker", instance=~"$instance"'
 ING = 'job="dedupe-ingest"'
+SPARK = 'job="dedupe-spark"'
+#: Every component's series (their process metrics and versions).
+ALL = 'job=~"dedupe-worker|dedupe-ingest|dedupe-spark"'
 Query = tuple[str, str]  # (PromQL, legend)
 
 
@@ -183,6 +187,95 @@ ROWS: list[tuple[str, list[tuple[str, str, list[Query]]]]] = [
                         "{{error}}",
                     )
                 ],
+            ),
+        ],
+    ),
+    (
+        "Lake (Spark job)",
+        [
+            (
+                "Rows read per second",
+                "ops",
+                [
+                    by(
+                        "query",
+                        "sum",
+                        f"rate(dedupe_lake_rows_total{{{SPARK}}}[5m])",
+                        "{{query}}",
+                    )
+                ],
+            ),
+            (
+                "Offsets behind the clean topic",
+                "short",
+                [by("query", "max", f"dedupe_lake_offsets_behind{{{SPARK}}}", "{{query}}")],
+            ),
+            (
+                "Micro-batch duration",
+                "s",
+                [by("query", "max", f"dedupe_lake_batch_duration_seconds{{{SPARK}}}", "{{query}}")],
+            ),
+            (
+                "Since the last micro-batch started",
+                "s",
+                [
+                    by(
+                        "query",
+                        "min",
+                        f"time() - dedupe_lake_last_batch_timestamp_seconds{{{SPARK}}}",
+                        "{{query}}",
+                    )
+                ],
+            ),
+            (
+                "Micro-batches per minute",
+                "short",
+                [
+                    by(
+                        "query",
+                        "sum",
+                        f"increase(dedupe_lake_batches_total{{{SPARK}}}[1m])",
+                        "{{query}}",
+                    )
+                ],
+            ),
+            ("Lake job up", "short", [(f"up{{{SPARK}}}", "{{instance}}")]),
+        ],
+    ),
+    (
+        "Processes",
+        [
+            (
+                "Resident memory",
+                "bytes",
+                [
+                    (f"process_resident_memory_bytes{{{ALL}}}", "{{job}} {{instance}}"),
+                    (
+                        f"dedupe_spark_jvm_process_resident_memory_bytes{{{SPARK}}}",
+                        "{{job}} {{instance}} JVM",
+                    ),
+                ],
+            ),
+            (
+                "CPU (cores)",
+                "short",
+                [
+                    (f"rate(process_cpu_seconds_total{{{ALL}}}[1m])", "{{job}} {{instance}}"),
+                    (
+                        f"rate(dedupe_spark_jvm_process_cpu_seconds_total{{{SPARK}}}[1m])",
+                        "{{job}} {{instance}} JVM",
+                    ),
+                ],
+            ),
+            (
+                "Versions running",
+                "short",
+                [by("job, version", "count", f"dedupe_build_info{{{ALL}}}", "{{job}} {{version}}")],
+            ),
+            (
+                "Open file descriptors",
+                "short",
+                [(f"process_open_fds{{{ALL}}}", "{{job}} {{instance}}")],
             ),
         ],
     ),

@@ -26,7 +26,7 @@ def test_the_file_is_the_scripts_output() -> None:
 def test_every_query_names_exported_metrics() -> None:
     known = documented_metrics() | {"up"}
     for expr in queries():
-        names = set(re.findall(r"\b(dedupe_\w+|up)(?=\{|\s*\))", expr))
+        names = set(re.findall(r"\b(dedupe_\w+|process_\w+|up)(?=\{|\s*\))", expr))
         assert names, expr
         families = {re.sub(r"_(total|bucket)$", "", n) for n in names}
         assert families <= known, (expr, families - known)
@@ -44,3 +44,17 @@ def test_panels_have_unique_ids_and_do_not_overlap() -> None:
         }
         assert not mine & cells, p["title"]
         cells |= mine
+
+
+def test_every_job_the_alert_rules_name_has_panels() -> None:
+    rules = (grafana_dashboard.OUT.parents[1] / "prometheus" / "alerts.yml").read_text()
+    jobs = set(re.findall(r'job="([\w-]+)"', rules))
+    shown = " ".join(queries())
+    for job in jobs:
+        assert f'job="{job}"' in shown, job
+    for name in (
+        "dedupe_lake_offsets_behind",
+        "process_resident_memory_bytes",
+        "dedupe_build_info",
+    ):
+        assert name in shown, name
