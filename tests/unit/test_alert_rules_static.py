@@ -1,7 +1,9 @@
-"""The alert rules' runbook links (deploy/prometheus/alerts.yml): absolute, each under one base
-and naming its own alert's section of docs/operations.md, and moved to another base by
-``python -m scripts.alert_rules`` (``make alert-rules``) with nothing else changed. (The rules
-themselves run under promtool in tests/observe.)"""
+"""The alert rules (deploy/prometheus/alerts.yml) and their tests as files: every alert has a
+promtool case in which it fires, every job the rules name has an ``absent()`` rule, and the
+runbook links are absolute, each under one base and naming its own alert's section of
+docs/operations.md, moved to another base by ``python -m scripts.alert_rules``
+(``make alert-rules``) with nothing else changed. (promtool runs the rules and their cases in
+tests/observe.)"""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scripts import alert_rules
 from tests.unit.test_docs_links import heading_ids
@@ -59,3 +62,24 @@ def test_the_command_writes_the_rules(tmp_path: Path, capsys: pytest.CaptureFixt
     assert out.read_text() == alert_rules.render("https://r.example/ops")
     assert alert_rules.main(["--runbook-base", "ops.md"]) == 2
     assert "absolute" in capsys.readouterr().err
+
+
+def test_every_alert_has_a_promtool_case_in_which_it_fires() -> None:
+    rules = alert_rules.RULES.read_text()
+    cases = yaml.safe_load((alert_rules.RULES.parent / "alerts_test.yml").read_text())["tests"]
+    fired = {
+        check["alertname"]
+        for case in cases
+        for check in case.get("alert_rule_test", [])
+        if check.get("exp_alerts")
+    }
+    assert set(alerts(rules)) - fired == set()
+
+
+def test_every_job_the_rules_name_has_an_absent_rule() -> None:
+    """A job with no target at all has no ``up`` series for ``up == 0`` to find."""
+    rules = alert_rules.RULES.read_text()
+    jobs = set(re.findall(r'job="([\w-]+)"', rules))
+    assert jobs == {"dedupe-worker", "dedupe-ingest", "dedupe-spark"}
+    for job in jobs:
+        assert f'expr: absent(up{{job="{job}"}})' in rules, job
