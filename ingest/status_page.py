@@ -2,7 +2,8 @@
 
 Its script reads the service's own ``/metrics`` every two seconds and draws, per endpoint and
 status code, the requests answered since the process started and their rate over the last
-poll, the events Kafka acknowledged, the Kafka errors by class, and ``/ready``'s answer. It
+poll, the events Kafka acknowledged, the Kafka errors by class, and ``/ready``'s answer (a
+series still at 0, exported before its first event, has no row). It
 asks for nothing ``/metrics`` does not already say (docs/metrics.md), and the same token
 guards both (``DEDUPE_INGEST_METRICS_TOKEN``).
 """
@@ -48,7 +49,8 @@ function samples(text, name) {
   const pattern = new RegExp("^" + name + "\\\\{([^}]*)\\\\} ([0-9.eE+-]+)$");
   for (const line of text.split("\\n")) {
     const m = line.match(pattern);
-    if (!m) continue;
+    // A series still at 0 is one /metrics exports before its first event: no row for it.
+    if (!m || Number(m[2]) === 0) continue;
     const labels = {};
     for (const pair of m[1].match(/\\w+="[^"]*"/g) || []) {
       const [k, v] = pair.split("=");
