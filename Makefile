@@ -221,21 +221,34 @@ test: lint test-unit test-prerequisites ## Lint and every test tier (three lanes
 
 test-prerequisites: $(STAMP) kafka-jars spark-jars servers-install browser-install
 
-test-lane-faults:
-	@$(MAKE) --no-print-directory -j1 test-faults-core test-ingest test-idempotency \
-	  test-observe test-browser
+# A lane stops the brokers a tier started once no later tier of the lane uses them: on two
+# cores an idle broker and its controller are CPU the other lanes wait for.
+kafka_down = KAFKA_PORT=$(1) $(KAFKA) down >/dev/null
+# The fault tier's broker of the old transaction protocol: its test port + 20 (tests/faults).
+kafka_down_v1 = KAFKA_PORT=$$(( $(1) + 20 )) $(KAFKA) down >/dev/null
 
+test-lane-faults:
+	@$(MAKE) --no-print-directory test-faults-core
+	@$(call kafka_down_v1,$(TEST_KAFKA_PORT))
+	@$(MAKE) --no-print-directory -j1 test-ingest test-idempotency test-observe test-browser
+
+test-lane-others: export DEDUPE_TEST_WEB_PORT_BASE = $(OTHERS_WEB_PORT_BASE)
 test-lane-others:
-	@DEDUPE_TEST_WEB_PORT_BASE=$(OTHERS_WEB_PORT_BASE) $(MAKE) --no-print-directory -j1 \
-	  TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration test-cluster test-security
+	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration
+	@$(call kafka_down,$(OTHERS_KAFKA_PORT))
+	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-cluster
+	@KAFKA_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m scripts.kafka_cluster down >/dev/null
+	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-security
 
 test-lane-third: export DEDUPE_TEST_WEB_PORT_BASE = $(THIRD_WEB_PORT_BASE)
 test-lane-third: export DEDUPE_TEST_SPARK_METRICS_PORT = $(THIRD_SPARK_METRICS_PORT)
 test-lane-third: export DEDUPE_NETFAULT_KAFKA_PORT = $(NETFAULT_KAFKA_PORT)
 test-lane-third: export DEDUPE_NETFAULT_KAFKA_V1_PORT = $(NETFAULT_KAFKA_V1_PORT)
 test-lane-third:
-	@$(MAKE) --no-print-directory -j1 TEST_KAFKA_PORT=$(COMMIT_KAFKA_PORT) test-faults-commit \
-	  test-faults-network test-spark
+	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(COMMIT_KAFKA_PORT) test-faults-commit
+	@$(call kafka_down_v1,$(COMMIT_KAFKA_PORT))
+	@$(MAKE) --no-print-directory -j1 TEST_KAFKA_PORT=$(COMMIT_KAFKA_PORT) test-faults-network \
+	  test-spark
 
 bench: $(STAMP) kafka-jars spark-jars ## Contender benchmark, 2M events (BENCH_EVENTS): bench/results.md + .png
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi

@@ -104,7 +104,7 @@ def test_f17_takeovers_of_large_changelogs_after_idle_time(
     """With ``standbys=1`` each worker also follows the other's changelog partitions, and the
     takeover promotes them: the standby path must not have skipped a record either."""
     partitions = 4
-    stream = build_stream(60_000 * SCALE, 0.0, seed=62)
+    stream = build_stream(40_000 * SCALE, 0.0, seed=62)
     expected = ids_by_partition(stream, partitions)
     env = {"DEDUPE_STANDBY_REPLICAS": str(standbys)}
     a, b = (Worker(broker, names, index=i, partitions=partitions, extra_env=env) for i in range(2))

@@ -48,18 +48,19 @@ def test_f20_kill_9_during_a_bulk_restore_without_the_write_ahead_log(
     broker: Broker, names: Names, workers: list[Worker], reliability: Reliability
 ) -> None:
     partitions = 2
-    stream = build_stream(200_000 * SCALE, 0.0, seed=63)
+    stream = build_stream(120_000 * SCALE, 0.0, seed=63)
     expected = ids_by_partition(stream, partitions)
     worker = one_worker_processed(broker, names, workers, stream, partitions)
     worker.kill(signal.SIGTERM)
     # The data dir is lost: the restart restores both partitions into empty stores, and dies
-    # (kill -9) after 60,000 records written (of about 100,000 in partition 0), before the
-    # restore's flush. Small memtables flush some column families on their own meanwhile:
-    # without the mark, the restart built on the ids flushed and undercounted them (ids held
-    # 79,945 of 99,939 in partition 0, when the check of the mark was taken out).
-    # The rebuild after it is killed the same way again, 30,000 records in.
+    # (kill -9) after 60% of partition 0's records written, before the restore's flush. Small
+    # memtables flush some column families on their own meanwhile: without the mark, the
+    # restart built on the ids flushed and undercounted them (ids held 79,945 of 99,939 in
+    # partition 0, when the check of the mark was taken out). The rebuild after it is killed
+    # the same way again, 30% in. (The fault point counts thousands of records written.)
     shutil.rmtree(worker.data_dir)
-    for at in (60, 30):
+    per_partition = len(stream.records) // partitions // 1000
+    for at in (per_partition * 6 // 10, per_partition * 3 // 10):
         worker.extra_env = {
             "DEDUPE_FAULT_INJECTION": f"restored=kill@{at}",
             "DEDUPE_ROCKSDB_WRITE_BUFFER_BYTES": "262144",
@@ -73,7 +74,7 @@ def test_f20_kill_9_during_a_bulk_restore_without_the_write_ahead_log(
         assert "write-ahead log off" in killed_in, killed_in[-3000:]
         # No partition finished before the kill.
         assert re.search(r"restored \S+ through offset", killed_in) is None
-        if at == 30:
+        if at < per_partition * 6 // 10:
             assert "was being restored when the worker stopped" in killed_in
     worker.extra_env = {}
     worker.start()
@@ -181,7 +182,7 @@ def test_f22_state_moved_as_a_snapshot_restores_only_the_changelog_after_it(
     changelog written after the snapshot; then it is killed again while every event is sent
     again."""
     partitions = 2
-    stream = build_stream(80_000 * SCALE, 0.0, seed=64)
+    stream = build_stream(50_000 * SCALE, 0.0, seed=64)
     cut = len(stream.records) * 3 // 4
     first, later = stream.records[:cut], stream.records[cut:]
     expected = ids_by_partition(stream, partitions)
