@@ -1,10 +1,13 @@
 """The decorators on the real PostgreSQL and Redis, async and sync: a function runs once per
 key, a repeat returns the first result (through ``on_repeat`` when given), another payload is
 ``PayloadMismatch``, a function that raises runs again, and ``IDEMPOTENT_CONSUMER_DISABLED``
-switches all of it off (nothing written to the store)."""
+switches all of it off (nothing written to the store). Each function keeps its records in a
+namespace of its own (its qualified name, or ``name=``); ``@idempotent`` works on methods;
+int and UUID keys."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -153,7 +156,8 @@ async def test_disabled_calls_the_function_and_writes_nothing(
     with pytest.warns(IdempotencyDisabledWarning):
         assert await charge("o5") == "ch_2"  # a repeat runs again: nothing guards it
     monkeypatch.setenv(DISABLED_ENV, "false")
-    async with idem.claim("o5") as claim:  # and the store never saw the id
+    own = idem.scoped(f"{charge.__module__}.{charge.__qualname__}")  # the function's records
+    async with own.claim("o5") as claim:  # and the store never saw the id
         assert not claim.done
         claim.complete("enabled")
     assert await charge("o5") == "enabled"
@@ -181,3 +185,89 @@ def test_wrong_decorations_are_refused_at_once(servers: Servers, prefix: str) ->
         async def c(k: str) -> None: ...
 
     store.close_sync()
+
+
+async def test_two_functions_with_the_same_id_each_run_once(store: Any) -> None:
+    """1.0 kept every decorated function's records under the bare processor: ``refund("o1")``
+    returned ``charge("o1")``'s result without running, and a decorated function calling
+    another with the same id raised PayloadMismatch (or waited on itself)."""
+    idem = Idempotency(store, "billing")
+    runs: list[str] = []
+
+    @idempotent_function(idem, key="order_id", payload="cents")
+    async def refund(order_id: str, cents: int) -> str:
+        runs.append(f"refund {order_id}")
+        return f"re_{order_id}"
+
+    @idempotent_function(idem, key="order_id", payload="cents")
+    async def charge(order_id: str, cents: int) -> str:
+        runs.append(f"charge {order_id}")
+        return f"ch_{order_id}"
+
+    @idempotent_function(idem, key="order_id")
+    async def settle(order_id: str) -> list[str]:  # nested decorated calls, one id
+        return [await charge(order_id, 500), await refund(order_id, 200)]
+
+    assert await charge("o1", 500) == "ch_o1"
+    assert await refund("o1", 200) == "re_o1"  # its own record, not charge's
+    assert await settle("o1") == ["ch_o1", "re_o1"]  # both repeats inside settle's claim
+    assert runs == ["charge o1", "refund o1"]
+
+
+def test_a_name_keeps_the_namespace_and_an_empty_one_the_bare_processor(
+    servers: Servers, prefix: str
+) -> None:
+    store = RedisStore(servers.redis_url, prefix=prefix)
+    idem = SyncIdempotency(store, "mailer")
+    sent: list[str] = []
+
+    @idempotent_function(idem, key="user", name="welcome-mail")
+    def send(user: str) -> str:
+        sent.append(user)
+        return f"msg-{user}"
+
+    @idempotent_function(idem, key="user", name="welcome-mail")
+    def send_renamed(user: str) -> str:  # the same name: the same records
+        sent.append(user)
+        return "never"
+
+    assert send("ann") == send_renamed("ann") == "msg-ann"
+    with idem.scoped("welcome-mail").claim("ann") as claim:
+        assert claim.done and claim.result == "msg-ann"
+
+    @idempotent_function(idem, key="user", name="")
+    def legacy(user: str) -> str:  # 1.0's keys: the bare processor
+        return f"legacy-{user}"
+
+    with idem.claim("bob") as claim:
+        claim.complete("from 1.0")
+    assert legacy("bob") == "from 1.0"
+    assert sent == ["ann"]
+    store.close_sync()
+
+
+async def test_idempotent_on_a_method_and_keys_of_ints_and_uuids(store: Any) -> None:
+    idem = Idempotency(store, "billing")
+    order = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+    class Billing:
+        def __init__(self) -> None:
+            self.handled: list[bytes] = []
+
+        @idempotent(idem)
+        async def handle(self, record: Any) -> str:
+            self.handled.append(record.value)
+            return record.value.decode()
+
+        @idempotent_function(idem, key="order_id")
+        async def charge(self, order_id: int | uuid.UUID) -> str:
+            return f"ch_{order_id}"
+
+    billing = Billing()
+    record = SimpleNamespace(key=b"msg-7", value=b"{}")
+    assert await billing.handle(record) == await billing.handle(record) == "{}"
+    assert billing.handled == [b"{}"]
+    assert await billing.charge(42) == await billing.charge(42) == "ch_42"
+    assert await billing.charge(order) == f"ch_{order}"
+    with pytest.raises(InvalidEventId):
+        await billing.charge(4.2)  # type: ignore[arg-type]

@@ -5,8 +5,9 @@
   with nobody taking over keeps the result, and ``close()`` leaves the caller's clients open;
 * a MemoryStore whose slots all hold live claims never evicts one: a new id waits, or gets
   ``AlreadyInProgress``, and every holder's complete lands;
-* a result the serializer cannot store raises in the body and releases the claim (the
-  redelivery claims it at once), on every store;
+* a result the serializer cannot store raises in the body and completes the claim with no
+  result (the effect ran: the redelivery is a repeat), on every store; a body cancelled
+  mid-effect keeps its claim until the lease ends, then a takeover runs it;
 * a payload that is not a JSON value is refused before the claim, not hashed by ``str()``;
 * bad event ids raise the library's ``InvalidEventId`` (an ``IdempotencyError``).
 """
@@ -165,18 +166,47 @@ def any_store(
         rstore.close_sync()
 
 
-def test_a_result_that_is_not_json_releases_the_claim(any_store: Any) -> None:
+def test_a_result_that_is_not_json_completes_the_claim_without_it(any_store: Any) -> None:
+    """1.0 released the claim when ``complete()`` refused the result: the effect had run, and
+    the redelivery ran it again (a handler returning a ``Decimal`` charged twice)."""
     idem = SyncIdempotency(any_store, "ser", lease=timedelta(seconds=30))
     ran = 0
-    with pytest.raises(NotSerializable), idem.claim("evt-1") as claim:
+    with pytest.raises(NotSerializable, match="counts as done"), idem.claim("evt-1") as claim:
         ran += 1
         claim.complete(Decimal("12.50"))
-    # not left in progress for 30 s: the redelivery claims it at once
-    with idem.claim("evt-1") as again:
-        assert not again.done
-        ran += 1
-        again.complete("12.50")
-    assert ran == 2
+    with idem.claim("evt-1") as again:  # the redelivery: a repeat, with no result kept
+        assert again.done and again.result is None
+    assert ran == 1
+
+
+async def test_a_cancelled_body_keeps_its_claim_until_the_lease_ends(any_store: Any) -> None:
+    """A body cancelled mid-effect (a timeout around the handler) may have charged: 1.0
+    released the claim and the redelivery ran the effect at once, beside the first one's
+    outcome. The claim now stays until its lease ends; then a takeover runs it."""
+    lease = timedelta(milliseconds=800)
+    idem = Idempotency(any_store, "cancel", lease=lease)
+    started = asyncio.Event()
+
+    async def slow_charge() -> None:
+        async with idem.claim("evt-c") as claim:
+            started.set()
+            await asyncio.sleep(30)  # the provider is slow; the caller gives up
+            claim.complete("charged")
+
+    task = asyncio.create_task(slow_charge())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(AlreadyInProgress):  # not released: its outcome is unknown
+        async with idem.claim("evt-c"):
+            pytest.fail("a cancelled claim was released")
+    await asyncio.sleep(lease.total_seconds() + 0.2)
+    async with idem.claim("evt-c") as takeover:
+        assert not takeover.done
+        if not isinstance(any_store, RedisStore):  # Redis: an expired lease leaves no count
+            assert takeover.taken_over
+        takeover.complete("charged once more, knowingly")
 
 
 def test_a_payload_that_is_not_json_is_refused_before_the_claim(any_store: Any) -> None:

@@ -70,7 +70,8 @@ class InvalidEventId(IdempotencyError, ValueError, TypeError):
 class NotSerializable(IdempotencyError, TypeError):
     """A payload the hash cannot encode canonically, or a result the serializer cannot
     store. Raised before anything is written for a payload, and by ``claim.complete()``
-    (so the ``with`` block releases the claim) for a result."""
+    for a result: the effect ran, so the claim still completes, with no result (a repeat
+    reads ``None``), unless joined to a transaction that the error rolls back with it."""
 
 
 class Outcome(enum.Enum):

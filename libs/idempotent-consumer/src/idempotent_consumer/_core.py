@@ -8,7 +8,12 @@ States of a record, as every store keeps them:
   fences the old holder out, ``claim.attempts`` counts the takeovers);
 * completed            -> a repeat: ``claim.done`` is true and ``claim.result`` is the first
   run's result; the body must return it without running the effect again;
-* released             -> the body raised: the record is deleted, the redelivery runs again.
+* released             -> the body raised an ``Exception``: the record is deleted, the
+  redelivery runs again. A body cancelled or interrupted (``CancelledError``,
+  ``KeyboardInterrupt``: not an ``Exception``) may have done the effect: the claim stays in
+  progress until its lease ends and a takeover runs it (``attempts`` says so). A result the
+  serializer refuses (``complete`` raises ``NotSerializable``) comes after the effect: the
+  record completes with no result.
 
 A different payload hash under the same id is ``PayloadMismatch`` in any state.
 """
@@ -207,10 +212,11 @@ class ClaimContext:
         if self._tx is None:
             if claim.done:
                 return None
-            if exc is None:
+            ending = claim._ended_by(exc)
+            if ending == "complete":
                 await self._complete(claim)
-                return None
-            await self._release(claim)
+            elif ending == "release":
+                await self._release(claim)
             return None
         # Joined: completing writes in the caller's transaction; leaving the transaction
         # block commits it (or releases the savepoint), and an exception rolls the claim back

@@ -4,9 +4,10 @@ knows, and how long a claim waits for a busy id."""
 
 from __future__ import annotations
 
+import copy
 import time
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from ._base import (
     ClaimReply,
@@ -67,6 +68,13 @@ class Settings(Generic[StoreT]):
                 f"({limit}): raise the store's retention or shorten expire_after"
             )
 
+    def scoped(self, name: str) -> Self:
+        """The same store and settings, records kept under the processor ``<processor>/<name>``:
+        a namespace of their own (the decorators' per-function keys)."""
+        scoped = copy.copy(self)
+        scoped.processor = check_event_id(f"{self.processor}/{name}")
+        return scoped
+
     def _request(self, event_id: str, digest: bytes | None, block: bool) -> ClaimRequest:
         return ClaimRequest(
             processor=self.processor,
@@ -108,6 +116,8 @@ class ClaimState:
         self._held = held
         self._serializer: Serializer = JsonSerializer()
         self._data: bytes | None = None  # the result, serialized by complete()
+        #: complete()'s refusal of a result: the effect ran, only its result cannot be kept
+        self._unstored: NotSerializable | None = None
 
     @property
     def taken_over(self) -> bool:
@@ -117,23 +127,41 @@ class ClaimState:
     def complete(self, result: Any = None) -> None:
         """Record the result; it is stored with the claim when the ``with`` block ends
         (a block that ends without ``complete`` completes with ``None``). A result the
-        serializer cannot store raises ``NotSerializable`` here."""
+        serializer cannot store raises ``NotSerializable`` here, and the claim still
+        completes, with no result (a repeat reads ``None``): ``complete`` comes after the
+        effect, and releasing the claim would run it again."""
         if self.done:
             raise RuntimeError(f"event {self.event_id!r} is a repeat: there is nothing to complete")
-        # Serialized here, inside the block, not when it ends: a result the serializer
-        # refuses raises in the body, so the claim is released, never left in progress
-        # until its lease ends (which would let the effect run again, with no error seen).
         try:
             data = self._serializer.dumps(result)
-        except NotSerializable:
-            raise
         except (TypeError, ValueError) as exc:
-            raise NotSerializable(
-                f"the result of {self.event_id!r} cannot be stored ({exc}): convert it to "
-                "a JSON value, or give Idempotency a serializer that stores it"
-            ) from exc
+            refused = (
+                exc
+                if isinstance(exc, NotSerializable)
+                else NotSerializable(
+                    f"the result of {self.event_id!r} cannot be stored ({exc}): the effect "
+                    "counts as done, repeats read None; convert the result to a JSON value, "
+                    "or give Idempotency a serializer that stores it"
+                )
+            )
+            self._unstored = refused
+            if refused is exc:
+                raise
+            raise refused from exc
         self.result = result
         self._data = data
+
+    def _ended_by(self, exc: BaseException | None) -> str:
+        """What the end of a claim not joined to a transaction does: "complete" (the block
+        ended, or only the result was refused), "release" (the body raised: the effect did
+        not happen, a redelivery runs it), or "keep" (cancelled or interrupted: the outcome is
+        unknown, the claim stays until its lease ends and a takeover runs it, counted in
+        ``attempts``)."""
+        if exc is None or exc is self._unstored:
+            return "complete"
+        if isinstance(exc, Exception):
+            return "release"
+        return "keep"
 
     def __repr__(self) -> str:
         state = "done" if self.done else "held"

@@ -184,10 +184,11 @@ class SyncClaimContext:
         if self._tx is None:
             if claim.done:
                 return None
-            if exc is None:
+            ending = claim._ended_by(exc)
+            if ending == "complete":
                 self._complete(claim)
-                return None
-            self._release(claim)
+            elif ending == "release":
+                self._release(claim)
             return None
         if exc is None and not claim.done:
             try:

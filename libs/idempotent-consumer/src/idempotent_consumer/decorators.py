@@ -14,9 +14,17 @@ its record so a retry runs again)::
     @idempotent(idem)                            # key: record.key, payload: record.value
     async def handle(record) -> str: ...
 
+Each decorated function keeps its records in a namespace of its own, as Powertools prefixes
+its keys with the function's name (``BasePersistenceLayer.configure``: ``function_name``):
+the processor ``<processor>/<module>.<qualified name>``, so ``refund("o1")`` never answers
+with ``charge("o1")``'s result, and nested decorated calls may share an id. ``name=`` sets a
+namespace that survives renaming the function (renaming it otherwise starts from no record);
+``name=""`` keeps records under the bare processor, as 1.0 did.
+
 ``key`` and ``payload`` name a parameter of the function (positional or keyword, unlike
 Powertools' keyword-only ``data_keyword_argument``) or are callables given the function's
-arguments. The decorated function is async with ``Idempotency`` and sync with
+arguments. A key may be a str, UTF-8 bytes, an int or a UUID (kept as its text). The
+decorated function is async with ``Idempotency`` and sync with
 ``SyncIdempotency``. A repeat returns the first run's result as the serializer gives it back
 (JSON by default: a tuple comes back a list), or what ``on_repeat(result, claim)`` returns.
 
@@ -31,6 +39,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import uuid
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
@@ -75,6 +84,18 @@ def _warn_disabled() -> None:
     )
 
 
+def namespace(fn: Callable[..., Any], name: str | None) -> str:
+    """The namespace of ``fn``'s records: ``name``, or ``<module>.<qualified name>``."""
+    return f"{fn.__module__}.{fn.__qualname__}" if name is None else name
+
+
+def event_id_of(key: object) -> object:
+    """An int or UUID key as its text; anything else as given (the store checks it)."""
+    if isinstance(key, int | uuid.UUID) and not isinstance(key, bool):
+        return str(key)
+    return key
+
+
 def _extractor(spec: Extractor, signature: inspect.Signature, what: str) -> Callable[..., Any]:
     """A function of the decorated function's (args, kwargs) giving the key or payload."""
     if callable(spec):
@@ -97,29 +118,34 @@ def idempotent_function(
     payload: Extractor | None = None,
     wait: bool | timedelta = True,
     on_repeat: OnRepeat | None = None,
+    name: str | None = None,
 ) -> Callable[[F], F]:
-    """Run the decorated function once per key (and processor); a repeat returns the first
+    """Run the decorated function once per key (in its namespace); a repeat returns the first
     run's result without calling it.
 
     ``key``: the event id (a parameter's name, or a callable of the arguments).
     ``payload``: hashed and compared with the first call's (``PayloadMismatch``); None: no check.
     ``wait``: as ``claim``'s (default True: a repeat arriving while the first call runs waits
     for its result). ``on_repeat(result, claim)``: called on a repeat with the stored result;
-    its return value (awaited if it is awaitable) is what the call returns.
+    its return value (awaited if it is awaitable) is what the call returns. ``name``: the
+    namespace of the function's records (default ``<module>.<qualified name>``; ``""``: the
+    bare processor, as in 1.0).
     """
 
     def decorate(fn: F) -> F:
         signature = inspect.signature(fn)
         key_of = _extractor(key, signature, "key")
         payload_of = _extractor(payload, signature, "payload") if payload is not None else None
+        scope = namespace(fn, name)
 
         def claim_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
-            return key_of(args, kwargs), payload_of(args, kwargs) if payload_of else None
+            data = payload_of(args, kwargs) if payload_of else None
+            return event_id_of(key_of(args, kwargs)), data
 
         if inspect.iscoroutinefunction(fn):
             if not isinstance(idem, Idempotency):
                 raise TypeError(f"{fn.__qualname__} is async: decorate it with an Idempotency")
-            aidem = idem
+            aidem = idem.scoped(scope) if scope else idem
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
@@ -138,7 +164,7 @@ def idempotent_function(
 
         if not isinstance(idem, SyncIdempotency):
             raise TypeError(f"{fn.__qualname__} is not async: decorate it with a SyncIdempotency")
-        sidem = idem
+        sidem = idem.scoped(scope) if scope else idem
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -188,6 +214,14 @@ def record_value(record: Any, *args: Any, **kwargs: Any) -> object:
     return getattr(record, "value", None)
 
 
+def _after_first(spec: Extractor | None) -> Extractor | None:
+    """``spec`` for a method: a callable given the arguments after ``self`` / ``cls``."""
+    if spec is None or not callable(spec):
+        return spec
+    extract = spec
+    return lambda _owner, *args, **kwargs: extract(*args, **kwargs)
+
+
 def idempotent(
     idem: Idempotency | SyncIdempotency,
     *,
@@ -195,8 +229,22 @@ def idempotent(
     payload: Extractor | None = record_value,
     wait: bool | timedelta = True,
     on_repeat: OnRepeat | None = None,
+    name: str | None = None,
 ) -> Callable[[F], F]:
-    """``idempotent_function`` for handlers whose first argument is a Kafka record: keyed by
-    the record's key, its value hashed (as Powertools' ``idempotent`` is for the Lambda
-    handler's event)."""
-    return idempotent_function(idem, key=key, payload=payload, wait=wait, on_repeat=on_repeat)
+    """``idempotent_function`` for handlers whose first argument is a Kafka record (after
+    ``self`` or ``cls`` on a method): keyed by the record's key, its value hashed (as
+    Powertools' ``idempotent`` is for the Lambda handler's event)."""
+
+    def decorate(fn: F) -> F:
+        first = next(iter(inspect.signature(fn).parameters), None)
+        on_method = first in ("self", "cls")
+        return idempotent_function(
+            idem,
+            key=_after_first(key) if on_method else key,  # type: ignore[arg-type]
+            payload=_after_first(payload) if on_method else payload,
+            wait=wait,
+            on_repeat=on_repeat,
+            name=name,
+        )(fn)
+
+    return decorate

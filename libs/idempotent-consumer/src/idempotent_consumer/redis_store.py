@@ -87,13 +87,20 @@ def _value(state: bytes, token: str, digest: bytes | None, result: bytes = b"") 
     return state + token.encode() + _hash_hex(digest) + result
 
 
+#: Where a RedisStore given neither a url nor a client connects.
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
 class RedisStore:
     """Idempotency records in Redis 7+ (see the module docstring for what a restart loses).
 
-    ``url``: ``redis://host:port/db``. ``prefix``: of every key. Clients are made from the
-    URL on first use (sync and async separately), or pass your own ``client`` /
-    ``async_client``: the store registers its scripts on them and never closes them
-    (``close()`` closes only the clients it made).
+    ``url``: ``redis://host:port/db`` (default :data:`DEFAULT_URL`). ``prefix``: of every key.
+    Clients are made from the URL on first use (sync and async separately), or pass your own
+    ``client`` / ``async_client``: the store registers its scripts on them and never closes
+    them (``close()`` closes only the clients it made). Given only one of them and no ``url``,
+    the store refuses the other kind of use rather than connect to the default URL, another
+    server than the caller's. Clients must answer bytes (``decode_responses=False``, redis-py's
+    default): records hold binary results.
     """
 
     #: records expire on their own (PX): any expire_after works
@@ -101,12 +108,22 @@ class RedisStore:
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:6379/0",
+        url: str | None = None,
         *,
         prefix: str = "idem:",
         client: redis.Redis | None = None,
         async_client: aioredis.Redis | None = None,
     ) -> None:
+        for given, name in ((client, "client"), (async_client, "async_client")):
+            if given is not None and given.get_connection_kwargs().get("decode_responses"):
+                raise ValueError(
+                    f"RedisStore: the {name} given decodes responses (decode_responses=True); "
+                    "records hold binary results: pass a client made with "
+                    "decode_responses=False (redis-py's default), or a url"
+                )
+        #: where the store's own clients connect; None: only the caller's clients are used
+        if url is None and client is None and async_client is None:
+            url = DEFAULT_URL
         self.url = url
         self.prefix = prefix
         self._client = client
@@ -123,10 +140,18 @@ class RedisStore:
             raise ValueError(f"processor {processor!r}: names on Redis cannot contain ':'")
         return f"{self.prefix}{processor}:{event_id}"
 
+    def _url_for(self, kind: str, given: str) -> str:
+        if self.url is None:
+            raise TypeError(
+                f"RedisStore was given only its {given} and no url: for {kind} use pass "
+                f"{'client' if kind == 'sync' else 'async_client'}= too, or a url"
+            )
+        return self.url
+
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self.url)
+            self._client = redis.Redis.from_url(self._url_for("sync", "async_client"))
         # Registered here, not where the client is made: a caller's own client needs the
         # scripts too (registering only computes their SHA1; EVALSHA loads on a miss).
         if not self._scripts:
@@ -137,7 +162,7 @@ class RedisStore:
     @property
     def async_client(self) -> aioredis.Redis:
         if self._async_client is None:
-            self._async_client = aioredis.Redis.from_url(self.url)
+            self._async_client = aioredis.Redis.from_url(self._url_for("async", "client"))
         if not self._async_scripts:
             for name, lua in _SCRIPTS:
                 self._async_scripts[name] = self._async_client.register_script(lua)
@@ -166,7 +191,11 @@ class RedisStore:
         # SET ... NX GET answers the old value (bytes), or nil when it set ours
         if old is None:
             return ClaimReply(Outcome.ACQUIRED)
-        assert isinstance(old, bytes), old
+        if not isinstance(old, bytes):  # a check, not an assert: python -O keeps it
+            raise TypeError(
+                f"RedisStore: the client answered {type(old).__name__}, not bytes: make it "
+                "with decode_responses=False (redis-py's default)"
+            )
         stored = old[1 + 32 : _HEADER]
         if (
             request.payload_hash is not None
