@@ -3,6 +3,7 @@ documented settings. (No Docker engine on our build machines: this is what can b
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,33 @@ def test_the_images_default_command_is_the_procfiles_worker() -> None:
     assert f"CMD {spark!r}".replace("'", '"') in dockerfile
     for package in ("app", "tables", "envsettings", "ingest", "spark"):
         assert f"COPY {package} ./{package}" in dockerfile, package
+
+
+def copied_packages(dockerfile: str) -> set[str]:
+    """The repository's packages the image's COPY lines bring in."""
+    found = re.findall(r"^COPY (\w+) \./\1$", dockerfile, re.M)
+    return {name for name in found if (ROOT / name / "__init__.py").exists()}
+
+
+def imported_packages(package: str) -> set[str]:
+    """The repository's top-level packages that the modules of ``package`` import."""
+    names: set[str] = set()
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return {name for name in names if (ROOT / name / "__init__.py").exists()}
+
+
+def test_the_image_copies_every_package_its_packages_import() -> None:
+    """The image once copied neither adapters/ nor recovery/, which app/factory.py and
+    tables/store.py import: the worker it built could not start."""
+    copied = copied_packages((ROOT / "docker" / "Dockerfile").read_text())
+    for package in sorted(copied):
+        missing = imported_packages(package) - copied
+        assert not missing, f"{package}/ imports {sorted(missing)}, which the image lacks"
 
 
 def test_the_kafka_nodes_are_the_cluster_tiers_shape() -> None:
