@@ -111,7 +111,7 @@ lake-optimize: $(STAMP) spark-jars ## Compact the lake's Delta tables (Z-order: 
 lake-vacuum: $(STAMP) spark-jars ## Delete files the tables no longer use, older than $DEDUPE_LAKE_VACUUM_RETENTION (7d)
 	$(PY) -m spark.upkeep vacuum
 
-lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on adapters/ app/ recovery/ tables/ spark/ ingest/ libs/)
+lint: $(STAMP) ## ruff format --check, ruff check, mypy (strict on the packages: pyproject.toml's [tool.mypy] files)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
