@@ -209,9 +209,9 @@ test-idempotency: $(STAMP) kafka-jars servers-install ## idempotent-consumer lib
 
 # Three lanes side by side, so `make test` takes about the longest lane rather than the sum
 # (most of a fault test is waiting for timeouts, not CPU), balanced by what each tier takes when
-# the three run at once: the fault tier's bulk, then the lighter tiers (ingest, idempotency,
-# observe, browser); the integration, cluster and security tiers; the fault tier's faults at
-# the commit and network faults, then the Spark tier. The ports of each are above. Everything
+# the three run at once: the fault tier's bulk, then the ingest tier; the integration tier and
+# the lighter ones on its broker (idempotency, observe, browser), then the cluster and security
+# tiers; the fault tier's faults at the commit and network faults, then the Spark tier. The ports of each are above. Everything
 # the lanes need is installed first, so no two lanes fetch or apt-get at once. -Otarget: each
 # lane's output is printed whole when it ends. One DEDUPE_REPORT_RUN dates the rows every lane
 # publishes (tests/reliability.py).
@@ -230,11 +230,12 @@ kafka_down_v1 = KAFKA_PORT=$$(( $(1) + 20 )) $(KAFKA) down >/dev/null
 test-lane-faults:
 	@$(MAKE) --no-print-directory test-faults-core
 	@$(call kafka_down_v1,$(TEST_KAFKA_PORT))
-	@$(MAKE) --no-print-directory -j1 test-ingest test-idempotency test-observe test-browser
+	@$(MAKE) --no-print-directory test-ingest
 
 test-lane-others: export DEDUPE_TEST_WEB_PORT_BASE = $(OTHERS_WEB_PORT_BASE)
 test-lane-others:
-	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration
+	@$(MAKE) --no-print-directory -j1 TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration \
+	  test-idempotency test-observe test-browser
 	@$(call kafka_down,$(OTHERS_KAFKA_PORT))
 	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-cluster
 	@KAFKA_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m scripts.kafka_cluster down >/dev/null
