@@ -35,8 +35,8 @@ from ._base import (
     Serializer,
     payload_hash,
 )
-from ._core import Claim, Idempotency
-from ._sync import SyncClaim, SyncIdempotency
+from ._core import Claim, Idempotency, KeepAlive
+from ._sync import SyncClaim, SyncIdempotency, SyncKeepAlive
 from .cache import CacheStats, LocalCache
 from .decorators import (
     DISABLED_ENV,
@@ -60,6 +60,7 @@ __all__ = [
     "IdempotencyError",
     "InvalidEventId",
     "JsonSerializer",
+    "KeepAlive",
     "LeaseLost",
     "LocalCache",
     "MemoryStore",
@@ -68,6 +69,7 @@ __all__ = [
     "Serializer",
     "SyncClaim",
     "SyncIdempotency",
+    "SyncKeepAlive",
     "catch_rate",
     "idempotent",
     "idempotent_function",

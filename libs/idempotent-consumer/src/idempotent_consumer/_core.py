@@ -39,7 +39,7 @@ from ._base import (
     payload_hash,
     positive,
 )
-from ._shared import FIRST_POLL, ClaimState, Settings, wait_deadline
+from ._shared import FIRST_POLL, ClaimState, Settings, renewal_every, wait_deadline
 
 T = TypeVar("T")
 
@@ -58,6 +58,92 @@ class Claim(ClaimState):
         lease = positive(lease or self._lease, "lease")
         if not await self._store.extend(self._held, lease, self.connection):
             raise LeaseLost(self.event_id, self.processor, "extend")
+
+    def keep_alive(self, every: timedelta | None = None) -> KeepAlive:
+        """Renew the lease while a long effect runs: ``async with claim.keep_alive():``
+        calls ``extend()`` every ``every`` (default: a third of the lease) in a background
+        task, and stops when the block ends.
+
+        If a renewal finds the claim taken over (``LeaseLost``), or renewals keep failing
+        until the lease has ended (the store unreachable: the claim may be taken over), the
+        body is cancelled at its next ``await`` (as ``asyncio.timeout`` does) and the block
+        raises ``LeaseLost`` instead of ``CancelledError``: another holder runs the effect,
+        so this one stops as soon as it can rather than finishing a second copy. The
+        cancellation can stop the body between two steps of the effect: keep the steps
+        fenced by ``claim.token`` or transactional. A repeat (``done``) and a claim joined
+        to a transaction (its row stays locked until the transaction ends) hold nothing to
+        renew: the block runs with no renewals."""
+        return KeepAlive(self, every)
+
+
+class KeepAlive:
+    """``claim.keep_alive()``: renews the lease in a background task while the block runs."""
+
+    def __init__(self, claim: Claim, every: timedelta | None) -> None:
+        self.claim = claim
+        self._every = renewal_every(every, claim._lease)
+        #: the ``LeaseLost`` that ended the renewals, once one has
+        self.lost: LeaseLost | None = None
+        #: renewals done so far
+        self.renewals = 0
+        self._body: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._cancelled_body = False
+        self._exiting = False
+
+    async def __aenter__(self) -> KeepAlive:
+        claim = self.claim
+        if claim._held is None or claim.connection is not None:
+            return self
+        self._body = asyncio.current_task()
+        self._task = asyncio.create_task(self._renew())
+        return self
+
+    async def _renew(self) -> None:
+        claim = self.claim
+        lease = claim._lease.total_seconds()
+        renewed = time.monotonic()
+        while True:
+            await asyncio.sleep(self._every)
+            try:
+                await claim.extend()
+            except LeaseLost as exc:
+                self._lose(exc)
+                return
+            except Exception as exc:  # the store unreachable: retry until the lease ends
+                if time.monotonic() - renewed >= lease:
+                    lost = LeaseLost(claim.event_id, claim.processor, "extend")
+                    lost.__cause__ = exc
+                    self._lose(lost)
+                    return
+                continue
+            renewed = time.monotonic()
+            self.renewals += 1
+
+    def _lose(self, lost: LeaseLost) -> None:
+        self.lost = lost
+        if not self._exiting and self._body is not None:
+            self._cancelled_body = True
+            self._body.cancel()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exiting = True  # set before any await: the renewals no longer cancel the body
+        task = self._task
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self.lost is None:
+            return
+        if self._cancelled_body and self._body is not None:
+            self._body.uncancel()
+            if isinstance(exc, asyncio.CancelledError) and self._body.cancelling():
+                return None  # cancelled by someone else too: let that cancellation through
+        raise self.lost
 
 
 class Idempotency(Settings[AsyncStore]):

@@ -120,6 +120,25 @@ class ClaimState:
         self._unstored: NotSerializable | None = None
 
     @property
+    def token(self) -> str:
+        """The claim's fencing token: 32 hex digits, new for every claim that acquires or
+        takes over the event, so a holder whose lease ended and was taken over carries an
+        older token than the one now holding it. The store already compares it on
+        ``complete``, ``release`` and ``extend``; an effect store can compare it too, to
+        refuse a stale holder's write (Kleppmann's fencing tokens, Kafka's producer epoch):
+        write it beside the effect, e.g. ``UPDATE ... SET token = %s WHERE id = %s AND
+        (token IS NULL OR token = %s)`` with the token seen at the start, or keep the
+        effect keyed by ``(event_id, token)``. Tokens are random, not increasing: compare
+        them for equality with the one stored, not by order.
+
+        A repeat (``done``) holds nothing and has no token: ``RuntimeError``."""
+        if self._held is None:
+            raise RuntimeError(
+                f"event {self.event_id!r} is a repeat: it holds no claim and has no token"
+            )
+        return self._held.token
+
+    @property
     def taken_over(self) -> bool:
         """True when this claim took the event over from a holder whose lease had ended."""
         return self.attempts is not None and self.attempts > 1
@@ -166,6 +185,20 @@ class ClaimState:
     def __repr__(self) -> str:
         state = "done" if self.done else "held"
         return f"<claim {self.processor}/{self.event_id} {state} attempts={self.attempts}>"
+
+
+def renewal_every(every: timedelta | None, lease: timedelta) -> float:
+    """Seconds between two renewals of ``keep_alive``: a third of the lease by default, so
+    two renewals may fail or be late before the lease ends."""
+    if every is None:
+        return lease.total_seconds() / 3
+    positive(every, "every")
+    if every >= lease:
+        raise ValueError(
+            f"keep_alive(every={every}) must be shorter than the lease ({lease}): the lease "
+            "would end between two renewals"
+        )
+    return every.total_seconds()
 
 
 def wait_deadline(wait: bool | timedelta) -> float | None:

@@ -6,6 +6,7 @@ same cases through both.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -24,7 +25,7 @@ from ._base import (
     payload_hash,
     positive,
 )
-from ._shared import FIRST_POLL, ClaimState, Settings, wait_deadline
+from ._shared import FIRST_POLL, ClaimState, Settings, renewal_every, wait_deadline
 
 T = TypeVar("T")
 
@@ -42,6 +43,81 @@ class SyncClaim(ClaimState):
         lease = positive(lease or self._lease, "lease")
         if not self._store.extend_sync(self._held, lease, self.connection):
             raise LeaseLost(self.event_id, self.processor, "extend")
+
+    def keep_alive(self, every: timedelta | None = None) -> SyncKeepAlive:
+        """Renew the lease while a long effect runs: ``with claim.keep_alive() as alive:``
+        calls ``extend()`` every ``every`` (default: a third of the lease) in a daemon
+        thread, and stops when the block ends.
+
+        A thread cannot be interrupted, so the body is not stopped when the claim is lost
+        (a renewal finds it taken over, or renewals keep failing until the lease has
+        ended): the block raises ``LeaseLost`` when it ends, and the body can call
+        ``alive.check()`` between the steps of a long effect to stop at the first one after
+        the loss. The store must be usable from two threads (every store of this library
+        is). A repeat and a claim joined to a transaction hold nothing to renew."""
+        return SyncKeepAlive(self, every)
+
+
+class SyncKeepAlive:
+    """``claim.keep_alive()``: renews the lease in a thread while the block runs."""
+
+    def __init__(self, claim: SyncClaim, every: timedelta | None) -> None:
+        self.claim = claim
+        self._every = renewal_every(every, claim._lease)
+        #: the ``LeaseLost`` that ended the renewals, once one has
+        self.lost: LeaseLost | None = None
+        #: renewals done so far
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> SyncKeepAlive:
+        claim = self.claim
+        if claim._held is None or claim.connection is not None:
+            return self
+        self._thread = threading.Thread(
+            target=self._renew, name=f"keep-alive {claim.event_id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _renew(self) -> None:
+        claim = self.claim
+        lease = claim._lease.total_seconds()
+        renewed = time.monotonic()
+        while not self._stop.wait(self._every):
+            try:
+                claim.extend()
+            except LeaseLost as exc:
+                self.lost = exc
+                return
+            except Exception as exc:  # the store unreachable: retry until the lease ends
+                if time.monotonic() - renewed >= lease:
+                    lost = LeaseLost(claim.event_id, claim.processor, "extend")
+                    lost.__cause__ = exc
+                    self.lost = lost
+                    return
+                continue
+            renewed = time.monotonic()
+            self.renewals += 1
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if the claim was lost: call it between the steps of a long
+        effect."""
+        if self.lost is not None:
+            raise self.lost
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.lost is not None and exc is not self.lost:
+            raise self.lost
 
 
 class SyncIdempotency(Settings[SyncStore]):
