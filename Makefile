@@ -18,8 +18,9 @@ TEST_KAFKA_PORT ?= 19092
 # (+20: its broker of the old transaction protocol), web ports from 17000; the second on
 # OTHERS_KAFKA_PORT; the third's part of the fault tier on COMMIT_KAFKA_PORT (+20 likewise) and
 # its network faults on their proxied brokers (NETFAULT_KAFKA_PORT, NETFAULT_KAFKA_V1_PORT; each
-# with its listeners on the next eight ports). The Spark jobs of the second and third lanes
-# serve metrics from ports of their own.
+# with its listeners on the next eight ports). The Spark jobs of each lane serve metrics from
+# ports of their own.
+FIRST_SPARK_METRICS_PORT ?= 19560
 OTHERS_KAFKA_PORT ?= 19096
 OTHERS_WEB_PORT_BASE ?= 23000
 COMMIT_KAFKA_PORT ?= 19094
@@ -45,7 +46,7 @@ BROWSER_DIR := .cache/browser
         spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery bench-ingest \
         servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
         test-prerequisites test-lane-faults test-lane-others test-lane-third test-faults-core \
-        test-faults-commit test-faults-network alert-rules
+        test-faults-commit test-faults-network alert-rules test-image lock
 
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -185,6 +186,15 @@ $(BROWSER_DIR)/analytics.js: $(BROWSER_DIR)/.installed tests/browser/page.js
 
 browser-install: $(BROWSER_DIR)/analytics.js ## Debian's chromium (apt-get, as root), the pinned analytics.js SDK and esbuild (npm), the page bundled
 
+test-image: $(STAMP) kafka-jars spark-jars ## Image tier: each docker/Dockerfile stage built into a clean virtualenv from its COPY and pip lines, run as its user: ingest -> worker -> lake
+	$(call pytest_tier,tests/image,-q -s)
+
+lock: $(STAMP) ## Re-resolve the images' lock files (docker/requirements-*.txt) after a change to pyproject.toml's dependencies; LOCK_ARGS=--upgrade to move every pin
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
+	  --quiet $(LOCK_ARGS) -o docker/requirements-app.txt
+	$(VENV)/bin/uv pip compile pyproject.toml --extra spark --universal --python-version 3.11 \
+	  --generate-hashes --quiet $(LOCK_ARGS) -o docker/requirements-spark.txt
+
 test-browser: $(STAMP) kafka-jars browser-install ## Browser tier: analytics.js in headless Chromium from another origin, through an ingest crash, exactly once
 	$(call pytest_tier,tests/browser,-q -s)
 
@@ -227,10 +237,11 @@ kafka_down = KAFKA_PORT=$(1) $(KAFKA) down >/dev/null
 # The fault tier's broker of the old transaction protocol: its test port + 20 (tests/faults).
 kafka_down_v1 = KAFKA_PORT=$$(( $(1) + 20 )) $(KAFKA) down >/dev/null
 
+test-lane-faults: export DEDUPE_TEST_SPARK_METRICS_PORT = $(FIRST_SPARK_METRICS_PORT)
 test-lane-faults:
 	@$(MAKE) --no-print-directory test-faults-core
 	@$(call kafka_down_v1,$(TEST_KAFKA_PORT))
-	@$(MAKE) --no-print-directory test-ingest
+	@$(MAKE) --no-print-directory -j1 test-ingest test-image
 
 test-lane-others: export DEDUPE_TEST_WEB_PORT_BASE = $(OTHERS_WEB_PORT_BASE)
 test-lane-others:

@@ -12,7 +12,12 @@ shuffle partitions, and Delta Lake (its SQL extension and catalog, and
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
@@ -43,6 +48,27 @@ DELTA_CONFIG = {
     # anyway), so readers need only the base protocol (reader 1, writer 2).
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
 }
+
+
+@contextlib.contextmanager
+def jvm_working_dir() -> Iterator[None]:
+    """Launch the JVM in a scratch directory of its own (under the temp dir), not in ours.
+
+    Spark 4.0 makes its session's artifact directory relative to the JVM's working directory
+    (ArtifactManager.artifactRootDirectory, ``Utils.createTempDir("artifacts")``) when the
+    first streaming query starts. The image's WORKDIR is read-only to its user, so there every
+    query failed with AccessDeniedException on ``artifacts``; anything else the JVM writes
+    relative to its working directory lands in the scratch directory too. The Python process
+    returns to its own directory once the JVM runs: relative paths of our settings keep
+    meaning what they meant."""
+    scratch = tempfile.mkdtemp(prefix="dedupe-spark-")
+    atexit.register(shutil.rmtree, scratch, True)
+    here = os.getcwd()
+    os.chdir(scratch)
+    try:
+        yield
+    finally:
+        os.chdir(here)
 
 
 def build_session(settings: SparkSettings, app_name: str) -> SparkSession:
@@ -81,7 +107,11 @@ def build_session(settings: SparkSettings, app_name: str) -> SparkSession:
             builder = builder.config(
                 "spark.sql.sources.parallelPartitionDiscovery.parallelism", small
             )
-    spark = builder.getOrCreate()
+    if under_spark_submit():
+        spark = builder.getOrCreate()
+    else:
+        with jvm_working_dir():
+            spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level.upper())
     if spark.version != pyspark.__version__:
         version = spark.version

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -19,6 +21,32 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 ROOT = Path(__file__).resolve().parent.parent
 
 KAFKA_SCRIPT = ROOT / "scripts" / "kafka-local.sh"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Which Python, directory and user a component process runs with: the repository's
+    virtualenv as the test run's user in every tier; an image's virtualenv, WORKDIR and USER
+    in tests/image."""
+
+    python: str = sys.executable
+    cwd: Path = ROOT
+    user: tuple[int, int] | None = None  # uid, gid
+
+    def popen(
+        self, module: Sequence[str], env: Mapping[str, str], log: IO[bytes], **extra: Any
+    ) -> subprocess.Popen[bytes]:
+        """``python -m <module...>`` with its output in ``log``."""
+        if self.user is not None:
+            extra.update(user=self.user[0], group=self.user[1], extra_groups=[])
+        return subprocess.Popen(
+            [self.python, "-m", *module],
+            env=dict(env),
+            cwd=self.cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            **extra,
+        )
 
 
 @dataclass(frozen=True)

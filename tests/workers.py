@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka.structs import TopicPartition
 
 from scripts.topic_reader import committed_offsets, end_offsets, read_topic
-from tests.support import ROOT, Broker, Names
+from tests.support import Broker, Names, Runtime
 
 #: The test workers' DEDUPE_TRANSACTION_TIMEOUT (seconds).
 WORKER_TRANSACTION_TIMEOUT = 10.0
@@ -53,6 +53,7 @@ class Worker:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    runtime: Runtime = field(default_factory=Runtime)
 
     @property
     def data_dir(self) -> Path:
@@ -91,13 +92,7 @@ class Worker:
         log = self.log_path.open("ab")
         log.write(f"\n===== start {self.starts} =====\n".encode())
         log.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "worker", "-l", "info"],
-            env=self.env(),
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        self.proc = self.runtime.popen(["app", "worker", "-l", "info"], self.env(), log)
         self.starts += 1
 
     def kill(self, sig: int = signal.SIGKILL, wait: float = 60) -> int | None:

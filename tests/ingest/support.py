@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +24,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from scripts.topic_reader import end_offsets
-from tests.support import ROOT, Broker
+from tests.support import Broker, Runtime
 from tests.workers import port_in_range, signal_and_wait
 
 WRITE_KEY = "test-write-key"
@@ -78,6 +77,7 @@ class IngestProcess:
     port: int = field(default_factory=free_port)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    runtime: Runtime = field(default_factory=Runtime)
 
     @property
     def url(self) -> str:
@@ -97,13 +97,7 @@ class IngestProcess:
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, "ingest already running"
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ingest"],
-            env=self.env(),
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        self.proc = self.runtime.popen(["ingest"], self.env(), log)
 
     def wait_ready(self, timeout: float = 60) -> float:
         """Block until ``GET /health`` answers 200."""
@@ -123,6 +117,9 @@ class IngestProcess:
 
     def stop(self, sig: int = signal.SIGTERM, wait: float = 30) -> int | None:
         return signal_and_wait(self.proc, sig, wait)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

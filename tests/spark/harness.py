@@ -24,7 +24,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from urllib.parse import unquote, urlparse
 
 from deltalake import DeltaTable
 
-from tests.support import ROOT, Broker
+from tests.support import Broker, Runtime
 
 _LOG_FILE = re.compile(r"^\d+(\.compact)?$")
 
@@ -153,6 +152,7 @@ class LakeJob:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     metrics_port: int = field(default_factory=lambda: next(METRICS_PORTS))
+    runtime: Runtime = field(default_factory=Runtime)
 
     @property
     def events_table(self) -> Path:
@@ -195,14 +195,8 @@ class LakeJob:
         log = self.log_path.open("ab")
         log.write(f"\n===== start {self.starts} =====\n".encode())
         log.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spark.job"],
-            env=self.env(),
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the driver and its JVM
-        )
+        # its own process group: the driver and its JVM
+        self.proc = self.runtime.popen(["spark.job"], self.env(), log, start_new_session=True)
         self.starts += 1
 
     def kill(self) -> None:
