@@ -83,7 +83,7 @@ def effects(servers: Servers, table: str, event_id: str) -> int:
 
 def held_expired(store: PostgresStore, event_id: str) -> Held:
     """The old holder: claimed, ran its effect, and its lease has ended."""
-    request = ClaimRequest("race", event_id, None, new_token(), LEASE, EXPIRE, False)
+    request = ClaimRequest("race", event_id, None, new_token(), LEASE, EXPIRE, None)
     reply = store.claim_sync(request)
     assert reply.outcome is Outcome.ACQUIRED
     time.sleep(LEASE.total_seconds() + 0.1)

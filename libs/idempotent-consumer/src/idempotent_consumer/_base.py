@@ -93,14 +93,18 @@ class ClaimRequest:
     token: str  # 32 hex digits, unique per claim attempt: fences complete/release/extend
     lease: timedelta
     expire_after: timedelta
-    block: bool  # joined to a transaction: wait on the other transaction's lock (else BUSY)
+    # joined to a transaction: how long to wait on the other transaction's lock before
+    # answering BUSY (None: answer BUSY at once)
+    block: timedelta | None
 
 
 @dataclass(frozen=True)
 class ClaimReply:
     outcome: Outcome
     result: bytes | None = None  # COMPLETED: the serialized first result
-    retry_after: float | None = None  # IN_PROGRESS: seconds left on the holder's lease
+    # IN_PROGRESS: seconds left on the holder's lease; BUSY: a hint (the store cannot see
+    # the other transaction's claim)
+    retry_after: float | None = None
     attempts: int | None = None  # claims of this id so far, this one included (None: unknown)
     locator: Any = None  # where the record lives (PostgreSQL: its partition's period)
 

@@ -172,7 +172,10 @@ class Idempotency(Settings[AsyncStore]):
         ``payload``: hashed and compared with the first claim's (``PayloadMismatch``).
         ``wait``: False raises ``AlreadyInProgress`` at once when another holder has it; True
         waits until it completes (then ``done``) or its lease ends (then a takeover); a
-        timedelta waits at most that long.
+        timedelta waits at most that long. Joined to a transaction (``connection``), the wait
+        for another transaction's claim of the id lasts at most the lease (``wait=True``) or
+        the timedelta, then ``AlreadyInProgress``: a transaction left open does not hold the
+        waiter for good, and the waiter's own transaction goes on.
         ``connection``: a psycopg connection (PostgreSQL only): the claim runs in its
         transaction (a savepoint inside an open one), so the effects written on it and the
         completed record commit together, or neither does.
@@ -231,10 +234,18 @@ class ClaimContext:
         idem = self._idem
         deadline = wait_deadline(self._wait)
         delay = FIRST_POLL
-        # Joined to a transaction with no time limit: wait on the other transaction's lock
-        # (no polling); with a limit, or none, ask the store to answer BUSY instead.
-        block = self._connection is not None and self._wait is True
+        # Joined to a transaction: wait on the other transaction's claim (its lock, no
+        # polling), at most the time left of wait=, or the lease for wait=True: a transaction
+        # left open must not hold the waiter for good. Not joined, or wait=False: the store
+        # answers BUSY at once.
+        joined_wait = self._connection is not None and self._wait is not False
+        lock_deadline = (
+            deadline if deadline is not None else time.monotonic() + idem.lease.total_seconds()
+        )
         while True:
+            block = None
+            if joined_wait:
+                block = timedelta(seconds=max(0.001, lock_deadline - time.monotonic()))
             request = idem._request(self._event_id, self._digest, block)
             reply = await idem.store.claim(request, self._connection)
             outcome = reply.outcome
@@ -247,6 +258,8 @@ class ClaimContext:
                 return reply, None
             if outcome is Outcome.MISMATCH:
                 raise PayloadMismatch(self._event_id, idem.processor)
+            if outcome is Outcome.BUSY and block is not None:  # waited as long as allowed
+                raise AlreadyInProgress(self._event_id, idem.processor, reply.retry_after)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise AlreadyInProgress(self._event_id, idem.processor, reply.retry_after)

@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS {t} (
 
 CREATE OR REPLACE FUNCTION {t}_claim(
     p_processor text, p_event_id text, p_hash bytea, p_token uuid,
-    p_lease_ms bigint, p_expire_ms bigint, p_period_s bigint, p_block boolean,
+    p_lease_ms bigint, p_expire_ms bigint, p_period_s bigint, p_block_ms bigint,
     OUT outcome text, OUT o_result bytea, OUT o_retry_ms bigint, OUT o_attempts integer,
     OUT o_period timestamptz)
 LANGUAGE plpgsql AS $fn$
@@ -51,6 +51,7 @@ DECLARE
     v_lock bigint := {lock};
     v_found boolean;
     v_rows integer;
+    v_lock_timeout text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'idempotency claims need READ COMMITTED, not %',
@@ -58,8 +59,22 @@ BEGIN
     END IF;
     -- One claim, complete, release or extend of this (processor, event id) at a time, across
     -- all partitions ({t}_finish takes the same lock).
-    IF p_block THEN
-        PERFORM pg_advisory_xact_lock(v_lock);
+    -- Joined to a transaction and asked to wait: wait for the other transaction's claim
+    -- (its lock) at most p_block_ms (lock_timeout applies to advisory locks too), then
+    -- answer busy; the caller's own lock_timeout is put back either way, and the caught
+    -- error rolls back only this block's subtransaction, not the caller's transaction.
+    IF p_block_ms IS NOT NULL AND p_block_ms > 0 THEN
+        v_lock_timeout := current_setting('lock_timeout');
+        PERFORM set_config('lock_timeout', p_block_ms || 'ms', true);
+        BEGIN
+            PERFORM pg_advisory_xact_lock(v_lock);
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM set_config('lock_timeout', v_lock_timeout, true);
+            outcome := 'busy';
+            o_retry_ms := p_lease_ms;  -- a hint: the other claim is not visible from here
+            RETURN;
+        END;
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
     ELSIF NOT pg_try_advisory_xact_lock(v_lock) THEN
         outcome := 'busy';
         RETURN;
@@ -133,6 +148,19 @@ BEGIN
 END
 $fn$;
 
+-- 1.0's claim (p_block boolean: wait on the lock with no limit), kept for processes not yet
+-- upgraded: it waits at most a lease, then answers busy (1.0 asks again).
+CREATE OR REPLACE FUNCTION {t}_claim(
+    p_processor text, p_event_id text, p_hash bytea, p_token uuid,
+    p_lease_ms bigint, p_expire_ms bigint, p_period_s bigint, p_block boolean,
+    OUT outcome text, OUT o_result bytea, OUT o_retry_ms bigint, OUT o_attempts integer,
+    OUT o_period timestamptz)
+LANGUAGE sql AS $fn$
+    SELECT * FROM {t}_claim(p_processor, p_event_id, p_hash, p_token, p_lease_ms,
+                            p_expire_ms, p_period_s,
+                            (CASE WHEN p_block THEN p_lease_ms END)::bigint)
+$fn$;
+
 -- The holder's complete ('c'), release ('r') or extend ('e'), under the claim's lock: without
 -- it a late complete or release could commit between a takeover's read and its update.
 -- Returns the rows changed (1: done; 0: the token no longer holds the record).
@@ -177,7 +205,7 @@ class Calls:
         self.period_s = period_s
         self.claim_sql = (
             f"SELECT outcome, o_result, o_retry_ms, o_attempts, o_period "
-            f"FROM {table}_claim(%s, %s, %s, %s, %s, %s, %s, %s)"
+            f"FROM {table}_claim(%s, %s, %s, %s, %s, %s, %s, %s::bigint)"
         )
         self.finish_sql = f"SELECT {table}_finish(%s, %s, %s, %s, %s, %s, %s)"
 
@@ -190,7 +218,7 @@ class Calls:
             millis(r.lease),
             millis(r.expire_after),
             self.period_s,
-            r.block,
+            None if r.block is None else millis(r.block),
         )
 
     @staticmethod

@@ -75,7 +75,9 @@ class Settings(Generic[StoreT]):
         scoped.processor = check_event_id(f"{self.processor}/{name}")
         return scoped
 
-    def _request(self, event_id: str, digest: bytes | None, block: bool) -> ClaimRequest:
+    def _request(
+        self, event_id: str, digest: bytes | None, block: timedelta | None
+    ) -> ClaimRequest:
         return ClaimRequest(
             processor=self.processor,
             event_id=event_id,

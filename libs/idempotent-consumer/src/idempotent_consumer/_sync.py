@@ -193,8 +193,18 @@ class SyncClaimContext:
         idem = self._idem
         deadline = wait_deadline(self._wait)
         delay = FIRST_POLL
-        block = self._connection is not None and self._wait is True
+        # Joined to a transaction: wait on the other transaction's claim (its lock, no
+        # polling), at most the time left of wait=, or the lease for wait=True: a transaction
+        # left open must not hold the waiter for good. Not joined, or wait=False: the store
+        # answers BUSY at once.
+        joined_wait = self._connection is not None and self._wait is not False
+        lock_deadline = (
+            deadline if deadline is not None else time.monotonic() + idem.lease.total_seconds()
+        )
         while True:
+            block = None
+            if joined_wait:
+                block = timedelta(seconds=max(0.001, lock_deadline - time.monotonic()))
             request = idem._request(self._event_id, self._digest, block)
             reply = idem.store.claim_sync(request, self._connection)
             outcome = reply.outcome
@@ -207,6 +217,8 @@ class SyncClaimContext:
                 return reply, None
             if outcome is Outcome.MISMATCH:
                 raise PayloadMismatch(self._event_id, idem.processor)
+            if outcome is Outcome.BUSY and block is not None:  # waited as long as allowed
+                raise AlreadyInProgress(self._event_id, idem.processor, reply.retry_after)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise AlreadyInProgress(self._event_id, idem.processor, reply.retry_after)

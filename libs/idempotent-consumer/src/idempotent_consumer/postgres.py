@@ -13,7 +13,8 @@ statement, or until the caller's transaction ends when the claim joins it.
 Joined to the caller's transaction (``idem.claim(..., connection=conn)``) the claim, the
 effects written on ``conn`` and the completed record commit together: the in-progress row is
 never visible to anyone else, a crash rolls all of it back, and a concurrent claim of the
-same id waits for that transaction (or gets ``AlreadyInProgress`` when not waiting). Such
+same id waits for that transaction, at most the lease or the ``wait=`` given (or gets
+``AlreadyInProgress`` at once when not waiting, or once that wait is over). Such
 transactions must run at READ COMMITTED (PostgreSQL's default); the function refuses others.
 
 Schema: created on first use (``create_schema=True``) or by
