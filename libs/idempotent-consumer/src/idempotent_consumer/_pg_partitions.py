@@ -4,12 +4,20 @@ Records go with their whole partition, never by row deletes. Partitions are atta
 table of its own, checked to the range, then ``ATTACH PARTITION``) and dropped after
 ``DETACH PARTITION ... CONCURRENTLY``: both take only SHARE UPDATE EXCLUSIVE on the parent,
 which claims do not wait for. One maintainer at a time (a session advisory lock on
-``(lock_namespace, 0)``); the others skip.
+``(lock_namespace, 0)``); the others skip, and learn the partitions the maintainer made.
+
+When to maintain is judged on the database's clock (the partitions' bounds are on it): each
+maintenance reads ``clock_timestamp()`` and the store counts on from it with the local
+monotonic clock, so a client whose wall clock is off neither maintains on every claim nor
+misses the next period. Attempts from the claims are spaced at least ``retry_interval``
+apart, whatever they found (done, skipped, failed): a claim never opens a connection of its
+own for maintenance more often than that.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -51,8 +59,14 @@ class Partitions:
         self.partitions_ahead = partitions_ahead
         self.lock_namespace = lock_namespace
         self.period_s = int(partition_period.total_seconds())
-        self.covered_until = 0.0  # epoch seconds up to which partitions exist (our view)
-        self.next_maintenance = 0.0  # monotonic
+        self.covered_until = 0.0  # database epoch seconds up to which partitions exist
+        self.next_maintenance = 0.0  # monotonic: the next periodic maintenance
+        self.next_attempt = 0.0  # monotonic: no attempt from the claims before this
+        #: the least time between two attempts from the claims (any outcome)
+        self.retry_interval = max(1.0, min(self.period_s / 4, 60.0))
+        # (database epoch seconds, local monotonic) at the last reading of the database clock
+        self._clock: tuple[float, float] | None = None
+        self._lock = threading.Lock()
 
     def bounds(self, conn: psycopg.Connection[Any]) -> list[tuple[str, datetime, datetime]]:
         rows = conn.execute(
@@ -73,20 +87,39 @@ class Partitions:
     def name(self, lo: datetime) -> str:
         return f"{self.table}_p{lo.astimezone(UTC):%Y%m%d_%H%M%S}"
 
+    def db_now(self) -> float | None:
+        """The database's clock now (epoch seconds), counted on from its last reading with the
+        local monotonic clock; None before the first reading."""
+        if self._clock is None:
+            return None
+        db, mono = self._clock
+        return db + (time.monotonic() - mono)
+
+    def _read_clock(self, conn: psycopg.Connection[Any]) -> datetime:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None
+        db_now: datetime = row[0]
+        self._clock = ((db_now - _EPOCH).total_seconds(), time.monotonic())
+        return db_now
+
+    def _learn(self, conn: psycopg.Connection[Any], db_now: datetime) -> None:
+        covered = max([b for _, _, b in self.bounds(conn)], default=db_now)
+        self.covered_until = (covered - _EPOCH).total_seconds()
+
     def maintain(
         self, conn: psycopg.Connection[Any], now: datetime | None = None
     ) -> MaintenanceReport:
         report = MaintenanceReport()
+        db_now = self._read_clock(conn)
         got = conn.execute("SELECT pg_try_advisory_lock(%s, 0)", (self.lock_namespace,)).fetchone()
         if not got or not got[0]:
+            # Another process maintains: take in the partitions there are, try again later.
             report.skipped = True
+            self._learn(conn, db_now)
             return report
         try:
             if now is None:
-                row = conn.execute("SELECT clock_timestamp()").fetchone()
-                assert row is not None
-                now = row[0]
-            assert now is not None
+                now = db_now
             existing = self.bounds(conn)
             period = self.period_s
             current = int((now - _EPOCH).total_seconds() // period) * period
@@ -105,8 +138,7 @@ class Partitions:
                 if hi <= cutoff:
                     self._drop(conn, name)
                     report.dropped.append(name)
-            covered = max([b for _, _, b in self.bounds(conn)], default=now)
-            self.covered_until = (covered - _EPOCH).total_seconds()
+            self._learn(conn, db_now)
             self.next_maintenance = time.monotonic() + max(1.0, self.period_s / 4)
         finally:
             conn.execute("RESET lock_timeout")
@@ -143,13 +175,28 @@ class Partitions:
             conn.execute(f"ALTER TABLE {self.table} DETACH PARTITION {name}")
         conn.execute(f"DROP TABLE IF EXISTS {name}")
 
-    def due(self) -> bool:
-        now = time.time()
+    def due(self, missing: bool = False) -> bool:
+        """Should a claim maintain now? Never within ``retry_interval`` of the last attempt;
+        then when the partitions end less than a period ahead of the database's clock, when
+        the periodic maintenance is due, or when a claim found no partition (``missing``)."""
+        mono = time.monotonic()
+        if mono < self.next_attempt:
+            return False
+        if missing:
+            return True
+        db_now = self.db_now()
         margin = self.period_s  # keep at least one whole period ahead
-        return now + margin >= self.covered_until or time.monotonic() >= self.next_maintenance
+        return (
+            db_now is None or db_now + margin >= self.covered_until or mono >= self.next_maintenance
+        )
 
-    def maintain_quietly(self) -> None:
-        self.next_maintenance = time.monotonic() + max(1.0, self.period_s / 4)
+    def maintain_quietly(self, missing: bool = False) -> None:
+        """Maintain on a connection of its own if :meth:`due` (checked again here: one
+        attempt at a time, the others return at once); failures are logged."""
+        with self._lock:
+            if not self.due(missing):
+                return
+            self.next_attempt = time.monotonic() + self.retry_interval
         try:
             with psycopg.connect(self.conninfo, autocommit=True) as conn:
                 self.maintain(conn)

@@ -206,6 +206,13 @@ class PostgresStore:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             return self._partitions.bounds(conn)
 
+    def _no_partition(self) -> RuntimeError:
+        return RuntimeError(
+            f"{self.table}: no partition for now, and maintenance made none (it is skipped "
+            "while another process holds the maintainer lock, and tried at most every "
+            f"{self._partitions.retry_interval:g} s from the claims)"
+        )
+
     # -- the async store ------------------------------------------------------------------
     # The claim answers "no_partition" (not an error: a transaction it joined survives) when
     # the current period's partition is missing; the store creates it and asks once more,
@@ -227,8 +234,8 @@ class PostgresStore:
             if reply is not None:
                 return reply
             if attempt == 1:
-                await asyncio.to_thread(self._partitions.maintain_quietly)
-        raise RuntimeError(f"{self.table}: no partition for now, and maintenance made none")
+                await asyncio.to_thread(self._partitions.maintain_quietly, True)
+        raise self._no_partition()
 
     async def _finish(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
@@ -274,8 +281,8 @@ class PostgresStore:
             if reply is not None:
                 return reply
             if attempt == 1:
-                self._partitions.maintain_quietly()
-        raise RuntimeError(f"{self.table}: no partition for now, and maintenance made none")
+                self._partitions.maintain_quietly(True)
+        raise self._no_partition()
 
     def _finish_sync(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
