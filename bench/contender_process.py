@@ -10,8 +10,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
 from bench.report import CONTENDERS, GROUP_WORKERS, WORKERS
 
 
@@ -121,25 +119,3 @@ class Options:
     replication: int = 1
     #: The chart's file name, beside the results file.
     chart_name: str = "results.png"
-
-
-async def create_topics(
-    bootstrap: str, topics: list[str], partitions: int, replication: int = 1
-) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(t, partitions, replication) for t in topics])
-    finally:
-        await admin.close()
-
-
-async def delete_topics(bootstrap: str, tag: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        doomed = [t for t in await admin.list_topics() if tag in t]
-        if doomed:
-            await admin.delete_topics(doomed)
-    finally:
-        await admin.close()

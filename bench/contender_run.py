@@ -22,8 +22,6 @@ from bench.contender_process import (
     Names,
     Options,
     command,
-    create_topics,
-    delete_topics,
     environment,
     last_error,
 )
@@ -32,6 +30,7 @@ from bench.report import CONTENDERS, WORKERS, Result
 from bench.spy import Spy
 from bench.watcher import Watcher
 from scripts.streams import OutRecord, make_event, produce
+from scripts.topic_admin import create_topics, delete_topics_containing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +73,10 @@ class Run:
         opts = self.opts
         self.dir.mkdir(parents=True, exist_ok=True)
         await create_topics(
-            opts.bootstrap, [self.names.input, self.names.output], opts.partitions, opts.replication
+            opts.bootstrap,
+            [self.names.input, self.names.output],
+            opts.partitions,
+            replication=opts.replication,
         )
         backlog: set[bytes] = set()
 
@@ -121,7 +123,7 @@ class Run:
             r.notes.append(f"state dir {size / 2**20:,.1f} MiB for {r.stored_ids:,} ids")
         if not opts.keep_topics:
             with contextlib.suppress(Exception):
-                await delete_topics(opts.bootstrap, self.names.tag)
+                await delete_topics_containing(opts.bootstrap, self.names.tag)
         return r
 
     async def _measure(self, w: Watcher) -> None:

@@ -30,13 +30,13 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.ingest_load import CASES, WRITE_KEY, Phase, paced, saturate
 from bench.machine import machine
 from bench.measure import descendants, percentile, ratio, read_stats
 from bench.results_file import write_latest
 from bench.watcher import Watcher
+from scripts.topic_admin import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results-ingest.md")
@@ -79,15 +79,6 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def create_topics(bootstrap: str, *topics: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
-    finally:
-        await admin.close()
-
-
 async def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as s:
@@ -121,7 +112,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 async def throughput(name: str, args: argparse.Namespace, tag: str, logs: Path) -> Cases:
     """Every case against server ``name``: the phase and the server's CPU seconds."""
     topic = f"{tag}-{name}"
-    await create_topics(args.bootstrap, topic)
+    await create_topics(args.bootstrap, [topic], PARTITIONS)
     cmd, env = server(name, args.bootstrap, topic)
     proc = start(cmd, env, logs / f"{name}.log")
     out: Cases = {}
@@ -145,7 +136,7 @@ async def latency(
     """Paced single events through server ``name`` and a dedup worker: the phase, and each
     event's seconds from request to the clean topic."""
     topic, clean = f"{tag}-{name}-lat", f"{tag}-{name}-lat-clean"
-    await create_topics(args.bootstrap, topic, clean)
+    await create_topics(args.bootstrap, [topic, clean], PARTITIONS)
     data = Path(tempfile.mkdtemp(prefix="ingest-bench-", dir=ROOT / "data"))
     worker_env = {k: v for k, v in os.environ.items() if not k.startswith("DEDUPE_")}
     worker_env.update(

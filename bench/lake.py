@@ -42,11 +42,11 @@ from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from scripts.streams import build_stream, produce
+from scripts.topic_admin import create_topics
 from spark.job import Trigger, start_events_query
 from spark.session import build_session
 from spark.settings import APPEND, MERGE, SparkSettings
@@ -144,18 +144,6 @@ def render(events: int, batch: int, runs: list[WriteRun], compaction: Compaction
     return "\n".join(lines)
 
 
-def _create_topic(bootstrap: str, topic: str) -> None:
-    async def create() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-        finally:
-            await admin.close()
-
-    asyncio.run(create())
-
-
 def write_run(spark: SparkSession, settings: SparkSettings, mode: str, round_no: int) -> WriteRun:
     """Run the events query in ``mode`` over the whole topic; returns its figures."""
     lake = Path(settings.lake_dir) / f"{mode}-{round_no}"
@@ -193,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="run-", dir=DATA_ROOT))
     try:
-        _create_topic(bootstrap, topic)
+        asyncio.run(create_topics(bootstrap, [topic], PARTITIONS))
         stream = build_stream(args.events, 0.0, seed=26)
         print(f"bench-lake: producing {args.events:,} events to {topic} ...", flush=True)
         asyncio.run(produce(bootstrap, topic, stream.records))

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from scripts.topic_admin import delete_topics_containing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,38 +76,12 @@ class Broker:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-async def create_topic(
-    bootstrap: str, topic: str, partitions: int, config: Mapping[str, str] | None = None
-) -> None:
-    """Create ``topic`` (replication factor 1) on the test broker."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [NewTopic(topic, partitions, 1, topic_configs=dict(config or {}))]
-        )
-    finally:
-        await admin.close()
-
-
-async def delete_topics_of(bootstrap: str, suffix: str) -> None:
-    """Delete every topic whose name holds ``suffix`` (a test's :class:`Names`)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
-    await admin.start()
-    try:
-        mine = [t for t in await admin.list_topics() if suffix in t]
-        if mine:
-            await admin.delete_topics(mine)
-    finally:
-        await admin.close()
-
-
 def delete_topics_after(broker: Broker, names: Names) -> None:
     """A test's topics deleted (its teardown): a broker restarted after a kill -9 recovers
     every partition it holds, so partitions left by earlier tests slow every restart and the
     broker's background work (seen: a fault tier's broker restart 3x slower after 50 tests)."""
     try:
-        asyncio.run(asyncio.wait_for(delete_topics_of(broker.bootstrap, names.suffix), 60))
+        asyncio.run(asyncio.wait_for(delete_topics_containing(broker.bootstrap, names.suffix), 60))
     except Exception as exc:  # a test that failed mid-fault may leave the broker down
         print(f"\ncould not delete the topics of {names.suffix}: {exc!r}")
 

@@ -22,9 +22,9 @@ import sys
 import time
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.structs import TopicPartition
+
+from scripts.topic_admin import create_topics
 
 COMMIT_INTERVAL = 0.1
 COMMIT_RECORDS = 10_000
@@ -41,19 +41,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def ensure_output(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    except TopicAlreadyExistsError:
-        pass
-    finally:
-        await admin.close()
-
-
 async def run(args: argparse.Namespace) -> None:
-    await ensure_output(args.bootstrap, args.output, args.partitions)
+    await create_topics(args.bootstrap, [args.output], args.partitions, exist_ok=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
+from scripts.topic_admin import create_topics
 from tests.integration.test_pipelines import refusal
-from tests.support import Broker, Names, create_topic, topic_state
+from tests.support import Broker, Names, topic_state
 from tests.workers import Worker
 
 PARTITIONS = 4
@@ -40,7 +41,7 @@ def test_an_unreplicated_topic_refuses_unless_replication_1_is_set_explicitly(
 ) -> None:
     # min.insync.replicas 1: the brokers' default of 2 would refuse it for a reason of its own
     one = {"min.insync.replicas": "1"}
-    asyncio.run(create_topic(broker.bootstrap, names.input_topic, PARTITIONS, one))
+    asyncio.run(create_topics(broker.bootstrap, [names.input_topic], PARTITIONS, config=one))
     first = Worker(broker, names, partitions=PARTITIONS)
     workers.append(first)
     log = refusal(first)

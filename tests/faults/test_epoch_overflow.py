@@ -35,11 +35,12 @@ from app.eos.txn_messages import EndTxnV5, InitProducerIdV5
 from app.eos.txn_protocol import detect
 from app.settings import Settings
 from scripts.streams import build_stream, produce
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import end_offsets
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.hanging_support import hang_a_transaction
 from tests.faults.scenario import drain_and_verify, record, settings_of, started
-from tests.support import Broker, Names, create_topic
+from tests.support import Broker, Names
 from tests.workers import Worker, wait_drained
 
 pytestmark = [pytest.mark.faults, pytest.mark.v2_only]
@@ -102,7 +103,7 @@ async def run_transactions(
             settings, transactional_id, LAST_EPOCH - THROUGH_PRODUCER // 2
         )
     scratch = f"{names.output_topic}-epochs"
-    await create_topic(broker.bootstrap, scratch, 1)
+    await create_topics(broker.bootstrap, [scratch], 1)
     producer = await producers.start(partition)
     ids = [producer_id_and_epoch(producer)]
     started_at = time.monotonic()

@@ -16,6 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from scripts.topic_admin import create_topics
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import (
     Feeder,
@@ -25,7 +26,6 @@ from tests.faults.scenario import (
     started,
 )
 from tests.integration.test_input_contract import BAD
-from tests.integration.test_pipelines import create_topic
 from tests.support import Broker, Names
 from tests.workers import WORKER_TRANSACTION_TIMEOUT, Worker
 
@@ -111,7 +111,7 @@ def test_f7a_a_broker_back_from_kill_9_finishes_timed_out_transactions(
     tps = [TopicPartition(names.input_topic, p) for p in range(4)]
 
     async def open_transactions() -> list[AIOKafkaProducer]:
-        await create_topic(broker, names.input_topic, len(tps))
+        await create_topics(broker.bootstrap, [names.input_topic], len(tps))
         producers = []
         for tp in tps:
             producer = AIOKafkaProducer(

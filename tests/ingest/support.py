@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
 from scripts.topic_reader import end_offsets
 from tests.support import Broker, Runtime
 from tests.workers import port_in_range, signal_and_wait
@@ -50,15 +48,6 @@ def json_headers(key: str | None = WRITE_KEY, **extra: str) -> dict[str, str]:
 def body_of(doc: Any, *, gzipped: bool = False) -> bytes:
     raw = json.dumps(doc).encode()
     return gzip.compress(raw) if gzipped else raw
-
-
-async def create_topic(broker: Broker, topic: str, partitions: int = 4) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 def records_in(broker: Broker, topic: str) -> int:

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from ingest.app import ROUTE
+from scripts.topic_admin import create_topics
 from tests.ingest.cases import sdk_event
-from tests.ingest.support import WRITE_KEY, IngestProcess, basic, create_topic, records_in
+from tests.ingest.support import WRITE_KEY, IngestProcess, basic, records_in
 from tests.support import Broker, unique_suffix
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,7 @@ def services(
     """Three ingest processes on one topic: DEDUPE_INGEST_CORS_ORIGINS unset (any origin), a
     list naming the page's origin, and none."""
     topic = f"in-{unique_suffix()}"
-    asyncio.run(create_topic(broker, topic))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 4))
     logs = Path(tmp_path_factory.mktemp("ingest"))
     origins = {"listed": {"DEDUPE_INGEST_CORS_ORIGINS": f"https://shop.example,{PAGE}"}}
     origins["none"] = {"DEDUPE_INGEST_CORS_ORIGINS": "none"}

@@ -17,9 +17,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import read_topic
 from tests.ingest.fuzz import Request, Seeded, build_request
-from tests.ingest.support import IngestProcess, create_topic
+from tests.ingest.support import IngestProcess
 from tests.support import Broker, unique_suffix
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def test_ten_thousand_generated_requests_each_accepted_whole_or_refused(
     broker: Broker, tmp_path: Path
 ) -> None:
     topic = f"in-{unique_suffix()}"
-    asyncio.run(create_topic(broker, topic))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 4))
     service = IngestProcess(broker, topic, tmp_path / "ingest.log")
     service.start()
     service.wait_ready()

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from app import rules
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import read_topic_sync
 from tests.ingest.cases import BAD_REQUESTS, BadRequest
-from tests.ingest.support import IngestProcess, create_topic, json_headers, records_in
+from tests.ingest.support import IngestProcess, json_headers, records_in
 from tests.support import Broker, unique_suffix
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,7 @@ def request(url: str, case: BadRequest) -> tuple[int, dict[str, str], Any]:
 @pytest.fixture(scope="module")
 def service(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IngestProcess]:
     topic = f"in-{unique_suffix()}"
-    asyncio.run(create_topic(broker, topic))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 4))
     log = Path(tmp_path_factory.mktemp("ingest")) / "ingest.log"
     proc = IngestProcess(broker, topic, log)
     proc.start()
@@ -66,7 +67,7 @@ def test_accepted_events_land_in_the_partition_the_worker_expects(
     """Each event in the partition Kafka's default partitioner gives its messageId (the
     worker's placement rule), so the worker never re-keys what the service sent."""
     topic = f"in-{unique_suffix()}"
-    asyncio.run(create_topic(broker, topic, partitions=8))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 8))
     proc = IngestProcess(broker, topic, tmp_path / "ingest.log")
     proc.start()
     try:

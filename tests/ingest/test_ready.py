@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.ingest.support import IngestProcess, create_topic, free_port
+from scripts.topic_admin import create_topics
+from tests.ingest.support import IngestProcess, free_port
 from tests.support import KAFKA_SCRIPT, Broker, unique_suffix
 
 pytestmark = pytest.mark.integration
@@ -101,7 +102,7 @@ def test_ready_is_503_while_kafka_is_unreachable_and_health_stays_200(
     own_broker: OwnBroker, tmp_path: Path
 ) -> None:
     topic = f"in-{unique_suffix()}"
-    asyncio.run(create_topic(own_broker, topic))
+    asyncio.run(create_topics(own_broker.bootstrap, [topic], 4))
     service = IngestProcess(own_broker, topic, tmp_path / "ingest.log")
     service.start()
     try:

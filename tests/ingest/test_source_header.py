@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import read_topic
-from tests.ingest.support import IngestProcess, create_topic
+from tests.ingest.support import IngestProcess
 from tests.support import Broker, unique_suffix
 
 pytestmark = pytest.mark.integration
@@ -34,7 +35,7 @@ def track(url: str, write_key: str, message_id: str) -> int:
 
 def test_events_carry_the_source_of_their_write_key(broker: Broker, tmp_path: Path) -> None:
     topic = f"in-{unique_suffix()}"
-    asyncio.run(create_topic(broker, topic))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 4))
     proc = IngestProcess(broker, topic, tmp_path / "ingest.log", write_keys="web:wk-web,wk-plain")
     proc.start()
     try:

@@ -22,9 +22,10 @@ from aiokafka.structs import TopicPartition
 
 from recovery.reader import ChangelogReader
 from scripts.streams import build_stream, produce
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import end_offsets, read_topic
 from tables.source_offsets import SOURCE_OFFSETS_KEY
-from tests.support import Broker, Names, create_topic
+from tests.support import Broker, Names
 from tests.workers import Worker, wait_drained
 
 pytestmark = pytest.mark.integration
@@ -91,7 +92,7 @@ def test_the_reader_reads_what_a_read_committed_consumer_reads(
     broker: Broker, names: Names, fetch_bytes: int
 ) -> None:
     topic = f"{names.changelog_topic}-{fetch_bytes}"
-    asyncio.run(create_topic(broker.bootstrap, topic, 2))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 2))
     asyncio.run(write_mixed(broker.bootstrap, topic))
     expected = asyncio.run(read_topic(broker.bootstrap, topic))
     for partition in (0, 1):
@@ -151,7 +152,7 @@ def test_the_reader_finds_each_committed_record_at_the_consumers_offset(
     read_committed consumer and with the reader: the same records at the same offsets, and
     nothing committed between the last of them and the end (commit markers only)."""
     topic = f"{names.changelog_topic}-offsets-{fetch_bytes}"
-    asyncio.run(create_topic(broker.bootstrap, topic, 2))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 2))
     asyncio.run(write_mixed(broker.bootstrap, topic))
     expected = asyncio.run(read_topic(broker.bootstrap, topic))
     ends = asyncio.run(end_offsets(broker.bootstrap, topic))
@@ -169,7 +170,7 @@ def test_a_changelog_whose_first_records_were_deleted_is_read_from_its_log_start
     broker: Broker, names: Names, caplog: pytest.LogCaptureFixture
 ) -> None:
     topic = names.changelog_topic
-    asyncio.run(create_topic(broker.bootstrap, topic, 1))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 1))
 
     async def scenario() -> tuple[int, list[tuple[bytes, bytes | None]]]:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)

@@ -21,10 +21,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
 from scripts.streams import Stream, build_stream, produce
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import Record, committed_offsets, end_offsets, read_topic
 from tests.support import ROOT, Broker, Names
 from tests.workers import signal_and_wait
@@ -40,18 +40,11 @@ def contender_stream(unique: int = 5_000, repeats: float = 0.1, seed: int = 11) 
     return build_stream(unique, repeats, seed=seed, late_distance=1_000, kinds=(0.5, 0.5, 0.0))
 
 
-async def _create_topics(bootstrap: str, *topics: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
-    finally:
-        await admin.close()
-
-
 def prepare(broker: Broker, names: Names, stream: Stream) -> None:
     """Create the input and output topics and produce the stream into the input."""
-    asyncio.run(_create_topics(broker.bootstrap, names.input_topic, names.output_topic))
+    asyncio.run(
+        create_topics(broker.bootstrap, [names.input_topic, names.output_topic], PARTITIONS)
+    )
     asyncio.run(produce(broker.bootstrap, names.input_topic, stream.records))
 
 

@@ -20,11 +20,12 @@ from aiokafka.structs import TopicPartition
 
 from recovery.reader import ChangelogReader
 from recovery.restore import Restorer
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import end_offsets
 from tables.formats import CHANGELOG, CHANGELOG_FIELD, FormatRefused
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.format_fixtures import IDENTITY, ROOT, new_store, read_dump
-from tests.support import Broker, Names, create_topic
+from tests.support import Broker, Names
 from tests.unit.test_format_fixtures import assert_holds_the_fixture
 
 pytestmark = pytest.mark.integration
@@ -77,8 +78,8 @@ def test_the_changelog_dump_restores_from_the_broker_and_a_newer_format_is_refus
     assert len(dump) == 300 + 5 + 8 and len(txns) == 8
 
     async def run() -> None:
-        await create_topic(
-            broker.bootstrap, topic, IDENTITY.partitions, {"cleanup.policy": "compact"}
+        await create_topics(
+            broker.bootstrap, [topic], IDENTITY.partitions, config={"cleanup.policy": "compact"}
         )
         await produce_transactions(
             broker.bootstrap, topic, [(p, records) for (p, _n), records in txns.items()]

@@ -15,9 +15,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from scripts.streams import build_stream, produce
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import committed_offsets, read_topic
 from scripts.verify import check
 from tests.support import Broker, Names, unique_suffix
@@ -26,15 +27,6 @@ from tests.workers import Worker, wait_drained
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
-
-
-async def create_topic(broker: Broker, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 async def topics(broker: Broker) -> set[str]:
@@ -72,7 +64,7 @@ def test_a_second_pipeline_with_the_first_ones_app_id_refuses_to_start(
     # Pipeline B: its own input, output and dead-letter topics, the same events (so the same
     # messageIds), and the first pipeline's app id.
     other = Names(unique_suffix(), tmp_path / "other")
-    asyncio.run(create_topic(broker, other.input_topic, PARTITIONS))
+    asyncio.run(create_topics(broker.bootstrap, [other.input_topic], PARTITIONS))
     asyncio.run(produce(broker.bootstrap, other.input_topic, stream.records))
     shared = {"DEDUPE_APP_ID": names.app_id}
     for index, partitions in ((1, PARTITIONS), (2, PARTITIONS + 2)):

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
+from scripts.topic_admin import create_topics
 from tests.integration.test_pipelines import refusal
-from tests.support import Broker, Names, create_topic, topic_state
+from tests.support import Broker, Names, topic_state
 from tests.workers import Worker
 
 
@@ -41,7 +42,9 @@ def test_a_changelog_that_deletes_refuses_the_start_naming_the_fix(
     broker: Broker, names: Names, workers: list[Worker]
 ) -> None:
     asyncio.run(
-        create_topic(broker.bootstrap, names.changelog_topic, 4, {"cleanup.policy": "delete"})
+        create_topics(
+            broker.bootstrap, [names.changelog_topic], 4, config={"cleanup.policy": "delete"}
+        )
     )
     worker = Worker(broker, names)
     workers.append(worker)

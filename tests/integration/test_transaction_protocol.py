@@ -26,8 +26,9 @@ from app.eos.task import Task
 from app.eos.txn_protocol import cluster_features, detect
 from app.eos.txn_v2 import is_v2
 from app.settings import Settings
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import committed_offsets, read_topic, settled_ends
-from tests.support import Broker, Names, create_topic, unique_suffix
+from tests.support import Broker, Names, unique_suffix
 from tests.workers import Worker, get
 
 pytestmark = pytest.mark.integration
@@ -131,8 +132,8 @@ async def transactions(
             "DEDUPE_TRANSACTION_PROTOCOL": protocol,
         }
     )
-    await create_topic(broker.bootstrap, names.input_topic, 1)
-    await create_topic(broker.bootstrap, names.output_topic, 2)
+    await create_topics(broker.bootstrap, [names.input_topic], 1)
+    await create_topics(broker.bootstrap, [names.output_topic], 2)
     producers = TransactionalProducers(settings, lambda: False)
     producers.use_protocol(await detect(settings))
     assert producers.protocol.running == protocol
@@ -193,7 +194,7 @@ async def record_less_commit(broker: Broker, names: Names) -> dict[str, Any]:
     """A v2 task commits through two partitions without a record (app/eos/hanging.py's repair
     of its own producer id), then commits a record on v2."""
     settings = settings_for(broker, "v2")
-    await create_topic(broker.bootstrap, names.output_topic, 2)
+    await create_topics(broker.bootstrap, [names.output_topic], 2)
     producers = TransactionalProducers(settings, lambda: False)
     producers.use_protocol(await detect(settings))
     tps = [TopicPartition(names.output_topic, p) for p in (0, 1)]

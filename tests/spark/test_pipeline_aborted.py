@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from scripts.streams import OutRecord, Stream, make_event
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import read_topic
 from spark.audit import audit_events
 from spark.lake import read_table
@@ -28,15 +28,6 @@ from tests.spark.pipeline_support import clean_ends, transaction
 from tests.support import Broker, Names
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
-
-
-async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 def segment_events(prefix: str, n: int, seed: int) -> Stream:
@@ -62,7 +53,7 @@ def test_aborted_transactions_never_reach_the_lake_and_markers_never_stall_it(
     tmp_path: Path,
 ) -> None:
     topic = names.output_topic
-    asyncio.run(create_topic(broker.bootstrap, topic, 4))
+    asyncio.run(create_topics(broker.bootstrap, [topic], 4))
     committed_a = segment_events("a", 200, seed=1)
     aborted_b = segment_events("b", 200, seed=2)
     committed_c = segment_events("c", 200, seed=3)

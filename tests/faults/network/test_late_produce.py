@@ -28,13 +28,14 @@ import pytest
 
 from app.eos.producer import TransactionalProducers
 from app.eos.txn_protocol import detect
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import read_topic, settled_ends
 from tests.faults.conftest import Reliability
 from tests.faults.kafka_frames import PRODUCE
 from tests.faults.network.support import Net
 from tests.faults.proxy import Link
 from tests.faults.scenario import settings_of
-from tests.support import Names, create_topic
+from tests.support import Names
 
 pytestmark = pytest.mark.faults
 
@@ -52,7 +53,7 @@ async def transactions(net: Net, link: Link, names: Names, protocol: str, commit
         {"DEDUPE_TRANSACTION_PROTOCOL": protocol, "DEDUPE_COMMIT_TIMEOUT": f"{REQUEST_TIMEOUT}s"},
     )
     topic = names.output_topic
-    await create_topic(net.broker.bootstrap, topic, 2)
+    await create_topics(net.broker.bootstrap, [topic], 2)
     producers = TransactionalProducers(settings, lambda: False)
     producers.use_protocol(await detect(settings))
     producer = await producers.start(0)

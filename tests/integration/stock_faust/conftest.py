@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.stock_faust.harness import StockNames, StockWorker, create_topics, run
+from scripts.topic_admin import create_topics
+from tests.integration.stock_faust.harness import StockNames, StockWorker, run
 from tests.support import Broker
 
 
@@ -25,7 +26,7 @@ def stock_names(broker: Broker) -> StockNames:
             broker.bootstrap,
             [names.changelog_topic],
             partitions=2,
-            configs={"cleanup.policy": "compact"},
+            config={"cleanup.policy": "compact"},
         )
     )
     return names

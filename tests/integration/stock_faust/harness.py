@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.support import ROOT, unique_suffix
 
@@ -38,30 +37,6 @@ class StockNames:
     @property
     def changelog_topic(self) -> str:
         return f"{self.app_id}-seen-changelog"
-
-
-async def create_topics(
-    bootstrap: str,
-    topics: Iterable[str],
-    partitions: int,
-    configs: Mapping[str, str] | None = None,
-) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [
-                NewTopic(
-                    t,
-                    num_partitions=partitions,
-                    replication_factor=1,
-                    topic_configs=dict(configs or {}),
-                )
-                for t in topics
-            ]
-        )
-    finally:
-        await admin.close()
 
 
 async def produce(
