@@ -26,10 +26,10 @@ from app.metrics import RebalanceSensor, restore_progress
 from app.retry import retrying
 from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule
-from app.topic_safety import parse_count
 from app.topics import ensure_topics
 from app.web import is_ready, register_views
 from app.window_watch import WindowWatch
+from envsettings import parse_count
 from recovery import TransactionalTableManager
 from recovery.reader import ChangelogReader
 from recovery.restore import FETCH_BYTES

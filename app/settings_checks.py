@@ -8,7 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from app.strategy import parse_policies, parse_window_from
-from app.topic_safety import count_problem, parse_count
+from envsettings import count_problem, parse_count
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -20,9 +20,7 @@ _TOPICS = ("app_id", "input_topic", "output_topic", "dlq_topic", "repartition_to
 def cross_checks(s: Settings) -> list[str]:
     out: list[str] = []
 
-    def env(name: str) -> str:
-        return s.describe(name).env
-
+    env = s.env_of
     if not s.bootstrap_servers.strip():
         out.append(f"{env('bootstrap_servers')} must name at least one broker")
     for name in _TOPICS:

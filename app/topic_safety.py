@@ -33,33 +33,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from envsettings import parse_count
+
 if TYPE_CHECKING:
     from app.settings import Settings
 
-AUTO = "auto"
 #: The replication "auto" aims for: any one broker can be lost (with min.insync.replicas 2)
 #: while writes go on.
 AUTO_REPLICATION = 3
 _ALTER = "kafka-configs.sh --bootstrap-server ... --alter --entity-type topics --entity-name"
 _REASSIGN = "raise it with kafka-reassign-partitions.sh (docs/operations.md, production checklist)"
-
-
-def parse_count(text: str) -> int | None:
-    """``auto`` (None) or a whole number; ValueError otherwise."""
-    if text.strip().lower() == AUTO:
-        return None
-    return int(text)
-
-
-def count_problem(env: str, text: str, highest: int) -> str | None:
-    """What is wrong with a count setting that takes ``auto`` or 1..``highest``, or None."""
-    try:
-        n = parse_count(text)
-    except ValueError:
-        return f"{env}={text!r}: use auto or a whole number 1..{highest}"
-    if n is not None and not 1 <= n <= highest:
-        return f"{env}={n}: must be auto or 1..{highest}"
-    return None
 
 
 def wanted_replication(settings: Settings, brokers: int) -> int:

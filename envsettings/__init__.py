@@ -49,6 +49,28 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+#: The value of a count setting that leaves the choice to the cluster (``parse_count``).
+AUTO = "auto"
+
+
+def parse_count(text: str) -> int | None:
+    """``auto`` (None) or a whole number; ValueError otherwise."""
+    if text.strip().lower() == AUTO:
+        return None
+    return int(text)
+
+
+def count_problem(env: str, text: str, highest: int) -> str | None:
+    """What is wrong with a count setting that takes ``auto`` or 1..``highest``, or None."""
+    try:
+        n = parse_count(text)
+    except ValueError:
+        return f"{env}={text!r}: use auto or a whole number 1..{highest}"
+    if n is not None and not 1 <= n <= highest:
+        return f"{env}={n}: must be auto or 1..{highest}"
+    return None
+
+
 def _size(n: int) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size and n % size == 0:
@@ -135,6 +157,11 @@ class EnvSettings:
 
     #: The error a bad value raises: each entry point catches its own and prints the message.
     error: ClassVar[type[ValueError]] = SettingsError
+
+    @classmethod
+    def env_of(cls, name: str) -> str:
+        """The environment variable of field ``name``: what a problem's message names."""
+        return cls.describe(name).env
 
     @classmethod
     def describe(cls, name: str) -> Setting:

@@ -100,9 +100,7 @@ class KafkaSecuritySettings(EnvSettings):
         """Every problem with the security settings (messages name variables, never secrets)."""
         out: list[str] = []
 
-        def env(name: str) -> str:
-            return self.describe(name).env
-
+        env = self.env_of
         tls = self.security_protocol in (SSL, SASL_SSL)
         if self.security_protocol not in PROTOCOLS:
             out.append(

@@ -138,9 +138,7 @@ class IngestSettings(KafkaSecuritySettings):
     def _problems(self) -> list[str]:
         out = self.kafka_security_problems()
 
-        def env(name: str) -> str:
-            return self.describe(name).env
-
+        env = self.env_of
         if not self.host.strip():
             out.append(f"{env('host')} must name an address to bind to (e.g. 127.0.0.1)")
         if not any(part.strip() for part in self.bootstrap_servers.split(",")):

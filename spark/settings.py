@@ -171,9 +171,7 @@ class SparkSettings(KafkaSecuritySettings):
     def _problems(self) -> list[str]:
         out = self.kafka_security_problems()
 
-        def env(name: str) -> str:
-            return self.describe(name).env
-
+        env = self.env_of
         servers = [s.strip() for s in self.bootstrap_servers.split(",")]
         if not all(re.fullmatch(r"[^\s:/]+:\d{1,5}", s) for s in servers):
             out.append(
