@@ -23,7 +23,6 @@ from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protoco
 from app.eos.consumer import FaustAppHooks
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import RebalanceSensor, restore_progress
-from app.retry import retrying
 from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule
 from app.topics import ensure_topics
@@ -33,6 +32,7 @@ from envsettings import parse_count
 from recovery import TransactionalTableManager
 from recovery.reader import ChangelogReader
 from recovery.restore import FETCH_BYTES
+from recovery.retry import retrying
 from tables.producers import ProducerSeqs, declare_producer_seqs
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.seen_ids import SeenIds

@@ -1,12 +1,13 @@
-"""Start-up questions wait out a broker failing over (app/retry.py): retriable Kafka errors are
-asked again with a fresh call, others and the last one are raised."""
+"""Start-up questions wait out a broker failing over (recovery/retry.py's ``retrying``):
+retriable Kafka errors are asked again with a fresh call; others are raised at once, and the
+patience's end raises GaveUp naming the last error."""
 
 from __future__ import annotations
 
 import pytest
 from aiokafka.errors import NodeNotReadyError, UnknownError
 
-from app.retry import retrying
+from recovery.retry import GaveUp, retrying
 
 
 class Ask:
@@ -29,8 +30,9 @@ async def test_a_broker_not_ready_is_waited_for() -> None:
 
 async def test_waiting_ends_after_the_patience() -> None:
     ask = Ask(*(NodeNotReadyError("node 3") for _ in range(5)))
-    with pytest.raises(NodeNotReadyError):
+    with pytest.raises(GaveUp, match="asking: failed 1 times") as raised:
         await retrying("asking", ask, patience=0.0)
+    assert isinstance(raised.value.__cause__, NodeNotReadyError)
     assert ask.calls == 1
 
 

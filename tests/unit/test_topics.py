@@ -103,7 +103,7 @@ class BrokerGone:
 async def test_a_broker_dying_during_the_safety_check_is_left_for_the_retry() -> None:
     """A worker joining while a broker is killed met ``Connection ... closed`` here; wrapped as
     a TopicMismatch it stopped the worker (cluster tier C3). Retriable errors must reach
-    ``app.retry.retrying`` as they are."""
+    ``recovery.retry.retrying`` as they are."""
     from aiokafka.errors import KafkaConnectionError
 
     from app.topics import _check_safety, topic_specs
