@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -71,14 +71,13 @@ def touch_labelled(registry: CollectorRegistry) -> None:
     for collector in list(registry._collector_to_names):
         names = getattr(collector, "_labelnames", ())
         if names:
-            collector.labels(*["x"] * len(names))
+            cast(Any, collector).labels(*["x"] * len(names))
 
 
-def test_the_reference_lists_every_metric_with_its_type_and_labels(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The Spark JVM's process metrics, from this process for the test (spark/metrics.py).
-    monkeypatch.setattr(spark_metrics, "_jvm_pid", [os.getpid()])
+def code_registry(data_dir: Path) -> CollectorRegistry:
+    """Every metric of the worker, the ingest service and the Spark job in one registry (the
+    families of every component once), each labelled metric with a child; the Spark JVM's
+    process metrics only when ``spark_metrics._jvm_pid`` names a live process."""
     registry = CollectorRegistry()
     for source in (worker_metrics.REGISTRY, ingest_metrics.REGISTRY, spark_metrics.REGISTRY):
         for collector, names in list(source._collector_to_names.items()):
@@ -86,9 +85,17 @@ def test_the_reference_lists_every_metric_with_its_type_and_labels(
                 continue  # a family of every component (envsettings/process_metrics.py)
             registry.register(collector)
     registry.register(worker_metrics.PartitionCollector(stats_snapshot))
-    registry.register(worker_metrics.WorkerCollector(86400.0, tmp_path))
+    registry.register(worker_metrics.WorkerCollector(86400.0, data_dir))
     touch_labelled(registry)
-    code = exported(registry)
+    return registry
+
+
+def test_the_reference_lists_every_metric_with_its_type_and_labels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Spark JVM's process metrics, from this process for the test (spark/metrics.py).
+    monkeypatch.setattr(spark_metrics, "_jvm_pid", [os.getpid()])
+    code = exported(code_registry(tmp_path))
     docs = documented()
     assert set(docs) - set(code) == set(), "documented but not exported"
     assert set(code) - set(docs) == set(), "exported but not in docs/metrics.md"
