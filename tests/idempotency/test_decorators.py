@@ -21,6 +21,7 @@ from idempotent_consumer import (
     PayloadMismatch,
     PostgresStore,
     RedisStore,
+    Repeat,
     SyncIdempotency,
     idempotent,
     idempotent_function,
@@ -107,9 +108,9 @@ async def test_on_repeat_gets_the_stored_result(store: Any) -> None:
     idem = Idempotency(store, "billing")
     seen: list[tuple[Any, bool]] = []
 
-    async def on_repeat(result: Any, claim: Any) -> str:
-        seen.append((result, claim.done))
-        return f"repeat of {result}"
+    async def on_repeat(repeat: Repeat) -> str:
+        seen.append((repeat.result, repeat.claim.done))
+        return f"repeat of {repeat.result}"
 
     @idempotent_function(idem, key="order_id", on_repeat=on_repeat)
     async def charge(order_id: str) -> str:

@@ -36,6 +36,7 @@ from ._base import (
     payload_hash,
 )
 from ._core import Claim, Idempotency, KeepAlive
+from ._shared import Repeat
 from ._sync import SyncClaim, SyncIdempotency, SyncKeepAlive
 from .cache import CacheStats, LocalCache
 from .decorators import (
@@ -66,6 +67,7 @@ __all__ = [
     "MemoryStore",
     "NotSerializable",
     "PayloadMismatch",
+    "Repeat",
     "Serializer",
     "SyncClaim",
     "SyncIdempotency",

@@ -5,7 +5,11 @@ knows, and how long a claim waits for a busy id."""
 from __future__ import annotations
 
 import copy
+import inspect
 import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, Self, TypeVar
 
@@ -210,3 +214,65 @@ def wait_deadline(wait: bool | timedelta) -> float | None:
     if wait is False:
         return time.monotonic()
     return time.monotonic() + max(0.0, wait.total_seconds())
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """What ``on_repeat`` gets, everywhere (the decorators and ``IdempotentConsumer``): a
+    repeat of an event whose first run completed. Whatever the hook returns (awaited if it is
+    awaitable) is the repeat's answer: what the decorated call returns, or what
+    ``IdempotentConsumer.process`` returns; return ``repeat.result`` to keep the first run's
+    result (as Powertools' ``response_hook(response, data_record)`` does)."""
+
+    #: the event id
+    event_id: str
+    #: the namespace it was claimed in
+    processor: str
+    #: the first run's result, as the serializer gives it back
+    result: Any
+    #: claims of this id so far (None: the store cannot tell)
+    attempts: int | None
+    #: the claim that found the repeat (``claim.done`` is true)
+    claim: ClaimState
+    #: the Kafka record being handled (``IdempotentConsumer``, ``@idempotent``), else None
+    record: Any = None
+
+    @classmethod
+    def of(cls, claim: ClaimState, record: Any = None) -> Repeat:
+        return cls(claim.event_id, claim.processor, claim.result, claim.attempts, claim, record)
+
+
+def one_argument(hook: Callable[..., Any]) -> bool:
+    """Does ``hook`` take one positional argument (the 1.1 ``on_repeat(repeat)``), rather than
+    two (1.0's shapes)?"""
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: take it as the current shape
+        return True
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    return len(positional) == 1 or (not positional and varargs)
+
+
+def repeat_hook(
+    hook: Callable[..., Any] | None,
+    legacy: Callable[[Callable[..., Any], Repeat], Any],
+    old_shape: str,
+) -> Callable[[Repeat], Any] | None:
+    """``on_repeat`` as a function of a :class:`Repeat`. A hook of 1.0's two-argument shape
+    (``old_shape``) still works through ``legacy``, with a ``DeprecationWarning``."""
+    if hook is None or one_argument(hook):
+        return hook
+    warnings.warn(
+        f"on_repeat{old_shape} is deprecated since 1.1 and goes in 2.0: take one argument, "
+        "a Repeat (repeat.result, repeat.record, repeat.claim, repeat.attempts), and return "
+        "the answer",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    old = hook
+    return lambda repeat: legacy(old, repeat)

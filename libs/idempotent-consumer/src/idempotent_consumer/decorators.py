@@ -26,7 +26,9 @@ Powertools' keyword-only ``data_keyword_argument``) or are callables given the f
 arguments. A key may be a str, UTF-8 bytes, an int or a UUID (kept as its text). The
 decorated function is async with ``Idempotency`` and sync with
 ``SyncIdempotency``. A repeat returns the first run's result as the serializer gives it back
-(JSON by default: a tuple comes back a list), or what ``on_repeat(result, claim)`` returns.
+(JSON by default: a tuple comes back a list), or what ``on_repeat(repeat)`` returns
+(``repeat``: a :class:`Repeat`, as ``IdempotentConsumer`` gives its hook; 1.0's
+``on_repeat(result, claim)`` still works, with a ``DeprecationWarning``).
 
 ``IDEMPOTENT_CONSUMER_DISABLED=1`` (as Powertools' ``POWERTOOLS_IDEMPOTENCY_DISABLED``; also
 true, yes, on) calls the functions directly, with an ``IdempotencyDisabledWarning``: for
@@ -47,6 +49,7 @@ from typing import Any, TypeVar
 
 from ._base import InvalidEventId
 from ._core import Claim, Idempotency
+from ._shared import Repeat, repeat_hook
 from ._sync import SyncClaim, SyncIdempotency
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,7 +59,9 @@ _TRUE = {"1", "true", "yes", "on", "y", "t"}
 _FALSE = {"", "0", "false", "no", "off", "n", "f"}
 
 Extractor = str | Callable[..., Any]
-OnRepeat = Callable[[Any, Any], Any]
+#: ``on_repeat(repeat: Repeat) -> answer`` (1.0's ``on_repeat(result, claim)``: deprecated)
+OnRepeat = Callable[[Repeat], Any] | Callable[[Any, Any], Any]
+Hook = Callable[[Repeat], Any]
 
 
 class IdempotencyDisabledWarning(UserWarning):
@@ -119,6 +124,7 @@ def idempotent_function(
     wait: bool | timedelta = True,
     on_repeat: OnRepeat | None = None,
     name: str | None = None,
+    _record: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Run the decorated function once per key (in its namespace); a repeat returns the first
     run's result without calling it.
@@ -126,11 +132,15 @@ def idempotent_function(
     ``key``: the event id (a parameter's name, or a callable of the arguments).
     ``payload``: hashed and compared with the first call's (``PayloadMismatch``); None: no check.
     ``wait``: as ``claim``'s (default True: a repeat arriving while the first call runs waits
-    for its result). ``on_repeat(result, claim)``: called on a repeat with the stored result;
-    its return value (awaited if it is awaitable) is what the call returns. ``name``: the
+    for its result). ``on_repeat(repeat)``: called on a repeat with a :class:`Repeat` (the
+    stored ``result``, ``event_id``, ``attempts``, ``claim``; ``record`` under
+    ``@idempotent``); its return value (awaited if it is awaitable) is what the call returns.
+    1.0's ``on_repeat(result, claim)`` still works, with a ``DeprecationWarning``. ``name``: the
     namespace of the function's records (default ``<module>.<qualified name>``; ``""``: the
     bare processor, as in 1.0).
     """
+
+    hook = repeat_hook(on_repeat, _legacy_hook, "(result, claim)")
 
     def decorate(fn: F) -> F:
         signature = inspect.signature(fn)
@@ -155,7 +165,8 @@ def idempotent_function(
                 event_id, data = claim_args(args, kwargs)
                 async with aidem.claim(event_id, payload=data, wait=wait) as claim:
                     if claim.done:
-                        return await _repeat_async(on_repeat, claim)
+                        record = _record(args, kwargs) if _record else None
+                        return await _repeat_async(hook, claim, record)
                     result = await fn(*args, **kwargs)
                     claim.complete(result)
                     return result
@@ -174,7 +185,8 @@ def idempotent_function(
             event_id, data = claim_args(args, kwargs)
             with sidem.claim(event_id, payload=data, wait=wait) as claim:
                 if claim.done:
-                    return _repeat(on_repeat, claim)
+                    record = _record(args, kwargs) if _record else None
+                    return _repeat(hook, claim, record)
                 result = fn(*args, **kwargs)
                 claim.complete(result)
                 return result
@@ -184,17 +196,21 @@ def idempotent_function(
     return decorate
 
 
-async def _repeat_async(on_repeat: OnRepeat | None, claim: Claim) -> Any:
-    if on_repeat is None:
+def _legacy_hook(hook: Callable[..., Any], repeat: Repeat) -> Any:
+    return hook(repeat.result, repeat.claim)
+
+
+async def _repeat_async(hook: Hook | None, claim: Claim, record: Any) -> Any:
+    if hook is None:
         return claim.result
-    answer = on_repeat(claim.result, claim)
+    answer = hook(Repeat.of(claim, record))
     if inspect.isawaitable(answer):
         answer = await answer
     return answer
 
 
-def _repeat(on_repeat: OnRepeat | None, claim: SyncClaim) -> Any:
-    return claim.result if on_repeat is None else on_repeat(claim.result, claim)
+def _repeat(hook: Hook | None, claim: SyncClaim, record: Any) -> Any:
+    return claim.result if hook is None else hook(Repeat.of(claim, record))
 
 
 def record_key(record: Any, *args: Any, **kwargs: Any) -> str:
@@ -238,6 +254,11 @@ def idempotent(
     def decorate(fn: F) -> F:
         first = next(iter(inspect.signature(fn).parameters), None)
         on_method = first in ("self", "cls")
+        at = 1 if on_method else 0
+
+        def record_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            return args[at] if len(args) > at else None
+
         return idempotent_function(
             idem,
             key=_after_first(key) if on_method else key,  # type: ignore[arg-type]
@@ -245,6 +266,7 @@ def idempotent(
             wait=wait,
             on_repeat=on_repeat,
             name=name,
+            _record=record_of,
         )(fn)
 
     return decorate

@@ -17,7 +17,8 @@ What it guarantees: the consumer reads with ``isolation_level="read_committed"``
 transactions of the dedupe worker never reach the handler), commits no offsets on its own,
 and commits a partition's offset only past records whose claims completed. A crash after an
 effect and before the commit, or a rebalance mid-batch, redelivers records; their claims are
-completed, so ``handler`` is not called again (``on_repeat`` is, with the first result).
+completed, so ``handler`` is not called again (``on_repeat`` is, with a :class:`Repeat`
+holding the first result and the record).
 
 A record that fails (the handler raises, or its id was seen with another payload) goes
 through the consumer's :class:`ErrorPolicy`, after Spring Kafka's ``DefaultErrorHandler``
@@ -54,11 +55,14 @@ from aiokafka.errors import CommitFailedError, IllegalStateError
 
 from ._base import AsyncStore, InvalidEventId, PayloadMismatch, Serializer
 from ._core import Claim, Idempotency
+from ._shared import Repeat, repeat_hook
 
 log = logging.getLogger("idempotent_consumer.kafka")
 
 Handler = Callable[[ConsumerRecord[Any, Any], Claim], Awaitable[Any]]
-OnRepeat = Callable[[ConsumerRecord[Any, Any], Any], Awaitable[None] | None]
+#: ``on_repeat(repeat: Repeat) -> answer``, as the decorators take it (1.0's
+#: ``on_repeat(record, result)``: deprecated)
+OnRepeat = Callable[[Repeat], Any] | Callable[[ConsumerRecord[Any, Any], Any], Any]
 #: What a record that keeps failing is handed to: ``recoverer(record, error)``, awaited if it
 #: returns an awaitable. Its offset is committed once it returns; if it raises, ``run`` raises.
 Recoverer = Callable[[ConsumerRecord[Any, Any], Exception], Awaitable[None] | None]
@@ -185,6 +189,19 @@ class DeadLetterPublisher:
         self.published += 1
 
 
+def _legacy_hook(hook: Callable[..., Any], repeat: Repeat) -> Any:
+    """1.0's ``on_repeat(record, result)``: its return value was not used."""
+    answer = hook(repeat.record, repeat.result)
+    if inspect.isawaitable(answer):
+
+        async def keep_result() -> Any:
+            await answer
+            return repeat.result
+
+        return keep_result()
+    return repeat.result
+
+
 def key_as_id(record: ConsumerRecord[Any, Any]) -> str:
     """The default event id: the record's key (the pipeline keys records by messageId)."""
     if record.key is None:
@@ -263,7 +280,7 @@ class IdempotentConsumer:
         self.handler = handler
         self.event_id = event_id
         self.payload = payload
-        self.on_repeat = on_repeat
+        self.on_repeat = repeat_hook(on_repeat, _legacy_hook, "(record, result)")
         self.join_transaction = join_transaction
         self.max_records = max_records
         self.errors = errors or ErrorPolicy()
@@ -373,11 +390,12 @@ class IdempotentConsumer:
         ) as claim:
             if claim.done:
                 self.stats.repeats += 1
-                if self.on_repeat is not None:
-                    maybe = self.on_repeat(record, claim.result)
-                    if maybe is not None:
-                        await maybe
-                return claim.result
+                if self.on_repeat is None:
+                    return claim.result
+                answer = self.on_repeat(Repeat.of(claim, record))
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                return answer
             result = await self.handler(record, claim)
             claim.complete(result)
         self.stats.processed += 1
