@@ -14,38 +14,37 @@ Reads during processing see the committed data plus the partition's own staged w
 one multi-get, :meth:`TransactionalStore.prefetch`) are kept until the partition's next write or
 discard, so the commit's derived-data upkeep does not read them again.
 
-The RocksDB side (one database per partition, options that keep memory bounded) is in
-``tables/rocks.py``, ``tables/rocks_options.py`` and ``tables/partitions.py``; the staged writes
-and read cache in ``tables/staging.py``; Faust's mapping interface in ``tables/store_mapping.py``;
-the writes of restored changelog records in ``tables/store_restore.py``; the keys' disk form
-in ``tables/key_form.py``.
+One class, in the order of its concerns: the keys' disk form (as written here;
+``tables.seen_ids_store.SeenIdsStore`` overrides it with the compact forms of ``tables/keys.py``),
+the partitions, the transactions, Faust's mapping interface (``get_in`` and ``stage`` are on the
+hot path), and the writes of restored changelog records (Faust's recovery and the bulk restore
+of ``recovery/restore.py``). The RocksDB side (one database per partition, options that keep
+memory bounded) is in ``tables/rocks.py``, ``tables/rocks_options.py`` and
+``tables/partitions.py``; the staged writes and read cache in ``tables/staging.py``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from faust.types import TP
+from faust.types import TP, EventT
 from rocksdict import Rdict, WriteBatch
 
 from adapters.faust_privates import StoreShim
-from tables.key_form import KeyForm
 from tables.partitions import PartitionSet
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, store_options
 from tables.source_offsets import SOURCE_OFFSETS_KEY, check_changelog_version, put_source_offsets
 from tables.staging import Staging
-from tables.store_mapping import StoreMapping
-from tables.store_restore import RestoreWrites
 from tables.written_keys import WrittenKeys
 
 log = logging.getLogger(__name__)
 
 
-class TransactionalStore(KeyForm, StoreMapping, RestoreWrites, StoreShim):
+class TransactionalStore(StoreShim):
     """Per-partition RocksDB databases with writes staged per transaction (raw bytes only).
 
     Subclasses may keep local, derived column families (``extra_cfs``) in step with the table's
@@ -54,6 +53,32 @@ class TransactionalStore(KeyForm, StoreMapping, RestoreWrites, StoreShim):
     """
 
     extra_cfs: tuple[str, ...] = ()
+
+    # -- the keys' disk form: as written (a store with a compact form overrides these) ---------
+
+    #: The disk form of the keys (:data:`tables.rocks.KEY_FORMAT_KEY`); 0: as written.
+    key_format = 0
+
+    @staticmethod
+    def disk_key(key: bytes) -> bytes:
+        """``key`` as the databases hold it (subclasses with a compact form override both)."""
+        return key
+
+    @staticmethod
+    def disk_keys(keys: list[bytes]) -> list[bytes]:
+        """:meth:`disk_key` of each of ``keys`` (subclasses may do it in whole-list steps)."""
+        return keys
+
+    @staticmethod
+    def written_key(raw: bytes) -> bytes:
+        """A key read from a database, as it was written (the inverse of :meth:`disk_key`)."""
+        return raw
+
+    @staticmethod
+    def convert_keys(pdb: PartitionDB, found: int, name: str) -> int | None:
+        """Convert a database of key form ``found`` in place, and how many keys that rewrote
+        (None: it cannot; the database is rebuilt from the changelog)."""
+        return None
 
     def __init__(
         self,
@@ -279,3 +304,143 @@ class TransactionalStore(KeyForm, StoreMapping, RestoreWrites, StoreShim):
 
     def staged_count(self, partition: int) -> int:
         return self._staging.count(partition)
+
+    # -- Faust's mapping interface: the partition of the record being processed, over its
+    # open transaction's staged writes and the committed state -------------------------------
+
+    def get_raw(self, key: bytes) -> bytes | None:
+        return self.get_in(self._partition_of(), key)
+
+    def get_in(self, partition: int, key: bytes) -> bytes | None:
+        """``key``'s value in ``partition``: this transaction's staged write, else the
+        committed value (read once per transaction, or prefetched)."""
+        return self._staging.value(partition, key, self.committed_get)
+
+    def committed_get(self, partition: int, key: bytes) -> bytes | None:
+        """``key``'s committed value in ``partition``, read from the database now."""
+        value: bytes | None = self.db(partition).get(self.disk_key(key))
+        return value
+
+    def set_raw(self, key: bytes, value: bytes | None) -> None:
+        self.stage(self._partition_of(), key, value)
+
+    def del_raw(self, key: bytes) -> None:
+        self.stage(self._partition_of(), key, None)
+
+    def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Stage a write (None: delete) in ``partition``'s open transaction."""
+        self._staging.stage(partition, key, value)
+
+    def contains_raw(self, key: bytes) -> bool:
+        return self.get_raw(key) is not None
+
+    def _committed_items(self) -> Iterator[tuple[bytes, bytes]]:
+        written_key = self.written_key
+        for pdb in self._partitions.opened():
+            for key, value in pdb.db.items():
+                yield written_key(cast(bytes, key)), cast(bytes, value)
+
+    def iterkeys_raw(self) -> Iterator[bytes]:
+        return (k for k, _ in self._committed_items())
+
+    def itervalues_raw(self) -> Iterator[bytes]:
+        return (v for _, v in self._committed_items())
+
+    def iteritems_raw(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._committed_items()
+
+    def size_raw(self) -> int:
+        return sum(self.approximate_keys(p) for p in self._partitions.held())
+
+    def approximate_keys(self, partition: int) -> int:
+        """RocksDB's estimate of the keys held by ``partition`` (committed state)."""
+        return max(int(self.db(partition).property_int_value("rocksdb.estimate-num-keys") or 0), 0)
+
+    def clear_raw(self) -> None:
+        raise NotImplementedError("a transactional table cannot be cleared; wipe the data dir")
+
+    # -- Faust's recovery ----------------------------------------------------------------------
+
+    def persisted_offset(self, tp: TP) -> int | None:
+        return self.partition_db(tp.partition).offset()
+
+    def set_persisted_offset(self, tp: TP, offset: int) -> None:
+        self.partition_db(tp.partition).write(WriteBatch(raw_mode=True), offset)
+
+    # -- bulk restore (recovery/restore.py) ------------------------------------------------------
+
+    def restored_offset(self, partition: int) -> int | None:
+        return self.partition_db(partition).offset()
+
+    def begin_bulk(self, partition: int, records: int) -> bool:
+        """True (and the database is marked as being restored) when it holds nothing yet: the
+        restore's ``records`` (changelog offsets) then skip the write-ahead log, read back only
+        the keys they may have written themselves (``tables/written_keys.py``), and go into the
+        database opened again with the bulk options (``tables.rocks_options.StoreOptions.bulk_ids``)
+        until RocksDB has compacted what it wrote, after :meth:`end_bulk` (:meth:`compacting`
+        says when)."""
+        if self.partition_db(partition).restoring():
+            # A restore stopped by a rebalance, going on in the same open database (one opened
+            # marked is emptied first, ``tables/partitions.py``), with the keys it recorded as
+            # written so far; without them (none recorded) every key is read back.
+            return True
+        if self.partition_db(partition).offset() is not None:
+            return False
+        self._partitions.reopen(partition, bulk=True).mark_restoring(True)
+        self._written[partition] = WrittenKeys(records)
+        return True
+
+    def write_restored(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        offset: int,
+        *,
+        wal: bool,
+    ) -> None:
+        self.write_partition(partition, records, offset, wal=wal)
+        self.restored(partition)
+
+    def restored(self, partition: int) -> None:
+        """Committed changelog records were written into ``partition`` (a restore, a
+        standby's records): not by this worker's own commits. For what a store derives and
+        keeps beside its databases; nothing here."""
+
+    def end_bulk(self, partition: int) -> None:
+        """Flush, clear the mark, and let RocksDB compact what the restore wrote (it compacted
+        nothing meanwhile); :meth:`compacting` says when that is done."""
+        self._written.pop(partition, None)
+        pdb = self.partition_db(partition)
+        if pdb.restoring():
+            pdb.flush()
+            pdb.mark_restoring(False)
+        if pdb.bulk:
+            pdb.start_compactions()
+
+    def compacting(self, partition: int) -> bool:
+        """True while RocksDB still compacts what a bulk restore wrote (in its own threads,
+        with the bulk options: ``BULK_SUBCOMPACTIONS`` of them at once). Once it is done the
+        database is opened again with the usual options, and this is False."""
+        pdb = self.partition_db(partition)
+        if pdb.compacting():
+            return True
+        if pdb.bulk:
+            del pdb  # its column families keep the database's lock while they live
+            self._partitions.reopen(partition, bulk=False)
+        return False
+
+    def apply_changelog_batch(
+        self,
+        batch: Iterable[EventT],
+        to_key: Callable[[Any], Any],
+        to_value: Callable[[Any], Any],
+    ) -> None:
+        writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        offsets: dict[int, int] = {}
+        for event in batch:
+            msg = event.message
+            writes.setdefault(msg.partition, []).append((msg.key, msg.value))
+            offsets[msg.partition] = msg.offset
+        for partition, items in writes.items():
+            self.write_partition(partition, items, offsets[partition])
+            self.restored(partition)
