@@ -1,4 +1,4 @@
-"""The worker's Faust app, built from the environment (see ``app/settings.py``).
+"""The worker's Faust app, built from the environment (see ``app/settings/``).
 
 Run a worker (what the Procfile's ``worker:`` line does)::
 

@@ -1,6 +1,6 @@
 """The settings of the HTTP ingest service, read from the environment and validated at start-up.
 
-Same pattern as the worker's ``app/settings.py``: one field per knob, each with its environment
+Same pattern as the worker's ``app/settings/``: one field per knob, each with its environment
 variable, default and meaning; ``IngestSettings.from_env()`` is called by ``python -m ingest``
 (never at class-definition time), so tests build apps with their own settings. An invalid value
 stops the process with exit status 2 and a message that names the variable.

@@ -429,7 +429,7 @@ def test_a_planted_name_of_each_kind_is_reported(tmp_path: Path, metrics: set[st
         "```\n"
         "Set `DEDUPE_NO_SUCH_SETTING` (not `DEDUPE_WINDOW`); KAFKA_SASL_* and DEDUPE_NOPE_*.\n"
         "Watch `dedupe_no_such_metric_total` beside `dedupe_records_total`.\n"
-        "See `app/no_such_module.py`, `app/settings.py:12`, `docs/`, `Makefile`, `NOPE.md`.\n"
+        "See `app/no_such_module.py`, `app/settings/kafka.py:12`, `docs/`, `Makefile`, `NOPE.md`.\n"
         "Run `python -m scripts.nope` and `.venv/bin/python -m app grow`, not `-m pytest`.\n"
         "Not paths: `data/x.json`, `lake/<table>/`, `docker/requirements-*.txt`, `$X/app/y`.\n"
     )
@@ -460,7 +460,7 @@ def test_a_planted_name_of_each_kind_is_reported(tmp_path: Path, metrics: set[st
     ]
     assert [name for _, name in file_names(doc.read_text())] == [
         "app/no_such_module.py",
-        "app/settings.py",
+        "app/settings/kafka.py",
         "docs/",
         "Makefile",
         "NOPE.md",

@@ -1,4 +1,4 @@
-"""Table-driven tests of ``app/settings.py``: defaults and every environment variable (values
+"""Table-driven tests of ``app/settings/``: defaults and every environment variable (values
 and validation: test_settings_values.py; derived settings, docs: test_settings_derived.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``app/settings.py``: the derived repartition topic and bucket, the documentation of each field,
+"""``app/settings/``: the derived repartition topic and bucket, the documentation of each field,
 the wiring of the app, the advertised web URL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``app/settings.py``: durations, and validation with every problem reported at once."""
+"""``app/settings/``: durations, and validation with every problem reported at once."""
 
 from __future__ import annotations
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from app.settings_checks import cross_checks
-from app.settings_kafka import KafkaSettings
-from app.settings_rocksdb import RocksDBSettings
-from app.settings_state import StateSettings
-from app.settings_strategy import StrategySettings
-from app.settings_window import WindowSettings
+from app.settings.checks import cross_checks
+from app.settings.kafka import KafkaSettings
+from app.settings.rocksdb import RocksDBSettings
+from app.settings.state import StateSettings
+from app.settings.strategy import StrategySettings
+from app.settings.window import WindowSettings
 from envsettings import EnvSettings, SettingsError, parse_duration, secret, setting
 from tables.window import derived_bucket
 
@@ -33,9 +33,9 @@ class Settings(StateSettings, StrategySettings, RocksDBSettings, WindowSettings,
     """Every setting of the dedup worker. Build with :meth:`from_env`; validated on creation.
 
     Its sections are base classes, one module each (fields in this order): Kafka security
-    (``envsettings/kafka_security.py``), Kafka (``app/settings_kafka.py``), window
-    (``app/settings_window.py``), RocksDB tuning (``app/settings_rocksdb.py``), strategies
-    (``app/settings_strategy.py``), standbys/restore/snapshots (``app/settings_state.py``), then
+    (``envsettings/kafka_security.py``), Kafka (``app/settings/kafka.py``), window
+    (``app/settings/window.py``), RocksDB tuning (``app/settings/rocksdb.py``), strategies
+    (``app/settings/strategy.py``), standbys/restore/snapshots (``app/settings/state.py``), then
     the worker's own below. One object, so every problem of every section is reported at once.
     """
 

@@ -1,5 +1,5 @@
 """What only the worker's settings as a whole can check (ranges and choices of single fields
-are declared on the fields, ``app/settings.py``): topic names and their clashes, the bucket
+are declared on the fields, ``app/settings/__init__.py``): topic names and their clashes, the bucket
 within the window, replication counts, fault specs, log level, source policies."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The window section of the worker's settings: how long an id is remembered, and by which clock.
 
 A base class of :class:`app.settings.Settings`, which validates it with every other section
-(``app/settings_checks.py`` checks the bucket against the window).
+(``app/settings/checks.py`` checks the bucket against the window).
 """
 
 from __future__ import annotations
