@@ -33,6 +33,7 @@ from ._base import (
     NotSerializable,
     PayloadMismatch,
     Serializer,
+    StoredError,
     payload_hash,
 )
 from ._core import Claim, Idempotency, KeepAlive
@@ -69,6 +70,7 @@ __all__ = [
     "PayloadMismatch",
     "Repeat",
     "Serializer",
+    "StoredError",
     "SyncClaim",
     "SyncIdempotency",
     "SyncKeepAlive",

@@ -61,6 +61,17 @@ class LeaseLost(IdempotencyError):
         )
 
 
+class StoredError(IdempotencyError):
+    """A repeat of a decorated call whose first run raised an error kept with
+    ``store_errors=``, when that error's class is no longer among ``store_errors`` (or cannot
+    be built again from its arguments): its class name and arguments as stored."""
+
+    def __init__(self, error: str, arguments: list[Any]) -> None:
+        self.error = error
+        self.arguments = arguments
+        super().__init__(f"the first run raised {error}{tuple(arguments)!r} (stored)")
+
+
 class InvalidEventId(IdempotencyError, ValueError, TypeError):
     """An event id (or processor name) the library cannot key a record by: not str or
     UTF-8 bytes, empty, longer than 255 characters, or holding a NUL. A ``ValueError`` and a

@@ -39,7 +39,14 @@ from ._base import (
     payload_hash,
     positive,
 )
-from ._shared import FIRST_POLL, ClaimState, Settings, renewal_every, wait_deadline
+from ._shared import (
+    FIRST_POLL,
+    ClaimState,
+    Settings,
+    load_result,
+    renewal_every,
+    wait_deadline,
+)
 
 T = TypeVar("T")
 
@@ -277,14 +284,16 @@ class ClaimContext:
             await self._tx.__aenter__()
         try:
             reply, held = await self._acquire()
-            result = None
-            if reply.outcome is Outcome.COMPLETED and reply.result is not None:
-                result = self._idem.serializer.loads(reply.result)
+            result, failed = None, False
+            if reply.outcome is Outcome.COMPLETED:
+                result, failed = load_result(self._idem.serializer, reply.result)
         except BaseException as exc:
             if self._tx is not None:
                 await self._tx.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        claim = Claim(self._event_id, self._idem.processor, reply, held, result, self._connection)
+        claim = Claim(
+            self._event_id, self._idem.processor, reply, held, result, self._connection, failed
+        )
         claim._store = self._idem.store
         claim._lease = self._idem.lease
         claim._serializer = self._idem.serializer
@@ -293,7 +302,7 @@ class ClaimContext:
 
     async def _complete(self, claim: Claim) -> None:
         assert claim._held is not None
-        data = claim._data if claim._data is not None else self._idem.serializer.dumps(None)
+        data = claim._stored()
         ok = await self._idem.store.complete(
             claim._held, data, self._idem.expire_after, self._connection
         )

@@ -31,6 +31,19 @@ StoreT = TypeVar("StoreT")
 #: Waiting for a busy id polls the store, starting at 5 ms and doubling up to ``max_poll``.
 FIRST_POLL = 0.005
 
+#: How a stored error result (``complete_error``) is told from a result: this prefix before
+#: the serializer's bytes (no JSON text starts with a NUL).
+ERROR_MARK = b"\x00idempotent-consumer:error\x00"
+
+
+def load_result(serializer: Serializer, data: bytes | None) -> tuple[Any, bool]:
+    """A stored result and whether it is an error result (``complete_error``)."""
+    if data is None:
+        return None, False
+    if data.startswith(ERROR_MARK):
+        return serializer.loads(data[len(ERROR_MARK) :]), True
+    return serializer.loads(data), False
+
 
 class Settings(Generic[StoreT]):
     """What the async and the sync ``Idempotency`` share: the store and the namespace."""
@@ -104,6 +117,7 @@ class ClaimState:
         held: Held | None,
         result: Any,
         connection: Any,
+        failed: bool = False,
     ) -> None:
         #: the event id claimed
         self.event_id = event_id
@@ -113,6 +127,9 @@ class ClaimState:
         self.done = reply.outcome is Outcome.COMPLETED
         #: the first run's result (a repeat), or what ``complete()`` was given
         self.result = result
+        #: True when ``result`` is an error result: the first run stored it with
+        #: ``complete_error()`` (a repeat), or this claim called it
+        self.failed = failed
         #: claims of this id so far, this one included: 2 or more means an earlier holder
         #: crashed or hung mid-handler and its effect may be partly done (None: the store
         #: cannot tell, as with Redis, where an expired lease leaves no trace)
@@ -157,6 +174,7 @@ class ClaimState:
         effect, and releasing the claim would run it again."""
         if self.done:
             raise RuntimeError(f"event {self.event_id!r} is a repeat: there is nothing to complete")
+        self.failed = False
         try:
             data = self._serializer.dumps(result)
         except (TypeError, ValueError) as exc:
@@ -175,6 +193,26 @@ class ClaimState:
             raise refused from exc
         self.result = result
         self._data = data
+
+    def complete_error(self, result: Any = None) -> None:
+        """Record an error result: the effect was refused for good (a declined payment, an
+        invalid order), and a repeat must get the same refusal without trying again, as
+        Stripe answers a retried request with the first one's error. The claim completes
+        when the block ends (an exception leaving the block still releases it: catch the
+        error inside the block); a repeat sees ``done`` and ``failed`` true and ``result``
+        this result. Only for final refusals: a transient error (a timeout, an outage)
+        must raise, so that the redelivery tries again."""
+        if self.done:
+            raise RuntimeError(f"event {self.event_id!r} is a repeat: there is nothing to complete")
+        try:
+            self.complete(result)
+        finally:
+            self.failed = True
+
+    def _stored(self) -> bytes:
+        """What completing stores: the serialized result, marked when it is an error."""
+        data = self._data if self._data is not None else self._serializer.dumps(None)
+        return ERROR_MARK + data if self.failed else data
 
     def _ended_by(self, exc: BaseException | None) -> str:
         """What the end of a claim not joined to a transaction does: "complete" (the block
@@ -236,10 +274,20 @@ class Repeat:
     claim: ClaimState
     #: the Kafka record being handled (``IdempotentConsumer``, ``@idempotent``), else None
     record: Any = None
+    #: True when the first run stored an error result (``claim.complete_error``)
+    failed: bool = False
 
     @classmethod
     def of(cls, claim: ClaimState, record: Any = None) -> Repeat:
-        return cls(claim.event_id, claim.processor, claim.result, claim.attempts, claim, record)
+        return cls(
+            claim.event_id,
+            claim.processor,
+            claim.result,
+            claim.attempts,
+            claim,
+            record,
+            claim.failed,
+        )
 
 
 def one_argument(hook: Callable[..., Any]) -> bool:

@@ -25,7 +25,14 @@ from ._base import (
     payload_hash,
     positive,
 )
-from ._shared import FIRST_POLL, ClaimState, Settings, renewal_every, wait_deadline
+from ._shared import (
+    FIRST_POLL,
+    ClaimState,
+    Settings,
+    load_result,
+    renewal_every,
+    wait_deadline,
+)
 
 T = TypeVar("T")
 
@@ -236,15 +243,15 @@ class SyncClaimContext:
             self._tx.__enter__()
         try:
             reply, held = self._acquire()
-            result = None
-            if reply.outcome is Outcome.COMPLETED and reply.result is not None:
-                result = self._idem.serializer.loads(reply.result)
+            result, failed = None, False
+            if reply.outcome is Outcome.COMPLETED:
+                result, failed = load_result(self._idem.serializer, reply.result)
         except BaseException as exc:
             if self._tx is not None:
                 self._tx.__exit__(type(exc), exc, exc.__traceback__)
             raise
         claim = SyncClaim(
-            self._event_id, self._idem.processor, reply, held, result, self._connection
+            self._event_id, self._idem.processor, reply, held, result, self._connection, failed
         )
         claim._store = self._idem.store
         claim._lease = self._idem.lease
@@ -254,7 +261,7 @@ class SyncClaimContext:
 
     def _complete(self, claim: SyncClaim) -> None:
         assert claim._held is not None
-        data = claim._data if claim._data is not None else self._idem.serializer.dumps(None)
+        data = claim._stored()
         ok = self._idem.store.complete_sync(
             claim._held, data, self._idem.expire_after, self._connection
         )

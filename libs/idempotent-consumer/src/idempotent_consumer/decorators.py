@@ -47,7 +47,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from ._base import InvalidEventId
+from ._base import InvalidEventId, StoredError
 from ._core import Claim, Idempotency
 from ._shared import Repeat, repeat_hook
 from ._sync import SyncClaim, SyncIdempotency
@@ -124,6 +124,7 @@ def idempotent_function(
     wait: bool | timedelta = True,
     on_repeat: OnRepeat | None = None,
     name: str | None = None,
+    store_errors: tuple[type[Exception], ...] = (),
     _record: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Run the decorated function once per key (in its namespace); a repeat returns the first
@@ -137,7 +138,11 @@ def idempotent_function(
     ``@idempotent``); its return value (awaited if it is awaitable) is what the call returns.
     1.0's ``on_repeat(result, claim)`` still works, with a ``DeprecationWarning``. ``name``: the
     namespace of the function's records (default ``<module>.<qualified name>``; ``""``: the
-    bare processor, as in 1.0).
+    bare processor, as in 1.0). ``store_errors``: exception classes that are a final answer
+    (a declined payment), kept as the call's result as Stripe keeps a failed request's
+    answer: the call raises it, and a repeat raises it again (its class built again from its
+    arguments; ``StoredError`` if that fails) without running the function, and without
+    calling ``on_repeat``. Any other exception releases the claim: a retry runs again.
     """
 
     hook = repeat_hook(on_repeat, _legacy_hook, "(result, claim)")
@@ -165,11 +170,19 @@ def idempotent_function(
                 event_id, data = claim_args(args, kwargs)
                 async with aidem.claim(event_id, payload=data, wait=wait) as claim:
                     if claim.done:
+                        if claim.failed:
+                            raise rebuilt(claim.result, store_errors)
                         record = _record(args, kwargs) if _record else None
                         return await _repeat_async(hook, claim, record)
-                    result = await fn(*args, **kwargs)
-                    claim.complete(result)
-                    return result
+                    try:
+                        result = await fn(*args, **kwargs)
+                    except store_errors as error:
+                        claim.complete_error(described(error))
+                        refused = error
+                    else:
+                        claim.complete(result)
+                        return result
+                raise refused
 
             return run_async  # type: ignore[return-value]
 
@@ -185,15 +198,51 @@ def idempotent_function(
             event_id, data = claim_args(args, kwargs)
             with sidem.claim(event_id, payload=data, wait=wait) as claim:
                 if claim.done:
+                    if claim.failed:
+                        raise rebuilt(claim.result, store_errors)
                     record = _record(args, kwargs) if _record else None
                     return _repeat(hook, claim, record)
-                result = fn(*args, **kwargs)
-                claim.complete(result)
-                return result
+                try:
+                    result = fn(*args, **kwargs)
+                except store_errors as error:
+                    claim.complete_error(described(error))
+                    refused = error
+                else:
+                    claim.complete(result)
+                    return result
+            raise refused
 
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+def _class_name(kind: type[BaseException]) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def described(error: Exception) -> dict[str, Any]:
+    """An error kept by ``store_errors``, as stored: its class and its arguments (as text
+    when they are not JSON scalars)."""
+    arguments = [
+        a if a is None or isinstance(a, str | int | float | bool) else str(a) for a in error.args
+    ]
+    return {"error": _class_name(type(error)), "args": arguments}
+
+
+def rebuilt(stored: Any, store_errors: tuple[type[Exception], ...]) -> Exception:
+    """The error a first run stored, built again for a repeat to raise."""
+    name = stored.get("error") if isinstance(stored, dict) else None
+    arguments = stored.get("args") if isinstance(stored, dict) else None
+    if not isinstance(arguments, list):
+        arguments = []
+    for kind in store_errors:
+        if _class_name(kind) == name:
+            try:
+                return kind(*arguments)
+            except Exception:
+                break
+    return StoredError(str(name), arguments)
 
 
 def _legacy_hook(hook: Callable[..., Any], repeat: Repeat) -> Any:
@@ -246,6 +295,7 @@ def idempotent(
     wait: bool | timedelta = True,
     on_repeat: OnRepeat | None = None,
     name: str | None = None,
+    store_errors: tuple[type[Exception], ...] = (),
 ) -> Callable[[F], F]:
     """``idempotent_function`` for handlers whose first argument is a Kafka record (after
     ``self`` or ``cls`` on a method): keyed by the record's key, its value hashed (as
@@ -266,6 +316,7 @@ def idempotent(
             wait=wait,
             on_repeat=on_repeat,
             name=name,
+            store_errors=store_errors,
             _record=record_of,
         )(fn)
 

@@ -397,7 +397,8 @@ class IdempotentConsumer:
                     answer = await answer
                 return answer
             result = await self.handler(record, claim)
-            claim.complete(result)
+            if not claim.failed:  # the handler stored an error result: keep it
+                claim.complete(result)
         self.stats.processed += 1
         return result
 
