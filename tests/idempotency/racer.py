@@ -270,6 +270,13 @@ def add_chaos_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="chaos, pg-joined: share of ids claimed twice in one transaction",
     )
+    p.add_argument(
+        "--slow-phase",
+        choices=["either", "before", "after"],
+        default="either",
+        help="chaos: where a slow run sleeps: before or after its effect, or either (seeded)",
+    )
+    p.add_argument("--expire-ms", type=int, default=0, help="chaos: expire_after (0: default)")
     p.add_argument("--slot", type=int, default=0, help="chaos: this racer's slot")
     p.add_argument("--slots", type=int, default=1, help="chaos: racer slots in all")
     p.add_argument("--skip", default="", help="chaos: a file of ids not to run (done before)")
@@ -320,7 +327,12 @@ async def chaos(args: argparse.Namespace) -> int:
         raise SystemExit(f"chaos runs on pg-joined, pg-fenced or redis-fenced, not {args.store}")
     cache = LocalCache(store, max_items=args.cache) if args.cache else None
     target: Any = cache or store
-    idem = Idempotency(target, PROCESSOR, lease=timedelta(milliseconds=args.lease_ms))
+    lease = timedelta(milliseconds=args.lease_ms)
+    if args.expire_ms:
+        expire = timedelta(milliseconds=args.expire_ms)
+        idem = Idempotency(target, PROCESSOR, lease=lease, expire_after=expire)
+    else:
+        idem = Idempotency(target, PROCESSOR, lease=lease)
     insert = f"INSERT INTO {args.table}_effects (event_id, pid, token) VALUES (%s, %s, %s)"
 
     def timing() -> tuple[float, float, str]:
@@ -329,7 +341,9 @@ async def chaos(args: argparse.Namespace) -> int:
         if rng.random() < args.slow:
             if rng.random() < args.renew:
                 kind, before = "renew", rng.uniform(*slow)
-            elif rng.random() < 0.5:
+            elif args.slow_phase == "before" or (
+                args.slow_phase == "either" and rng.random() < 0.5
+            ):
                 kind, before = "slow-before", rng.uniform(*slow)
             else:
                 kind, after = "slow-after", rng.uniform(*slow)

@@ -298,12 +298,14 @@ def pg_outcome(servers: Servers, table: str) -> tuple[Counter[str], dict[str, tu
     return effects, records
 
 
-def redis_outcome(servers: Servers, prefix: str) -> tuple[Counter[str], dict[str, tuple[str, int]]]:
+def redis_outcome(
+    servers: Servers, prefix: str, ids: int = IDS
+) -> tuple[Counter[str], dict[str, tuple[str, int]]]:
     client: Any = redis.Redis.from_url(servers.redis_url)  # answers bytes
     effects = Counter(b.decode() for b in client.lrange(f"{prefix}effects", 0, -1))
     store = RedisStore(servers.redis_url, prefix=prefix)
     records: dict[str, tuple[str, int]] = {}
-    for event_id in event_ids(IDS):
+    for event_id in event_ids(ids):
         value = client.get(store.key(PROCESSOR, event_id))
         if value is not None:
             records[event_id] = (value[:1].decode(), 0)
