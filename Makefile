@@ -56,7 +56,7 @@ $(STAMP): pyproject.toml $(IDEM_LIB)/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark,bench]'
-	$(PY) -m pip install --quiet -e '$(IDEM_LIB)[all]'
+	$(PY) -m pip install --quiet -e '$(IDEM_LIB)[all,binary]'  # binary: psycopg's prebuilt build, as before 1.1
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools

@@ -21,7 +21,7 @@ The steps, each failing loudly:
 
 What you should see at the end::
 
-    wheel check: ok (idempotent_consumer-1.0.0-py3-none-any.whl, sdist, clean virtualenv)
+    wheel check: ok (idempotent_consumer-1.1.0-py3-none-any.whl, sdist, clean virtualenv)
 """
 
 from __future__ import annotations
@@ -96,6 +96,22 @@ def build(outdir: Path) -> tuple[Path, Path]:
     return sdist, wheel
 
 
+def dependency_problems(requires: list[str]) -> list[str]:
+    """The extras' pins a user relies on: psycopg's pure build in ``postgres`` (the binary
+    one only in ``binary``), redis-py 5.0.1 or newer."""
+    problems = []
+    postgres = [r for r in requires if r.startswith("psycopg") and 'extra == "postgres"' in r]
+    if not postgres or any("binary" in r for r in postgres) or "pool" not in postgres[0]:
+        problems.append(f"the postgres extra: {postgres} (psycopg[pool], not binary)")
+    binary = [r for r in requires if 'extra == "binary"' in r]
+    if not any("psycopg[binary]" in r for r in binary):
+        problems.append(f"the binary extra: {binary}")
+    redis = [r for r in requires if r.startswith("redis")]
+    if not any(">=5.0.1" in r for r in redis):
+        problems.append(f"the redis extra: {redis} (redis>=5.0.1)")
+    return problems
+
+
 def metadata_problems(sdist: Path, wheel: Path) -> list[str]:
     """What a package index or a reader of the project page would miss; [] when all is there."""
     run([sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)])
@@ -116,12 +132,19 @@ def metadata_problems(sdist: Path, wheel: Path) -> list[str]:
         if meta.get(field) != value:
             problems.append(f"{field}: {meta.get(field)!r}, expected {value!r}")
     classifiers = meta.get_all("Classifier") or []
-    for needed in ("Programming Language :: Python :: 3.11", "Typing :: Typed"):
+    pythons = [f"Programming Language :: Python :: 3.{minor}" for minor in (11, 12, 13)]
+    for needed in (*pythons, "Typing :: Typed"):
         if needed not in classifiers:
             problems.append(f"classifier {needed!r} missing")
     extras = set(meta.get_all("Provides-Extra") or [])
-    if not {"postgres", "redis", "kafka", "all"} <= extras:
+    if not {"postgres", "binary", "redis", "kafka", "all"} <= extras:
         problems.append(f"extras {sorted(extras)}")
+    problems += dependency_problems(meta.get_all("Requires-Dist") or [])
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    if urls.get("Repository") != "https://github.com/dedupe/dedupe":
+        problems.append(f"project URLs {urls}")
+    if not (meta.get("Author") or meta.get("Author-email")):
+        problems.append("no author")
     if meta.get("Description-Content-Type") != "text/markdown":
         problems.append("the README is not the description (text/markdown)")
     if MARKER not in (meta.get_payload() or ""):
