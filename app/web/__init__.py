@@ -1,0 +1,1 @@
+"""The worker's web endpoints: status, stats, lookup, messages, metrics, and the status page."""
