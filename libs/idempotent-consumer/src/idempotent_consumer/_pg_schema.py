@@ -83,9 +83,15 @@ BEGIN
      WHERE processor = p_processor AND event_id = p_event_id
      ORDER BY period DESC LIMIT 1;
     v_found := FOUND;
-    -- An expired record is gone unless it is a live claim (a holder that extended its lease
-    -- past expires_at): deleting that would let a second holder run the effect.
-    IF v_found AND r.expires_at <= v_now AND (r.state = 'c' OR r.lease_until <= v_now) THEN
+    -- An expired record is gone when it is completed (a repeat that late runs again). An
+    -- expired claim still in progress is not forgotten: its holder crashed or hung, maybe
+    -- after its effect, so the next claim takes it over below (attempts + 1, taken_over)
+    -- rather than starting afresh (attempts 1); only another payload under the id makes
+    -- that claim a new event. A live claim (a holder that extended its lease past
+    -- expires_at) is never deleted: a second holder would run the effect.
+    IF v_found AND r.expires_at <= v_now AND (r.state = 'c' OR (
+            r.lease_until <= v_now AND r.payload_hash IS NOT NULL AND p_hash IS NOT NULL
+            AND r.payload_hash <> p_hash)) THEN
         DELETE FROM {t} WHERE processor = p_processor AND event_id = p_event_id;
         v_found := false;
     END IF;
@@ -135,6 +141,8 @@ BEGIN
     -- is told to ask again.
     UPDATE {t} SET token = p_token, attempts = r.attempts + 1,
                    lease_until = v_now + p_lease_ms * interval '1 millisecond',
+                   expires_at = greatest(
+                       r.expires_at, v_now + p_expire_ms * interval '1 millisecond'),
                    payload_hash = coalesce(r.payload_hash, p_hash)
      WHERE processor = p_processor AND event_id = p_event_id AND period = r.period
        AND token = r.token AND state = 'p' AND lease_until <= v_now;

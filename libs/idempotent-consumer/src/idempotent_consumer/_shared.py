@@ -65,7 +65,9 @@ class Settings(Generic[StoreT]):
         #: how long a claim holds an event before another holder may take it over; measured
         #: on the store's clock (PostgreSQL's, Redis's), extend it for long handlers
         self.lease = positive(lease, "lease")
-        #: how long a record is kept after its first claim (repeats later than this run again)
+        #: how long a record is kept after its first claim (repeats later than this run
+        #: again); a claim still in progress then is taken over by the next claim (attempts
+        #: counted), not forgotten, and kept another ``expire_after`` from the takeover
         self.expire_after = positive(expire_after, "expire_after")
         #: how results are stored (default: JSON)
         self.serializer: Serializer = serializer or JsonSerializer()

@@ -164,7 +164,20 @@ class MemoryStore:
             seq = self._claims
             self._observe(seq)
             slot = self._array[index]
-            if slot is not None and slot.key == key and slot.expires_at > now:
+            # This id's record: unexpired, or a claim still in progress past its expiry (its
+            # holder crashed or hung: taken over, not forgotten, unless another payload
+            # makes this a new event). Only a completed record expires into a new claim.
+            if (
+                slot is not None
+                and slot.key == key
+                and (
+                    slot.expires_at > now
+                    or (
+                        slot.state == "p"
+                        and not mismatched(slot.payload_hash, request.payload_hash)
+                    )
+                )
+            ):
                 if mismatched(slot.payload_hash, request.payload_hash):
                     return ClaimReply(Outcome.MISMATCH, attempts=slot.attempts)
                 if slot.state == "c":
@@ -178,6 +191,7 @@ class MemoryStore:
                     )
                 slot.token = request.token
                 slot.lease_until = lease_until
+                slot.expires_at = max(slot.expires_at, now + request.expire_after.total_seconds())
                 slot.attempts += 1
                 if slot.payload_hash is None:
                     slot.payload_hash = request.payload_hash
