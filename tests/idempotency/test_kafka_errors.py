@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from idempotent_consumer import MemoryStore
 from idempotent_consumer import kafka as glue
 from idempotent_consumer.kafka import IdempotentConsumer
 
+from scripts.topic_admin import create_topics, delete_topics_containing
 from scripts.topic_reader import committed_offsets, read_topic
 from tests.support import Broker, unique_suffix
 
@@ -29,28 +29,12 @@ class Boom(Exception):
     pass
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
-
-
 @pytest.fixture
 async def suffix(broker: Broker) -> AsyncIterator[str]:
     """The test's topics hold this; they are deleted afterwards."""
     mine = unique_suffix()
     yield mine
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    await admin.start()
-    try:
-        topics = [t for t in await admin.list_topics() if mine in t]
-        if topics:
-            await admin.delete_topics(topics)
-    finally:
-        await admin.close()
+    await delete_topics_containing(broker.bootstrap, mine)
 
 
 @pytest.fixture
@@ -114,8 +98,7 @@ async def test_a_record_that_keeps_failing_goes_to_the_dead_letter_topic(
 ) -> None:
     topic, group = f"clean-{suffix}", f"billing-{suffix}"
     dlt = f"{topic}.DLT"
-    await create_topic(broker.bootstrap, topic, 1)
-    await create_topic(broker.bootstrap, dlt, 1)
+    await create_topics(broker.bootstrap, [topic, dlt], 1)
     # offsets 0..3: a good one, one that always fails, a good one, the first id reused
     await send(producer, topic, ("a", b"va"), ("bad", b"vbad"), ("b", b"vb"), ("a", b"other"))
     calls: Counter[str] = Counter()
@@ -153,7 +136,7 @@ async def test_a_failed_recoverer_commits_nothing_past_the_record(
     broker: Broker, producer: AIOKafkaProducer, suffix: str
 ) -> None:
     topic, group = f"clean-{suffix}", f"billing-{suffix}"
-    await create_topic(broker.bootstrap, topic, 1)
+    await create_topics(broker.bootstrap, [topic], 1)
     await send(producer, topic, ("a", b"va"), ("bad", b"vbad"), ("b", b"vb"))
     calls: Counter[str] = Counter()
     recovered: list[str] = []
@@ -180,7 +163,7 @@ async def test_by_default_a_passing_failure_is_retried_and_a_lasting_one_raises(
     broker: Broker, producer: AIOKafkaProducer, suffix: str
 ) -> None:
     topic, group = f"clean-{suffix}", f"billing-{suffix}"
-    await create_topic(broker.bootstrap, topic, 1)
+    await create_topics(broker.bootstrap, [topic], 1)
     await send(producer, topic, ("flaky", b"v1"), ("a", b"va"), ("bad", b"vbad"), ("b", b"vb"))
     calls: Counter[str] = Counter()
     consumer = IdempotentConsumer(

@@ -16,9 +16,10 @@ from idempotent_consumer import MemoryStore, PostgresStore
 from idempotent_consumer.faust_agent import idempotent_agent
 from idempotent_consumer.kafka import IdempotentConsumer
 
+from scripts.topic_admin import create_topics
 from scripts.topic_reader import committed_offsets
 from tests.idempotency.conftest import Servers
-from tests.support import Broker, create_topic, unique_suffix
+from tests.support import Broker, unique_suffix
 
 pytestmark = pytest.mark.idempotency
 
@@ -58,7 +59,7 @@ async def test_consumer_crash_before_commit_redelivers_only_repeats(
     broker: Broker, servers: Servers, table: str, figures: list[str]
 ) -> None:
     topic, group = f"clean-{unique_suffix()}", f"billing-{unique_suffix()}"
-    await create_topic(broker.bootstrap, topic, 2)
+    await create_topics(broker.bootstrap, [topic], 2)
     await produce(broker.bootstrap, topic)
     with psycopg.connect(servers.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table}_effects (event_id text NOT NULL, charge text)")
@@ -97,9 +98,11 @@ async def test_consumer_crash_before_commit_redelivers_only_repeats(
     replayed: list[tuple[str, str]] = []
     last: dict[int, int] = {}
 
-    def on_repeat(record: Any, result: str) -> None:
-        replayed.append((record.key.decode(), result))
+    def on_repeat(repeat: Any) -> str:
+        record = repeat.record
+        replayed.append((record.key.decode(), repeat.result))
         last[record.partition] = max(last.get(record.partition, -1), record.offset)
+        return str(repeat.result)
 
     second = consumer(on_repeat=on_repeat)
     await run_until(second, 40)
