@@ -1,8 +1,9 @@
 """``python -m app worker``: start a dedup worker (Faust's worker command line);
-``python -m app snapshot --to DIR`` / ``restore --from DIR``: state as files (app/snapshots.py);
+``python -m app snapshot --to DIR`` / ``restore --from DIR``: state as files
+(app/admin/snapshots.py);
 ``python -m app plan --new-ids-per-second N --window 7d ...``: size a pipeline
-(app/capacity/report.py).
-``python -m app grow --partitions M``: more partitions, the ids held kept (app/grow.py).
+(app/admin/capacity/report.py).
+``python -m app grow --partitions M``: more partitions, the ids held kept (app/admin/grow.py).
 
 Settings come from the environment (docs/settings.md); an invalid one stops the worker at once
 with exit status 2 and a message naming the variable. The log level is DEDUPE_LOG_LEVEL unless
@@ -34,11 +35,11 @@ def main() -> None:
     # Faust's worker replaces this with its own graceful stop once it runs.
     signal.signal(signal.SIGTERM, _stopped_while_starting)
     if sys.argv[1:2] == ["plan"]:
-        from app.capacity.report import main as plan
+        from app.admin.capacity.report import main as plan
 
         raise SystemExit(plan(sys.argv[2:]))
     if sys.argv[1:2] == ["grow"]:
-        from app.grow import main as grow
+        from app.admin.grow import main as grow
 
         try:
             raise SystemExit(grow(sys.argv[1:]))
@@ -46,7 +47,7 @@ def main() -> None:
             print(f"dedupe: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
     if sys.argv[1:2] in (["snapshot"], ["restore"]):
-        from app.snapshots import main as snapshots
+        from app.admin.snapshots import main as snapshots
 
         try:
             raise SystemExit(snapshots(sys.argv[1:]))

@@ -20,7 +20,7 @@ off                    nothing: every copy forwarded          the messageId or f
 A record not keyed and placed by its decision key is re-keyed through the repartition topic
 first, headers kept, so every copy meets the same partition's state. That holds for records
 read from the repartition topic as well, which matters after the partition count grew
-(``app/grow.py``): one re-keyed under the old count goes round once more.
+(``app/admin/grow.py``): one re-keyed under the old count goes round once more.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ writes a snapshot of its partition databases into ``<dir>/snapshot-<UTC time, ms
 deletes the oldest beyond ``DEDUPE_SNAPSHOT_KEEP``.
 
 Each snapshot is taken by a child process running ``python -m app snapshot --to ...``
-(app/snapshots.py, the command an operator runs) with the worker's environment: it reads the
+(app/admin/snapshots.py, the command an operator runs) with the worker's environment: it reads the
 databases read-only, so the stream goes on, and its CPU work runs beside the worker's event
 loop, not in it. A failed snapshot leaves no directory (the command removes it) and is logged
 as an error; the next one is tried an interval later. Restore one with

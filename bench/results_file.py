@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.capacity.figures import refresh
+from app.admin.capacity.figures import refresh
 
 KEPT = "Each run rewrites this file; earlier runs are in git history."
 
@@ -21,4 +21,6 @@ def write_latest(path: Path, title: str, method: str, target: str, run: str) -> 
         f"# {title}\n\n{KEPT}\n\nMethod: {method}\n\nTarget: {target}\n\n{run.strip()}\n"
     )
     for name in refresh(path):
-        print(f"app/capacity/figures.json: {name} taken from {path.name} (python -m app plan)")
+        print(
+            f"app/admin/capacity/figures.json: {name} taken from {path.name} (python -m app plan)"
+        )

@@ -77,7 +77,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.capacity.figures import refresh
+from app.admin.capacity.figures import refresh
 from bench.contender_data import PROFILE_KINDS, PROFILES
 from bench.contender_process import Options
 from bench.contender_run import Run
@@ -284,7 +284,7 @@ async def main_async(args: argparse.Namespace, cmdline: str) -> None:
                     write(1)
         results = write(n + 1)
     for name in refresh(args.results):
-        print(f"app/capacity/figures.json: {name} taken from {args.results.name}")
+        print(f"app/admin/capacity/figures.json: {name} taken from {args.results.name}")
     write_chart(args.chart, results)
     print(f"wrote {args.results} and {args.chart}", flush=True)
     for profile, rows in results.items():

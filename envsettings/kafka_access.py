@@ -1,6 +1,6 @@
 """What a component's principal may not do, asked of the broker and said one way for every
 component (worker, verifier, Spark job): the principal, each denied operation and resource, and
-where the ACLs are. app/access.py builds the worker's full start-up probe on these."""
+where the ACLs are. app/admin/access.py builds the worker's full start-up probe on these."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ copied from snapshots. Imports go one way: ``app`` -> ``recovery`` -> ``tables``
 - ``faust_adapter.py``: Faust's recovery service with the above (a partition's recovery ends
   when its restore reached the end), subclassing the recovery shim of
   ``adapters/faust_privates.py`` (the module that names Faust's private internals).
-- ``snapshot.py``: a copy of the stores taken and restored (``app/snapshots.py`` runs it).
+- ``snapshot.py``: a copy of the stores taken and restored (``app/admin/snapshots.py`` runs it).
 
 The store's side of a restore stays in ``tables/``: the write path it goes through
 (``tables/store.py``), the bitmap of keys a restore wrote (``tables/written_keys.py``) and the

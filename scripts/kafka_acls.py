@@ -21,8 +21,8 @@ Each principal gets only what its component does (docs/security.md explains each
   whose leaders the hanging-transaction repair asks about open transactions), writes the
   output, dead-letter, repartition and changelog topics inside transactions whose ids start with
   ``<app id>-<input topic>-``, uses its group ``<app id>``, reads the configs of its topics
-  (DescribeConfigs: the start-up check of app/topic_safety.py), and creates its own topics (or,
-  with ``--no-create``, an operator creates them first and the worker keeps Create only on
+  (DescribeConfigs: the start-up check of app/admin/topic_safety.py), and creates its own topics
+  (or, with ``--no-create``, an operator creates them first and the worker keeps Create only on
   Faust's leader topic, which Faust declares at every start);
 - the ingest service writes the input topic (its idempotent producer needs Write on a topic
   since Kafka 3.0, KIP-679; no IdempotentWrite on the cluster);
@@ -42,9 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.admin.topic_safety import AUTO_REPLICATION, wanted_min_insync, wanted_replication
+from app.admin.topics import topic_specs
 from app.settings import Settings
-from app.topic_safety import AUTO_REPLICATION, wanted_min_insync, wanted_replication
-from app.topics import topic_specs
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.seen_ids_table import changelog_topic_name
 
@@ -102,7 +102,8 @@ def changelogs(settings: Settings) -> list[str]:
 
 
 def worker_topics(settings: Settings) -> list[str]:
-    """Every topic the worker creates when missing (app/topics.py, and Faust's leader topic)."""
+    """Every topic the worker creates when missing (app/admin/topics.py, and Faust's leader
+    topic)."""
     return [
         settings.input_topic,
         settings.repartition_topic,
@@ -115,7 +116,7 @@ def worker_topics(settings: Settings) -> list[str]:
 
 def worker_acls(settings: Settings, user: str, *, create: bool = True) -> list[Acl]:
     tables = tuple(changelogs(settings))
-    # The output topic too: GET /messages/{id} reads the id's forwarded copy (app/lookup.py);
+    # The output topic too: GET /messages/{id} reads the id's forwarded copy (app/web/lookup.py);
     # and every topic it writes: the hanging-transaction repair asks their leaders which
     # producers hold transactions open (DescribeProducers, app/eos/hanging.py).
     read = (
@@ -139,7 +140,7 @@ def worker_acls(settings: Settings, user: str, *, create: bool = True) -> list[A
             prefixed=True,
         ),
     ]
-    # The start-up check of replication and configs (app/topic_safety.py) reads them.
+    # The start-up check of replication and configs (app/admin/topic_safety.py) reads them.
     checked = tuple(t for t in worker_topics(settings) if t != leader_topic_name(settings))
     acls.append(Acl(user, ("DescribeConfigs",), "topic", checked))
     # Faust declares its leader topic at every start, and the broker refuses even the create of
@@ -176,7 +177,8 @@ def all_acls(
 
 
 def topic_commands(settings: Settings) -> list[str]:
-    """kafka-topics.sh commands that create the worker's topics as it would (app/topics.py)."""
+    """kafka-topics.sh commands that create the worker's topics as it would
+    (app/admin/topics.py)."""
     base = "kafka-topics.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties"
     out = []
     seen_ids, *more = changelogs(settings)

@@ -3,7 +3,7 @@
 Without it a missing ACL shows up only once the first micro-batch runs, tens of seconds later,
 as ``TopicAuthorizationException: Topic authorization failed.`` naming neither the user nor the
 topic. So before the Spark session starts the job asks the broker, with its own credentials,
-for what its Kafka source will do (as the worker's app/access.py and the ingest service do):
+for what its Kafka source will do (as the worker's app/admin/access.py and the ingest service do):
 
 1. reach the broker (else: why not, envsettings/kafka_connection.py);
 2. Describe on the clean topic (metadata);

@@ -8,7 +8,7 @@ The procedure (docs/operations.md, "Growing the partition count"):
 3. set ``DEDUPE_PARTITIONS=M`` and start the workers.
 
 What it does: refuses while any member of the worker group is alive (DescribeGroups) or when M
-is not a multiple of N (``app/grow_plan.py`` says why); grows the input, repartition,
+is not a multiple of N (``app/admin/grow_plan.py`` says why); grows the input, repartition,
 changelog, output and dead-letter topics to M partitions (CreatePartitions); then reads every
 changelog partition (read committed) and moves each live entry whose home under M is another
 partition: its key, value, headers and timestamp to its new partition and a tombstone in the
@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aiokafka.structs import TopicPartition
 
-from app.grow_kafka import (
+from app.admin.grow_kafka import (
     group_members,
     misplaced_entries,
     partition_counts,
@@ -44,9 +44,9 @@ from app.grow_kafka import (
     wait_for_counts,
     wait_settled,
 )
-from app.grow_plan import chunks, growth_problem
+from app.admin.grow_plan import chunks, growth_problem
+from app.admin.topics import topic_specs
 from app.settings import Settings
-from app.topics import topic_specs
 from tables.producers import changelog_topic_name as producers_changelog
 from tables.seen_ids_table import changelog_topic_name as seen_ids_changelog
 

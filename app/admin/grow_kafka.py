@@ -1,5 +1,5 @@
-"""The broker side of ``python -m app grow`` (``app/grow.py``): who is in the worker group, the
-topics' partition counts, waiting for a changelog partition to settle, and reading one
+"""The broker side of ``python -m app grow`` (``app/admin/grow.py``): who is in the worker group,
+the topics' partition counts, waiting for a changelog partition to settle, and reading one
 changelog partition's live entries (read committed) into the moves it needs."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
-from app.grow_plan import Move, homes
+from app.admin.grow_plan import Move, homes
 
 
 async def started_consumer(**config: object) -> AIOKafkaConsumer:

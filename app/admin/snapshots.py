@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from app.admin.topics import TopicMismatch, delete_retention_ms
 from app.settings import Settings
-from app.topics import TopicMismatch, delete_retention_ms
 from envsettings import parse_duration
 from recovery.snapshot import MANIFEST, Identity, Manifest, problems, restore, take
 from tables.formats import FormatRefused

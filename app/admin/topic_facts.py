@@ -1,4 +1,4 @@
-"""What the brokers say about the worker's topics, for the rule of :mod:`app.topic_safety`:
+"""What the brokers say about the worker's topics, for the rule of :mod:`app.admin.topic_safety`:
 the broker count (cluster metadata), each topic's replicas and in-sync replicas (topic
 metadata) and its effective ``min.insync.replicas``, ``unclean.leader.election.enable``,
 ``cleanup.policy`` and ``retention.ms`` (DescribeConfigs: the topic's own value, else the
@@ -14,7 +14,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from app.topic_safety import TopicFacts
+from app.admin.topic_safety import TopicFacts
 from envsettings.kafka_security import TOPIC_AUTHORIZATION_FAILED
 
 #: The configs the rule reads, and Kafka's defaults for a broker that does not report one.

@@ -23,7 +23,7 @@ replication >= 2
 fewer in-sync replicas than replicas        warn     the topic is under-replicated right now
 =========================================  =======  =============================================
 
-:func:`unsafe` is the rule (pure, table-tested); :mod:`app.topics` gathers the facts and
+:func:`unsafe` is the rule (pure, table-tested); :mod:`app.admin.topics` gathers the facts and
 raises or logs :func:`message`.
 """
 

@@ -13,7 +13,7 @@ dead-letter        original key / original value + reason      this worker, in t
 
 All have ``DEDUPE_PARTITIONS`` partitions, created when missing; another count on an existing
 one stops the worker: the state of id X lives in partition murmur2(X) % N, so every topic on
-the path agrees on N (``python -m app grow``, ``app/grow.py``, raises it for all, ids moved).
+the path agrees on N (``python -m app grow``, ``app/admin/grow.py``, raises it for all, ids moved).
 
 The consumer group and the changelog are named from ``DEDUPE_APP_ID`` alone, so they belong to
 one pipeline (one input topic). Before anything else the worker reads the group's committed
@@ -23,7 +23,7 @@ repeats of the other's, so it refuses to start (:func:`foreign_topics`).
 
 Topics it creates get ``DEDUPE_REPLICATION_FACTOR`` replicas and ``DEDUPE_MIN_INSYNC_REPLICAS``
 (auto: 3 and 2 on three or more brokers) and unclean leader election off. Then every topic it
-uses, created or found, is checked by :mod:`app.topic_safety`: one message names each unsafe
+uses, created or found, is checked by :mod:`app.admin.topic_safety`: one message names each unsafe
 value, and the worker refuses to start when exactly-once cannot hold.
 """
 
@@ -40,16 +40,16 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from app import access
-from app.settings import Settings
-from app.topic_facts import ConfigsDenied, FactsUnavailable, broker_count, topic_facts
-from app.topic_safety import (
+from app.admin import access
+from app.admin.topic_facts import ConfigsDenied, FactsUnavailable, broker_count, topic_facts
+from app.admin.topic_safety import (
     creation_problems,
     message,
     unsafe,
     wanted_min_insync,
     wanted_replication,
 )
+from app.settings import Settings
 from envsettings.kafka_access import denied_message
 from envsettings.kafka_connection import connection_problem
 
@@ -167,7 +167,7 @@ async def ensure_topics(
 ) -> int:
     """Check that the app id's group is this pipeline's (:class:`AppIdInUse` if not), create
     missing topics, and raise :class:`TopicMismatch` if an existing one disagrees or is unsafe
-    (:mod:`app.topic_safety`). ``changelog`` is the seen ids' changelog, ``more_changelogs``
+    (:mod:`app.admin.topic_safety`). ``changelog`` is the seen ids' changelog, ``more_changelogs``
     those of the other tables. Returns the replication factor topics are created with."""
     specs = topic_specs(settings, changelog, more_changelogs)
     admin = AIOKafkaAdminClient(

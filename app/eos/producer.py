@@ -163,7 +163,7 @@ async def probe_transactional_writes(
     settings: Settings, transactional_id: str, tps: list[TopicPartition]
 ) -> set[str]:
     """The topics of ``tps`` this principal may not write in a transaction (the start-up probe
-    of app/access.py). A producer with ``transactional_id`` adds ``tps`` to a transaction
+    of app/admin/access.py). A producer with ``transactional_id`` adds ``tps`` to a transaction
     (AddPartitionsToTxn, which checks Write on each topic) and aborts it: nothing is written
     but abort markers. Raises TransactionalIdAuthorizationFailed when the id is denied."""
     producer = AIOKafkaProducer(

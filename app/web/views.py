@@ -1,6 +1,6 @@
 """The worker's web views (Faust's web server, on DEDUPE_WEB_HOST:DEDUPE_WEB_PORT).
 
-- ``GET /``: the status page (``app/status_page.py``): partitions, lag, ids held, window,
+- ``GET /``: the status page (``app/web/status_page.py``): partitions, lag, ids held, window,
   commits, standbys, and a box to look an id up (``/?id=<messageId>`` looks it up on load).
 - ``GET /health``: 200 ``{"status": "ok"}`` while the worker process runs.
 - ``GET /ready``: 200 once partitions are assigned and their state recovered, else 503 (also
@@ -23,7 +23,7 @@
 - ``GET /metrics``: the same figures for Prometheus, plus commit latency (``app/metrics.py``).
 
 With ``DEDUPE_WEB_TOKEN`` set, every endpoint but ``/health`` and ``/ready`` needs it
-(``app/web_guard.py``).
+(``app/web/guard.py``).
 
 Faust's own pages that expose table contents are turned off in ``app/factory.py``. Try it with
 a worker running (``make run``)::
@@ -42,13 +42,14 @@ import faust
 from faust.exceptions import ConsumerNotStarted, SameNode
 from faust.web import Request, Response, View
 
-from app import metrics, status_page
+from app import metrics
 from app.dedup import Deduplicator
 from app.eos import TaskTransactionManager
-from app.lookup import OutputLocator
 from app.rules import partition_for
 from app.strategy import scoped_key
-from app.web_guard import guarded
+from app.web import status_page
+from app.web.guard import guarded
+from app.web.lookup import OutputLocator
 from app.window_watch import WindowWatch
 from tables.producers import TABLE_NAME as PRODUCERS_TABLE
 from tables.seen_ids_table import TABLE_NAME

@@ -1,4 +1,4 @@
-"""The worker's status page (``GET /``, app/status_page.py) in headless Chromium: two workers
+"""The worker's status page (``GET /``, app/web/status_page.py) in headless Chromium: two workers
 dedup a stream with repeats; the page of one of them, opened with ``?id=`` of an id the other
 worker owns, draws a row for each partition it owns with the figures of ``/stats`` and answers
 the lookup (forwarded by the worker to the owner) with where the id's one copy went. The DOM

@@ -1,4 +1,4 @@
-"""Safe topic defaults on three brokers (app/topic_safety.py; the single node's side is
+"""Safe topic defaults on three brokers (app/admin/topic_safety.py; the single node's side is
 tests/integration/test_topic_safety.py):
 
 - with every setting at its default the worker creates its six topics with replication 3 and

@@ -23,7 +23,7 @@ import time
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.grow_kafka import group_members
+from app.admin.grow_kafka import group_members
 from tests.faults.scenario import Feeder, drain_and_verify, record, scaled_stream
 from tests.reliability import Reliability
 from tests.support import ROOT, Broker, Names

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata
 
-from app.topics import ensure_topics
+from app.admin.topics import ensure_topics
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets
 from tables.seen_ids_table import changelog_topic_name

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from app.admin.topics import ensure_topics
 from app.settings import Settings
-from app.topics import ensure_topics
 from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
 from tables.seen_ids_table import changelog_topic_name

@@ -26,8 +26,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from rocksdict import BottommostLevelCompaction, CompactOptions, Rdict
 
-from app.capacity.figures import load
-from app.capacity.model import Load, plan
+from app.admin.capacity.figures import load
+from app.admin.capacity.model import Load, plan
 from tables.rocks_options import RocksTuning, store_options
 from tests.support import ROOT, Broker, Names
 from tests.workers import Worker, get, wait_drained

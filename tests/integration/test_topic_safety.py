@@ -1,4 +1,5 @@
-"""Safe topic defaults on the single-node test broker (app/topic_safety.py, app/topics.py):
+"""Safe topic defaults on the single-node test broker (app/admin/topic_safety.py,
+app/admin/topics.py):
 
 - with every setting at its default ("auto") the worker still creates its topics with
   replication 1 there, writes min.insync.replicas=1 and unclean election off on each, starts,

@@ -92,7 +92,7 @@ def test_worker_missing_acls_is_refused_with_each_one_named(
 def test_worker_without_describe_configs_is_refused_naming_each_topic(
     secure: SecureBroker, names: Names, workers: list[Worker]
 ) -> None:
-    """The start-up check of replication and configs (app/topic_safety.py) reads each topic's
+    """The start-up check of replication and configs (app/admin/topic_safety.py) reads each topic's
     configs: without DescribeConfigs the worker says so instead of running unchecked."""
     acls = kafka_acls.all_acls(secure.admin(names))
     secure.apply([a for a in acls if a.operations != ("DescribeConfigs",)])

@@ -11,7 +11,7 @@ import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app.topics import topic_specs
+from app.admin.topics import topic_specs
 from scripts.kafka_acls import changelogs, leader_topic_name
 from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
@@ -93,7 +93,7 @@ def test_kill_9_over_sasl_ssl_is_exactly_once(
 
 async def create_topics_as_admin(secure: SecureBroker, names: Names) -> None:
     """What an operator does before a worker without Create starts: every topic of
-    app/topics.py with its configs, and Faust's one-partition leader topic."""
+    app/admin/topics.py with its configs, and Faust's one-partition leader topic."""
     admin_settings = secure.admin(names)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=secure.broker.bootstrap, **admin_settings.kafka_client_kwargs()

@@ -163,7 +163,7 @@ async def test_records_from_the_repartition_topic_are_decided_where_they_land() 
 
 async def test_a_repartition_record_placed_under_an_older_partition_count_is_rekeyed() -> None:
     """After ``python -m app grow`` from 4 to 8 partitions: a record the old workers re-keyed sits
-    in murmur2 % 4, and its id's state now lives in murmur2 % 8 (app/grow.py)."""
+    in murmur2 % 4, and its id's state now lives in murmur2 % 8 (app/admin/grow.py)."""
     mid = next(m for m in (f"grown-{i}" for i in range(100)) if _moved(m.encode()))
     old = rules.partition_for(mid.encode(), 4)
     right = rules.partition_for(mid.encode(), SETTINGS.partitions)

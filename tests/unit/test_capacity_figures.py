@@ -1,5 +1,5 @@
 """Every figure the sizing tool uses is the one its benchmark's results file holds: a rerun that
-moves a figure fails here until app/capacity/figures.json follows."""
+moves a figure fails here until app/admin/capacity/figures.json follows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.capacity.figures import ROOT, load, read_cited, refresh
+from app.admin.capacity.figures import ROOT, load, read_cited, refresh
 
 FIGURES = load()
 

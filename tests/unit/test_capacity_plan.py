@@ -1,4 +1,4 @@
-"""The sizing arithmetic (app/capacity/model.py) and the command's output and refusals."""
+"""The sizing arithmetic (app/admin/capacity/model.py) and the command's output and refusals."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from app.capacity.figures import Figure, load
-from app.capacity.model import Load, plan
-from app.capacity.report import main
+from app.admin.capacity.figures import Figure, load
+from app.admin.capacity.model import Load, plan
+from app.admin.capacity.report import main
 
 DAY = 86400.0
 

@@ -195,7 +195,7 @@ def check(
         return
     home = rules.partition_for(verdict.id_bytes, PARTITIONS)
     # Re-keyed exactly when not keyed and placed by its id, from either topic: a repartition
-    # record placed under an older partition count goes round once more (app/grow.py).
+    # record placed under an older partition count goes round once more (app/admin/grow.py).
     placed = msg.key == verdict.id_bytes and msg.partition == home
     if outcome == RecordOutcome.REKEYED:
         [again] = sent

@@ -1,4 +1,5 @@
-"""The placement rule and the transaction plan of ``python -m app grow`` (app/grow_plan.py)."""
+"""The placement rule and the transaction plan of ``python -m app grow``
+(app/admin/grow_plan.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 
 from app import strategy
-from app.grow_plan import Move, chunks, growth_problem, homes, routing_key
+from app.admin.grow_plan import Move, chunks, growth_problem, homes, routing_key
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 
 

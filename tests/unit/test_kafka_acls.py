@@ -4,9 +4,9 @@ secured broker: tests/security."""
 
 from __future__ import annotations
 
+from app.admin.topics import topic_specs
 from app.eos.producer import TransactionalProducers
 from app.settings import Settings
-from app.topics import topic_specs
 from scripts.kafka_acls import Acl, all_acls, leader_topic_name, worker_acls
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.seen_ids_table import changelog_topic_name
@@ -57,7 +57,8 @@ def test_the_worker_reads_and_writes_exactly_its_topics() -> None:
         producers,
     }
     assert granted(acls, "Read", "group") == {"shop"}
-    # the start-up safety check reads the configs of each topic it checks (app/topic_safety.py)
+    # the start-up safety check reads the configs of each topic it checks
+    # (app/admin/topic_safety.py)
     assert granted(acls, "DescribeConfigs", "topic") == {
         "orders",
         "shop-orders-repartition",

@@ -258,7 +258,8 @@ def test_invalid_values_are_shown(env: str, raw: str, shown: str) -> None:
             "3",
             id="isr-equals-rf",
         ),
-        # auto replication: the broker count decides, checked at start-up (app/topic_safety.py)
+        # auto replication: the broker count decides, checked at start-up
+        # (app/admin/topic_safety.py)
         pytest.param({"DEDUPE_MIN_INSYNC_REPLICAS": "5"}, "min_insync_replicas", "5", id="isr-5"),
     ],
 )

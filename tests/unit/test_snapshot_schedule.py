@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from rocksdict import WriteBatch
 
+from app.admin.snapshots import tables_dir
 from app.settings import Settings
 from app.snapshot_schedule import SnapshotSchedule, scheduled, snapshot_name, to_delete
-from app.snapshots import tables_dir
 from recovery.snapshot import MANIFEST, Identity, problems
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, options_for

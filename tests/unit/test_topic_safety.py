@@ -1,5 +1,5 @@
-"""The rule of ``app/topic_safety.py``: which topic values refuse the start, which warn, and what
-the one message says. The real-broker tests are ``tests/integration/test_topic_safety.py``
+"""The rule of ``app/admin/topic_safety.py``: which topic values refuse the start, which warn,
+and what the one message says. The real-broker tests are ``tests/integration/test_topic_safety.py``
 (single node) and ``tests/cluster/test_topic_defaults.py`` (three brokers)."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import Settings
-from app.topic_safety import (
+from app.admin.topic_safety import (
     Problem,
     TopicFacts,
     creation_problems,
@@ -19,6 +18,7 @@ from app.topic_safety import (
     wanted_min_insync,
     wanted_replication,
 )
+from app.settings import Settings
 
 AUTO = Settings()
 WEEK_MS = 7 * 86_400_000

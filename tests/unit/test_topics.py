@@ -1,4 +1,4 @@
-"""The app id ownership rule of ``app/topics.py``: which committed topics are another
+"""The app id ownership rule of ``app/admin/topics.py``: which committed topics are another
 pipeline's, and what the refusal says. The real-broker test is
 ``tests/integration/test_pipelines.py``."""
 
@@ -12,8 +12,8 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
+from app.admin.topics import TopicMismatch, app_id_in_use_message, committed_topics, foreign_topics
 from app.settings import Settings
-from app.topics import TopicMismatch, app_id_in_use_message, committed_topics, foreign_topics
 
 SETTINGS = Settings(app_id="dedupe", input_topic="clicks")
 
@@ -106,7 +106,7 @@ async def test_a_broker_dying_during_the_safety_check_is_left_for_the_retry() ->
     ``recovery.retry.retrying`` as they are."""
     from aiokafka.errors import KafkaConnectionError
 
-    from app.topics import _check_safety, topic_specs
+    from app.admin.topics import _check_safety, topic_specs
 
     specs = topic_specs(SETTINGS, "dedupe-seen-changelog", [])
     with pytest.raises(KafkaConnectionError):
@@ -116,7 +116,7 @@ async def test_a_broker_dying_during_the_safety_check_is_left_for_the_retry() ->
 async def test_an_error_no_retry_mends_stops_the_start_with_the_check_named() -> None:
     from aiokafka.errors import UnknownError
 
-    from app.topics import _check_safety, topic_specs
+    from app.admin.topics import _check_safety, topic_specs
 
     specs = topic_specs(SETTINGS, "dedupe-seen-changelog", [])
     with pytest.raises(TopicMismatch, match="cannot check the topics' replication"):

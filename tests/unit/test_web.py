@@ -1,4 +1,4 @@
-"""``/ready``'s answer (app/web.py) before and after the worker's parts have started."""
+"""``/ready``'s answer (app/web/views.py) before and after the worker's parts have started."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from faust.exceptions import ConsumerNotStarted
 
-from app.web import is_ready
+from app.web.views import is_ready
 
 
 class Consumer:

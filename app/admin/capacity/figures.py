@@ -20,7 +20,7 @@ from typing import Any
 
 FIGURES_FILE = Path(__file__).with_name("figures.json")
 #: The repository root: results files are cited relative to it.
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 

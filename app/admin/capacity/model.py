@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.capacity.figures import Figure
+from app.admin.capacity.figures import Figure
 from tables.window import derived_bucket
 
 #: Length of a canonical UUID in text (``tables/keys.py`` stores those in 17 bytes).

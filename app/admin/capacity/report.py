@@ -7,7 +7,7 @@ prints, per partition and in total, the ids held, the disk of RocksDB, the chang
 memory, the restore time, the effective window the size cap allows and each worker's
 throughput headroom; when the cap would shorten the window, the partitions or the cap that
 keep it; and the fewest partitions for the event rate. The figures are measured by our
-benchmarks (``app/capacity/figures.json`` cites each one); the formulas are in
+benchmarks (``app/admin/capacity/figures.json`` cites each one); the formulas are in
 docs/operations.md ("Sizing a pipeline"). Options not given take the worker's defaults
 (docs/settings.md), not the environment, so the same command prints the same plan anywhere.
 Exit status 2, with every problem listed, when an option is invalid.
@@ -19,8 +19,8 @@ import argparse
 import sys
 from dataclasses import fields
 
-from app.capacity.figures import Figure, load
-from app.capacity.model import UUID_ON_DISK, Load, Plan, plan
+from app.admin.capacity.figures import Figure, load
+from app.admin.capacity.model import UUID_ON_DISK, Load, Plan, plan
 from app.settings import Settings
 from envsettings import parse_duration
 from tables.keys import to_disk
