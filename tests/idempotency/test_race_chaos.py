@@ -7,10 +7,12 @@ or found completed); a failed run puts its id back in the racer's queue. Half of
 are raced by every racer, in orders of their own; the other half are split between the
 racer slots, each id run by one slot only, as a Kafka partition's records by its owner (so
 another process cannot hide a wrong "done", e.g. a cache's). A supervisor kills a random
-racer with SIGKILL every 0.2-0.8 s, ``KILLS`` times (half the kills wait, up to 1.5 s, for a
+racer with SIGKILL every 0.1-0.5 s, ``KILLS`` times (half the kills wait, up to 1.5 s, for a
 holder between its effect and its completion) and starts a new racer in the slot, which
 runs the shared ids again and skips the slot's own ids already done (a consumer restarted
-at its committed offset). A run sleeps 20-150 ms before its effect and as long after it
+at its committed offset); ``PAUSES`` times it stops a racer instead (SIGSTOP, 1.3-2 s: past
+its leases, a stop-the-world pause) and lets it run on (SIGCONT) as a stale holder.
+A run sleeps 30-200 ms before its effect and as long after it
 (before ``complete``); 8% of the runs outlast the 1 s lease by sleeping 1.3-2 s before or
 after the effect, so the next claim takes the event over while the holder still runs (a
 quarter of those renew the lease with ``claim.keep_alive()`` instead); 5% complete with a
@@ -58,7 +60,7 @@ with none), when a refused result releases the claim (pg-fenced and memory: 2-3 
 when a cancelled body releases it (memory), and when decorated functions share one
 namespace (memory: refund never runs).
 
-Sizes: 4 processes x 4 tasks x 300 ids and 8 kills per store, memory 6 racers x 3 tasks +
+Sizes: 4 processes x 4 tasks x 300 ids, 8 kills and 2 pauses per store, memory 6 racers x 3 tasks +
 2 threads x 300 ids and 40 cancellations: about 9-12 s per store, 2-3 s for memory, ~35 s
 in all on 2 CPUs. ``DEDUPE_RACE_IDS``, ``DEDUPE_RACE_PROCESSES`` and ``DEDUPE_RACE_KILLS``
 make a soak (memory cancels 5 x the kills, on at most 1000 ids); ``DEDUPE_RACE_SEED``
@@ -112,6 +114,7 @@ SHARED = 0.5  # share of the ids every racer runs; each of the others has one ra
 LEASE_MS = 1000
 TASKS = 6  # memory: racer tasks (3 sub-tasks each) beside 2 threads
 KILLS_MEMORY = 5 * KILLS
+PAUSES = max(1, KILLS // 4)  # racers stopped (SIGSTOP) past their leases, then continued
 MEMORY_IDS = min(IDS, 1000)  # its slots grow with the square of the ids
 
 
@@ -159,6 +162,7 @@ class Supervisor:
         self.per_id: dict[str, Counter[str]] = {}
         self.done: set[str] = set()
         self.kills: list[Kill] = []
+        self.pauses: list[Kill] = []  # SIGSTOP ... SIGCONT
         self.racers: list[Racer] = []
         self.exited: list[Racer] = []
         self.started = 0
@@ -224,10 +228,10 @@ class Supervisor:
             elif letter in ("L", "W") and detail:
                 self.events[f"{letter}-{detail[0]}"] += 1
 
-    def kill_one(self) -> None:
+    def kill_one(self) -> bool:
         alive = [r for r in self.racers if r.ready.is_set() and r.popen.poll() is None]
         if not alive:
-            return
+            return False
         victim = self.rng.choice(alive)
         aimed = self.rng.random() < 0.5
         if aimed:  # wait for a holder between its effect and its completion
@@ -243,16 +247,39 @@ class Supervisor:
         )
         self.racers.remove(victim)
         self.start(victim.slot)
+        return True
 
-    def run(self, kills: int, all_ids: int, timeout: float) -> float:
+    def pause_one(self) -> bool:
+        """SIGSTOP a racer for 1.3-2 s, past its leases (a stop-the-world pause), then
+        SIGCONT: the claims it holds are taken over meanwhile by racers waiting on them, and
+        its fence, complete or release finds itself stale when it runs on."""
+        alive = [r for r in self.racers if r.ready.is_set() and r.popen.poll() is None]
+        if not alive:
+            return False
+        victim = self.rng.choice(alive)
+        pause = self.rng.uniform(1.3, 2.0)
+        with self.lock:
+            os.kill(victim.popen.pid, signal.SIGSTOP)
+            held = dict(victim.held)
+        time.sleep(pause)
+        os.kill(victim.popen.pid, signal.SIGCONT)
+        self.pauses.append(
+            Kill(victim.seed, len(held), sum(v == "E" for v in held.values()), False)
+        )
+        return True
+
+    def run(self, kills: int, pauses: int, all_ids: int, timeout: float) -> float:
         began = time.monotonic()
         for slot in range(self.slots):
             self.start(slot)
-        while len(self.kills) < kills and len(self.done) < all_ids:
-            time.sleep(self.rng.uniform(0.2, 0.8))
-            if all(r.popen.poll() is not None for r in self.racers):
+        actions = ["kill"] * kills + ["pause"] * pauses
+        self.rng.shuffle(actions)
+        while actions:  # an action is used up when done (a racer ready to take it)
+            time.sleep(self.rng.uniform(0.1, 0.5))
+            if len(self.done) >= all_ids or all(r.popen.poll() is not None for r in self.racers):
                 break
-            self.kill_one()
+            if (self.kill_one if actions[-1] == "kill" else self.pause_one)():
+                actions.pop()
         for racer in self.racers:
             left = max(1.0, timeout - (time.monotonic() - began))
             try:
@@ -264,6 +291,13 @@ class Supervisor:
             racer.reader.join(10)
             assert racer.popen.returncode == 0, f"seed {self.seed}: {self.tail(racer)}"
         return time.monotonic() - began
+
+    def close(self) -> None:
+        """Kill the racers still running (a failed test leaves none behind)."""
+        for racer in self.racers:
+            if racer.popen.poll() is None:
+                racer.popen.kill()
+                racer.popen.wait(10)
 
     @staticmethod
     def tail(racer: Racer) -> str:
@@ -370,10 +404,14 @@ def test_racers_killed_at_random_one_effect_per_id(
         sys.executable, "-m", "tests.idempotency.racer", "--role", "chaos", "--store", store,
         "--dsn", servers.dsn, "--table", table, "--redis-url", servers.redis_url,
         "--prefix", prefix, "--ids", str(IDS), "--concurrency", str(CONCURRENCY),
-        "--lease-ms", str(LEASE_MS), "--shared", str(SHARED), *STORE_ARGS[store],
+        "--lease-ms", str(LEASE_MS), "--shared", str(SHARED), "--work-ms", "30,200",
+        *STORE_ARGS[store],
     ]  # fmt: skip
     sup = Supervisor(cmd, tmp_path, seed, PROCESSES)
-    elapsed = sup.run(KILLS, IDS, timeout=240)
+    try:
+        elapsed = sup.run(KILLS, PAUSES, IDS, timeout=240)
+    finally:
+        sup.close()
     if store == "redis-fenced":
         effects, records = redis_outcome(servers, prefix)
     else:
@@ -386,7 +424,8 @@ def test_racers_killed_at_random_one_effect_per_id(
     figure = (
         f"chaos [{store}]: {PROCESSES} processes x {CONCURRENCY} tasks x {IDS} ids, seed {seed}, "
         f"{len(sup.kills)} kills -9 ({sup.started} racers started) of racers holding "
-        f"{killed_holding} claims ({killed_after_effect} between effect and completion); "
+        f"{killed_holding} claims ({killed_after_effect} between effect and completion), "
+        f"{len(sup.pauses)} pauses (SIGSTOP) of racers holding {sum(p.held for p in sup.pauses)}; "
         f"runs {ev['H']}: takeovers {ev['takeover'] or takeovers}, slow past the lease "
         f"{ev['slow-before'] + ev['slow-after']}, renewing {ev['renew']}; effects written "
         f"{ev['E']}, refused by the fence {ev['R']}, an earlier holder's found {ev['I']}; "

@@ -8,28 +8,24 @@ second racer then runs the 20 ids, as the chaos harness's racers do: a claim tha
 event over looks for the effect of the holder it replaced and writes none if it is there; a
 first claim (``attempts`` 1) writes it. One effect per id is the expected end.
 
-Library bug (found by this test; PostgreSQL and memory): the claim deletes a record that is
-past ``expires_at`` and whose lease has ended whatever its state (``_pg_schema.py``,
-``<table>_claim``: ``IF v_found AND r.expires_at <= v_now AND (r.state = 'c' OR
-r.lease_until <= v_now) THEN DELETE``; ``MemoryStore.claim_sync``: a slot past
-``expires_at`` is overwritten), and inserts a new claim with ``attempts`` 1. So a crashed
-holder's in-progress record, once ``expire_after`` has passed since its first claim,
-vanishes without a trace: the redelivery is a "first claim" (``taken_over`` False) although
-the crashed holder may have done its effect; ``attempts``' docstring promises the opposite
-("2 or more means an earlier holder crashed or hung mid-handler"). With ``expire_after ==
-lease``, which ``Idempotency`` allows (it refuses only ``expire_after < lease``), every
-takeover after a crash is reported as a first claim; with a longer ``expire_after``, every
-redelivery that comes later than ``expire_after`` after the first claim (a consumer down
-for a while). Only a *completed* expired record is a repeat that may run again; an expired
-in-progress record whose lease ended should be taken over (``attempts`` + 1, and
-``expires_at`` moved on, as ``extend`` does), not forgotten. Redis keeps no count at all
-(``attempts`` None: every holder must look), so its row passes.
+A library bug this test found (PostgreSQL and memory; fixed in e95dba7, "a claim still in
+progress past its expire_after is taken over"): the claim deleted a record past
+``expires_at`` whose lease had ended whatever its state (``<table>_claim``: ``IF v_found
+AND r.expires_at <= v_now AND (r.state = 'c' OR r.lease_until <= v_now) THEN DELETE``;
+``MemoryStore.claim_sync`` overwrote the slot) and inserted a new claim with ``attempts`` 1.
+A crashed holder's in-progress record vanished without a trace once ``expire_after`` had
+passed since its first claim: the redelivery was a "first claim" although the crashed
+holder may have done its effect. With ``expire_after == lease``, which ``Idempotency``
+allows, that was every takeover after a crash; with a longer ``expire_after``, every
+redelivery later than it. Only a *completed* expired record is a repeat that may run again.
+Redis keeps no count at all (``attempts`` None: every holder must look).
 
-Rows: ``expire_after`` 3 s, redelivered at once (a takeover: passes, the control);
-``expire_after`` equal to the 1 s lease (fails: 2 effects per id); ``expire_after`` 3 s,
-redelivered 3.5 s after the claims (fails: 2 effects per id); Redis with ``expire_after``
-equal to the lease (passes). The same on memory, in-process, with a cancelled task as the
-crash (``expire_after`` equal to the lease: fails). About 20 s in all.
+Rows: ``expire_after`` 3 s, redelivered at once (a takeover: the control);
+``expire_after`` equal to the 1 s lease (before the fix: 2 effects per id);
+``expire_after`` 3 s, redelivered 3.5 s after the claims (before the fix: 2 effects per id);
+Redis with ``expire_after`` equal to the lease.
+The same on memory, in-process, with a cancelled task as the crash (``expire_after`` equal
+to the lease; before the fix: 2 effects per id). About 12-14 s in all.
 """
 
 from __future__ import annotations
@@ -100,15 +96,18 @@ def test_a_holder_killed_after_its_effect_is_taken_over_after_expire_after(
         seed=1,
         slots=1,
     )
-    holder = holding.start(0)
-    deadline = time.monotonic() + 60
-    while holding.events["E"] < HELD and time.monotonic() < deadline:
-        assert holder.popen.poll() is None, holding.tail(holder)
-        time.sleep(0.01)
-    assert holding.events["E"] == HELD, holding.tail(holder)
-    claimed_at = time.monotonic()
-    os.kill(holder.popen.pid, signal.SIGKILL)
-    holder.popen.wait(10)
+    try:
+        holder = holding.start(0)
+        deadline = time.monotonic() + 60
+        while holding.events["E"] < HELD and time.monotonic() < deadline:
+            assert holder.popen.poll() is None, holding.tail(holder)
+            time.sleep(0.01)
+        assert holding.events["E"] == HELD, holding.tail(holder)
+        claimed_at = time.monotonic()
+        os.kill(holder.popen.pid, signal.SIGKILL)
+        holder.popen.wait(10)
+    finally:
+        holding.close()
     time.sleep(redeliver_after_s)
 
     rescuing = Supervisor(
@@ -116,7 +115,10 @@ def test_a_holder_killed_after_its_effect_is_taken_over_after_expire_after(
     )
     (tmp_path / "rescue").mkdir()
     rescuer = rescuing.start(0)
-    rescuer.popen.wait(60)
+    try:
+        rescuer.popen.wait(60)
+    finally:
+        rescuing.close()
     assert rescuer.popen.returncode == 0, rescuing.tail(rescuer)
     assert rescuer.reader is not None
     rescuer.reader.join(10)
