@@ -3,7 +3,7 @@
 Form 3 is form 2 without the age-out index, a column family that named every id a second time
 (the counts of ``tables/slot_counts.py`` took its place): a database of form 2 becomes one of
 form 3 by dropping that family. Form 2 packs more id shapes than form 1
-(``tables/key_shapes.py``). Every key form 1 packs (the canonical UUIDs) is the same in form 2,
+(``tables/keys.py``). Every key form 1 packs (the canonical UUIDs) is the same in form 2,
 and every other key of form 1 is its text, so a database of form 1 also has the keys whose text
 form 2 packs rewritten. That is one pass over the database on local disk at most, where a
 rebuild from the changelog would make the first start after a rolling upgrade a cold start of

@@ -15,7 +15,7 @@ Disk form of a key (pure functions, ``tests/unit/test_keys.py``):
   whose id is such a UUID: the same prefix, then ``0xFD`` and the 16 bytes;
 - ids of the other common shapes (``ajs-`` and ``ajs-next-`` ids, upper-case and braced
   UUIDs, hex, decimal), plain or scoped: a tag byte 0xF5-0xFC and their packed bytes
-  (``tables/key_shapes.py``);
+  (the compact forms of the other shapes, below);
 - every other key as it is (other ids, fingerprints).
 
 ``0xFD`` never occurs in UTF-8, and message ids are UTF-8, so no key of one form equals one of
@@ -35,7 +35,6 @@ from binascii import unhexlify
 import numpy as np
 
 from tables.key_prefixes import SCOPED_TAG, UUID_TAG
-from tables.key_shapes import TAGS, pack, unpack, uuid_text
 
 #: First byte of a source-scoped key, as an int (``tables/key_prefixes.py``).
 SCOPED = SCOPED_TAG[0]
@@ -130,3 +129,137 @@ def from_disk(raw: bytes) -> bytes:
         text = unpack(raw)
         return raw if text is None else text
     return raw
+
+
+# Compact disk forms of message ids of the common non-canonical shapes.
+#
+# Each shape is a tag byte (0xF5-0xFC never occur in UTF-8, so no UTF-8 id starts with one) and
+# the id's packed bytes; :func:`unpack` gives back the exact text. A text is packed only when it
+# comes back byte for byte, so no two texts share a disk form:
+#
+# - ``0xFC``: ``ajs-`` and 32 lowercase hex digits (the classic analytics.js's message ids), 16
+#   bytes;
+# - ``0xF5``: ``ajs-next-<epoch ms>-<canonical UUID>``, the message id of analytics.js today
+#   (segmentio/analytics-next, ``packages/browser/src/core/events/index.ts``:
+#   ``createMessageId``), 59 characters: the time in 6 bytes (below 2**48 ms, the year 10889)
+#   and the UUID's 16, 22 bytes;
+# - ``0xFB``: an upper-case UUID with at least one letter (all-digit UUIDs are canonical), 16;
+# - ``0xFA``/``0xF9``: a braced UUID, lowercase / upper case with a letter, 16 bytes;
+# - ``0xF8``: a decimal number (no leading zero unless "0", at most 19 digits: below 2**64),
+#   its minimal big-endian bytes;
+# - ``0xF7``/``0xF6``: lowercase / upper-case (with a letter) hex of even length from 8 to 128
+#   digits (a SHA-512 digest), its bytes. Shorter hex-looking text is more often a word or a
+#   short code ("cafe", "a1") than a hex id, and packing it saves at most a byte. Decimal is
+#   tried first, so digit-only hex that is a decimal number never reaches them.
+AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER, AJS_NEXT = range(0xFC, 0xF4, -1)
+#: Tag bytes this module uses.
+TAGS = frozenset((AJS, UPPER_UUID, BRACED, BRACED_UPPER, DECIMAL, HEX, HEX_UPPER, AJS_NEXT))
+_AJS_NEXT = b"ajs-next-"
+#: ``ajs-next-`` ids: the shortest (a 1-digit time) and longest (15 digits: below 2**48).
+_AJS_NEXT_LENGTHS = range(len(_AJS_NEXT) + 1 + 1 + 36, len(_AJS_NEXT) + 15 + 1 + 36 + 1)
+MIN_HEX = 8
+MAX_HEX = 128
+_DIGITS = b"0123456789"
+_UPPER = b"0123456789ABCDEF"
+_LOWER = b"0123456789abcdef"
+
+
+def _hex(text: bytes, alphabet: bytes) -> bytes | None:
+    if text.translate(None, alphabet):
+        return None
+    try:
+        return unhexlify(text)
+    except HexError:
+        return None
+
+
+def _uuid(text: bytes, alphabet: bytes) -> bytes | None:
+    if len(text) != 36 or text[8:24:5] != b"----" or text.count(b"-") != 4:
+        return None
+    return _hex(text.replace(b"-", b""), alphabet)
+
+
+def _has_letter(text: bytes) -> bool:
+    return bool(text.translate(None, _DIGITS + b"-{}"))
+
+
+def _ajs_next(ms: bytes, uuid: bytes) -> bytes | None:
+    if not ms.isdigit() or (ms[0] == 0x30 and len(ms) > 1):
+        return None
+    value = int(ms)
+    raw = _uuid(uuid, _LOWER)
+    if raw is None or value >= 1 << 48:
+        return None
+    return bytes((AJS_NEXT,)) + value.to_bytes(6, "big") + raw
+
+
+def pack(key: bytes) -> bytes | None:
+    """The id's compact form, or None when it has none of the shapes."""
+    n = len(key)
+    if n in _AJS_NEXT_LENGTHS and key[:9] == _AJS_NEXT and key[-37] == 0x2D:
+        packed = _ajs_next(key[9:-37], key[-36:])
+        if packed is not None:
+            return packed
+    if n == 36 and key[:4] == b"ajs-":
+        raw = _hex(key[4:], _LOWER)
+        if raw is not None:
+            return bytes((AJS,)) + raw
+    if n == 36 and _has_letter(key):
+        raw = _uuid(key, _UPPER)
+        if raw is not None:
+            return bytes((UPPER_UUID,)) + raw
+    if n == 38 and key[0] == 0x7B and key[37] == 0x7D:
+        inner = key[1:37]
+        raw = _uuid(inner, _LOWER)
+        if raw is not None:
+            return bytes((BRACED,)) + raw
+        raw = _uuid(inner, _UPPER) if _has_letter(inner) else None
+        if raw is not None:
+            return bytes((BRACED_UPPER,)) + raw
+    if 0 < n <= 19 and key.isdigit() and (n == 1 or key[0] != 0x30):
+        value = int(key)
+        return bytes((DECIMAL,)) + value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+    if MIN_HEX <= n <= MAX_HEX and n % 2 == 0:
+        raw = _hex(key, _LOWER)
+        if raw is not None:
+            return bytes((HEX,)) + raw
+        raw = _hex(key, _UPPER) if _has_letter(key) else None
+        return None if raw is None else bytes((HEX_UPPER,)) + raw
+    return None
+
+
+def uuid_text(raw: bytes) -> bytes:
+    """The canonical lowercase text of a UUID's 16 bytes."""
+    h = raw.hex().encode()
+    return h[:8] + b"-" + h[8:12] + b"-" + h[12:16] + b"-" + h[16:20] + b"-" + h[20:]
+
+
+def _unpack_any(tag: int, raw: bytes) -> bytes | None:
+    if tag == AJS_NEXT and len(raw) == 22:
+        ms = str(int.from_bytes(raw[:6], "big")).encode()
+        return _AJS_NEXT + ms + b"-" + uuid_text(raw[6:])
+    if tag == AJS and len(raw) == 16:
+        return b"ajs-" + raw.hex().encode()
+    if tag == UPPER_UUID and len(raw) == 16:
+        return uuid_text(raw).upper()
+    if tag == BRACED and len(raw) == 16:
+        return b"{" + uuid_text(raw) + b"}"
+    if tag == BRACED_UPPER and len(raw) == 16:
+        return b"{" + uuid_text(raw).upper() + b"}"
+    if tag == DECIMAL and 0 < len(raw) <= 8:
+        return str(int.from_bytes(raw, "big")).encode()
+    if tag == HEX and raw:
+        return raw.hex().encode()
+    if tag == HEX_UPPER and raw:
+        return raw.hex().upper().encode()
+    return None
+
+
+def unpack(disk: bytes) -> bytes | None:
+    """The text of a compact form, or None when ``disk`` is not one :func:`pack` writes (such a
+    key is held as it is: it comes back unchanged)."""
+    if not disk or disk[0] not in TAGS:
+        return None
+    text = _unpack_any(disk[0], disk[1:])
+    # Only a form pack writes is decoded: every other byte string maps to itself.
+    return text if text is not None and pack(text) == disk else None

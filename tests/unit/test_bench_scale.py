@@ -21,7 +21,8 @@ from bench.scale_ids import (
     uuid_like,
 )
 from bench.scale_measure import parse_vm_kib
-from tables import key_shapes, window
+from tables import keys as key_shapes
+from tables import window
 from tables.key_prefixes import UUID_TAG
 from tables.keys import from_disk, to_disk
 

@@ -1,4 +1,4 @@
-"""The compact disk forms of the common non-canonical id shapes (tables/key_shapes.py, through
+"""The compact disk forms of the common non-canonical id shapes (tables/keys.py, through
 tables/keys.py): each shape packed, plain and scoped, and every byte string back as written."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.strategy import scoped_key
-from tables.key_shapes import (
+from tables.keys import (
     AJS,
     AJS_NEXT,
     BRACED,
@@ -16,8 +16,9 @@ from tables.key_shapes import (
     HEX,
     HEX_UPPER,
     UPPER_UUID,
+    from_disk,
+    to_disk,
 )
-from tables.keys import from_disk, to_disk
 
 RAW16 = st.binary(min_size=16, max_size=16)
 SOURCES = st.text(min_size=1, max_size=20).map(lambda s: s.encode("utf-8", "surrogatepass"))

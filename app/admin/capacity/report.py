@@ -32,7 +32,7 @@ _EXAMPLES = {
     "ajs": b"ajs-next-1700000000000-0f8fad5b-d9cb-469f-a165-70867728950e",
 }
 #: Id shapes: (length in characters, bytes on disk), the latter as the store packs them
-#: (``tables/key_shapes.py``), so the plan follows the key forms.
+#: (``tables/keys.py``), so the plan follows the key forms.
 SHAPES = {name: (len(text), len(to_disk(text))) for name, text in _EXAMPLES.items()}
 
 

@@ -30,7 +30,7 @@ def test_a_bulk_restore_ends_with_nothing_uncompressed_in_level_0(
 ) -> None:
     rnd = random.Random(batches)
     per_batch = 4_000
-    # "id-" keeps the ids text on disk: bare hex would be packed (tables/key_shapes.py) into
+    # "id-" keeps the ids text on disk: bare hex would be packed (tables/keys.py) into
     # bytes that do not compress, and this test is about compression.
     writes = [
         (f"id-{rnd.getrandbits(128):032x}".encode(), window.encode_entry(1_000 + n, n))
