@@ -316,9 +316,12 @@ async def chaos(args: argparse.Namespace) -> int:
     fence_script: Any = None
     effects_client: Any = None
     if args.store == "redis-fenced":
-        store = RedisStore(args.redis_url, prefix=args.prefix)
+        effects_client = aioredis.Redis.from_url(args.redis_url)  # answers bytes
+        if args.slot % 2:  # the caller's own client (the store registers its scripts on it)
+            store = RedisStore(prefix=args.prefix, async_client=effects_client)
+        else:  # clients the store makes from its url
+            store = RedisStore(args.redis_url, prefix=args.prefix)
         await store.async_client.ping()
-        effects_client = aioredis.Redis.from_url(args.redis_url)
         fence_script = effects_client.register_script(REDIS_FENCE)
     elif args.store in ("pg-fenced", "pg-joined"):
         store = PostgresStore(args.dsn, table=args.table, max_size=2 * args.concurrency + 2)
@@ -516,9 +519,9 @@ async def chaos(args: argparse.Namespace) -> int:
     if cache is not None:
         summary["cache"] = cache.stats.__dict__
     say(json.dumps(summary))
+    await store.close()  # closes the clients it made, not the caller's
     if effects_client is not None:
         await effects_client.aclose()
-    await store.close()
     return 0
 
 

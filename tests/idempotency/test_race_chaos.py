@@ -35,7 +35,8 @@ run again).
   called a takeover a first claim would double the effect.
 * ``redis-fenced``: the same fence as a Lua script on the claim key (its value starts with
   ``'p'`` and the holder's token, redis_store.py); Redis keeps no trace of an expired claim
-  (``attempts`` None), so every holder looks for an earlier effect, in the script.
+  (``attempts`` None), so every holder looks for an earlier effect, in the script. The
+  racers of odd slots give the store their own async client, the others a url.
 
 A stale holder's effect refused by the fence is no effect; its ``release`` (or, slow after
 its effect, its ``complete``) raises ``LeaseLost``, counted. At the end: the effects per id
