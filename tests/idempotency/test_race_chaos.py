@@ -378,24 +378,12 @@ def verdict(
 
 STORE_ARGS = {
     "pg-joined": [
-        "--batch",
-        "3",
-        "--rollback",
-        "0.2",
-        "--redeliver",
-        "0.3",
-        "--in-tx-repeat",
-        "0.15",
-        "--cache",
-        "1000",
-        "--slow",
-        "0.02",
-        "--not-serializable",
-        "0.05",
+        "--batch", "3", "--rollback", "0.2", "--redeliver", "0.3", "--in-tx-repeat", "0.15",
+        "--cache", "1000", "--slow", "0.02", "--not-serializable", "0.05",
     ],
     "pg-fenced": ["--slow", "0.08", "--renew", "0.25", "--not-serializable", "0.05"],
     "redis-fenced": ["--slow", "0.08", "--renew", "0.25", "--not-serializable", "0.05"],
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("store", ["pg-joined", "pg-fenced", "redis-fenced"])
@@ -456,7 +444,6 @@ def test_racers_killed_at_random_one_effect_per_id(
         # a joined claim commits completed records only: nothing is ever left to take over
         assert takeovers == 0 and ev["takeover"] == 0, figure
     else:
-        assert ev["takeover"] + ev["R"] + ev["L-complete"] + ev["I"] > 0, figure
         assert ev["I"] > 0, figure  # a holder killed after its effect was replaced
         assert ev["R"] + ev["L-complete"] + ev["L-release"] > 0, figure  # stale holders
         assert ev["N"] > 0, figure
