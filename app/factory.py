@@ -36,7 +36,7 @@ from recovery.retry import retrying
 from tables.producers import ProducerSeqs, declare_producer_seqs
 from tables.producers import changelog_topic_name as producers_changelog_name
 from tables.seen_ids import SeenIds
-from tables.seen_ids_table import changelog_topic_name, declare_seen_ids, rocks_tuning
+from tables.seen_ids.table import changelog_topic_name, declare_seen_ids, rocks_tuning
 from tables.transactional import TransactionalTable
 
 log = logging.getLogger(__name__)

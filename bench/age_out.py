@@ -42,7 +42,7 @@ from app.settings import Settings
 from bench.results_file import write_latest
 from bench.scale_ids import uuid_like
 from tables.seen_ids import SeenIds
-from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids.store import SeenIdsStore
 from tables.window import Entry, block_size, block_start
 
 RESULTS = Path(__file__).with_name("results-age-out.md")

@@ -93,8 +93,8 @@ def run(
 
     from app.settings import Settings
     from bench.scale_measure import rocksdb_memory
-    from tables import seen_ids_table as seen_table
-    from tables.seen_ids_store import SeenIdsStore
+    from tables.seen_ids import table as seen_table
+    from tables.seen_ids.store import SeenIdsStore
     from tables.window import block_size
 
     DATA_ROOT.mkdir(parents=True, exist_ok=True)

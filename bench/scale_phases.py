@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from app.settings import Settings
-    from tables.seen_ids_store import SeenIdsStore
+    from tables.seen_ids.store import SeenIdsStore
 
 #: Staged writes are discarded (as after an aborted transaction) every this many decisions, so
 #: the lookup phase leaves the store at exactly the ids loaded.

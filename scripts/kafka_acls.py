@@ -46,7 +46,7 @@ from app.admin.topic_safety import AUTO_REPLICATION, wanted_min_insync, wanted_r
 from app.admin.topics import topic_specs
 from app.settings import Settings
 from tables.producers import changelog_topic_name as producers_changelog_name
-from tables.seen_ids_table import changelog_topic_name
+from tables.seen_ids.table import changelog_topic_name
 
 KAFKA_SCRIPT = Path(__file__).resolve().parent / "kafka-local.sh"
 

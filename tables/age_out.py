@@ -1,5 +1,5 @@
 """Age-out over ``seen_ids``: the cutoff, the sweep that deletes what it leaves out, and the
-warning when the size cap cuts into the window (the decision itself is ``tables/seen_ids.py``).
+warning when the size cap cuts into the window (the decision itself is ``tables/seen_ids/``).
 
 How age-out works without naming any id a second time: each partition keeps a cutoff rank and
 the ids held per rank (``tables/slot_counts.py``: the slot of an id's first sighting, then the
@@ -26,9 +26,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from tables.seen_ids_store import SeenIdsStore
-from tables.seen_ids_summary import SweepMark
-from tables.seen_ids_table import SeenIdsSettings
+from tables.seen_ids.store import SeenIdsStore
+from tables.seen_ids.summary import SweepMark
+from tables.seen_ids.table import SeenIdsSettings
 from tables.slot_counts import LiveCounts, Rank
 from tables.transactional import TransactionalTable
 from tables.window import (

@@ -6,7 +6,7 @@ are :data:`tables.window.SLOTS_PER_BUCKET` or more to an age-out bucket, blocks
 cap. Ranks order ids oldest first as the age-out index of earlier versions did (time bucket,
 then insertion order), to a block's width.
 
-Age-out (``tables/seen_ids.py``) keeps one cutoff rank per partition: an id ranked below it is
+Age-out (``tables/seen_ids/``) keeps one cutoff rank per partition: an id ranked below it is
 out of the window or over the size cap, and counts as absent whatever its entry says. The
 counts say how many ids the cutoff leaves (the cap), how many wait below it for the sweep to
 delete them (the sweep runs only while some do), and the oldest slot still held (the effective
@@ -15,7 +15,7 @@ family, and the counts take one small entry per rank, a few per slot. A rank hol
 block's worth of ids, so the cap cuts at most that many more than it must.
 
 The committed counts live in the store's bookkeeping family and change in the same batch as the
-ids (``tables/seen_ids_store.py``); :class:`LiveCounts` lays the open transaction's changes over
+ids (``tables/seen_ids/store.py``); :class:`LiveCounts` lays the open transaction's changes over
 them.
 """
 

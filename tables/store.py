@@ -15,7 +15,7 @@ one multi-get, :meth:`TransactionalStore.prefetch`) are kept until the partition
 discard, so the commit's derived-data upkeep does not read them again.
 
 One class, in the order of its concerns: the keys' disk form (as written here;
-``tables.seen_ids_store.SeenIdsStore`` overrides it with the compact forms of ``tables/keys.py``),
+``tables.seen_ids.store.SeenIdsStore`` overrides it with the compact forms of ``tables/keys.py``),
 the partitions, the transactions, Faust's mapping interface (``get_in`` and ``stage`` are on the
 hot path), and the writes of restored changelog records (Faust's recovery and the bulk restore
 of ``recovery/restore.py``). The RocksDB side (one database per partition, options that keep

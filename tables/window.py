@@ -30,7 +30,7 @@ import numpy as np
 
 #: The layout of an encoded entry (big-endian): first-seen ms, sequence, repeats, then the
 #: content hash when kept. Code that reads raw entries without decoding them (the counts'
-#: upkeep, ``tables/seen_ids_store.py``, and the sweep) slices with these, so the layout has
+#: upkeep, ``tables/seen_ids/store.py``, and the sweep) slices with these, so the layout has
 #: one home.
 FIRST_SEEN = slice(0, 8)
 SEQ = slice(8, 16)

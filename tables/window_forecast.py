@@ -3,7 +3,7 @@
 A partition that takes ``r`` new ids per second fills ``DEDUPE_MAX_IDS_PER_PARTITION`` in
 ``cap / r`` seconds of record time; from then on it evicts its oldest ids, and a repeat older
 than ``cap / r`` is forwarded again. Once that happens the effective-window warning of
-``tables/seen_ids.py`` speaks; this forecast speaks before, while the partition still fills,
+``tables/seen_ids/`` speaks; this forecast speaks before, while the partition still fills,
 so an operator can raise the cap or add partitions (``python -m app plan``) in time.
 
 The rate is observed two ways, and the higher counts (a warning late is worse than early):

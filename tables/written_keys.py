@@ -1,6 +1,6 @@
 """The keys a restore into an empty store may have written already: a bitmap over their hashes.
 
-The index upkeep of every write (``tables/seen_ids_store.py``) needs the value a key replaces,
+The index upkeep of every write (``tables/seen_ids/store.py``) needs the value a key replaces,
 so each batch of a restore reads its keys back with a multi-get. Into an empty store a key can
 be there only if an earlier batch of the same restore wrote it, and with random ids that is
 almost never: the multi-get looked for absent keys through every memtable and level-0 file, a

@@ -39,7 +39,7 @@ import faust
 
 from app.settings import Settings
 from recovery.snapshot import Identity, take
-from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids.store import SeenIdsStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 from tables.window import Entry, block_size
 

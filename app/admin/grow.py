@@ -48,7 +48,7 @@ from app.admin.grow_plan import chunks, growth_problem
 from app.admin.topics import topic_specs
 from app.settings import Settings
 from tables.producers import changelog_topic_name as producers_changelog
-from tables.seen_ids_table import changelog_topic_name as seen_ids_changelog
+from tables.seen_ids.table import changelog_topic_name as seen_ids_changelog
 
 
 class Refused(RuntimeError):

@@ -32,7 +32,7 @@ from recovery.snapshot import MANIFEST, Identity, Manifest, problems, restore, t
 from tables.formats import FormatRefused
 from tables.protocol import changelog_topic
 from tables.rocks import PartitionDB, options_for
-from tables.seen_ids_table import TABLE_NAME, rocks_tuning
+from tables.seen_ids.table import TABLE_NAME, rocks_tuning
 
 
 def tables_dir(settings: Settings) -> Path:

@@ -52,7 +52,7 @@ from app.web.guard import guarded
 from app.web.lookup import OutputLocator
 from app.window_watch import WindowWatch
 from tables.producers import TABLE_NAME as PRODUCERS_TABLE
-from tables.seen_ids_table import TABLE_NAME
+from tables.seen_ids.table import TABLE_NAME
 
 log = logging.getLogger(__name__)
 #: Bind addresses that only this machine can reach (no warning without a token there).

@@ -18,7 +18,7 @@ from aiokafka.structs import OffsetAndMetadata
 from app.admin.topics import ensure_topics
 from scripts.streams import build_stream, produce
 from scripts.topic_reader import committed_offsets
-from tables.seen_ids_table import changelog_topic_name
+from tables.seen_ids.table import changelog_topic_name
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import (
     Feeder,

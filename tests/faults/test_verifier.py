@@ -10,7 +10,7 @@ from app.admin.topics import ensure_topics
 from app.settings import Settings
 from scripts.streams import build_stream, produce
 from scripts.verify import verify_pipeline
-from tables.seen_ids_table import changelog_topic_name
+from tables.seen_ids.table import changelog_topic_name
 from tests.faults.broken_workers import forward_every_copy, offsets_before_send
 from tests.support import Broker, Names
 from tests.workers import Worker, wait_drained

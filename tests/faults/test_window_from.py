@@ -26,7 +26,7 @@ from scripts.topic_reader import read_topic
 from scripts.verify import verify_pipeline
 from tables.keys import from_disk
 from tables.rocks import META_CF
-from tables.seen_ids_summary import RANK_PREFIX
+from tables.seen_ids.summary import RANK_PREFIX
 from tables.window import Entry
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.scenario import Feeder, record, settings_of

@@ -20,7 +20,7 @@ from rocksdict import AccessType, Options, Rdict
 
 from scripts.topic_reader import read_topic
 from tables.rocks import META_CF
-from tables.seen_ids_summary import RANK_PREFIX, SUMMARY_KEY
+from tables.seen_ids.summary import RANK_PREFIX, SUMMARY_KEY
 from tables.window import Entry
 from tests.support import Broker, Names
 from tests.workers import Worker, wait_drained

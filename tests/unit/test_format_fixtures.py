@@ -20,7 +20,7 @@ from tables.data_dir import read_version
 from tables.formats import DATA_DIR_FILE
 from tables.rocks import PartitionDB, options_for
 from tables.rocks_options import RocksTuning
-from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids.store import SeenIdsStore
 from tables.window import Entry
 from tests.format_fixtures import (
     IDENTITY,

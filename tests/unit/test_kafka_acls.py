@@ -9,7 +9,7 @@ from app.eos.producer import TransactionalProducers
 from app.settings import Settings
 from scripts.kafka_acls import Acl, all_acls, leader_topic_name, worker_acls
 from tables.producers import changelog_topic_name as producers_changelog_name
-from tables.seen_ids_table import changelog_topic_name
+from tables.seen_ids.table import changelog_topic_name
 
 SETTINGS = Settings.from_env({"DEDUPE_APP_ID": "shop", "DEDUPE_INPUT_TOPIC": "orders"})
 

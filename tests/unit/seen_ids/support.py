@@ -13,8 +13,8 @@ import pytest
 from app.settings import Settings
 from tables import window
 from tables.seen_ids import SeenIds
-from tables.seen_ids_store import SeenIdsStore
-from tables.seen_ids_summary import stored_counts
+from tables.seen_ids.store import SeenIdsStore
+from tables.seen_ids.summary import stored_counts
 
 BUCKET_MS = 1_000
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tables import window
-from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids.store import SeenIdsStore
 from tests.unit.seen_ids.support import World
 
 

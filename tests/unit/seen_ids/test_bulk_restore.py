@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tables import window
-from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids.store import SeenIdsStore
 from tests.unit.seen_ids.support import BUCKET_MS, World
 
 
@@ -139,7 +139,7 @@ def test_batches_of_new_ids_take_the_whole_array_path_and_end_as_one_by_one(
     slots, first sightings older than every other, sequences with zero bytes at their end,
     entries with a content hash, entries of mixed lengths and batches with repeats (those two
     take the loop)."""
-    from tables import seen_ids_store
+    from tables.seen_ids import store as seen_ids_store
 
     rnd = random.Random(17)
     n = seen_ids_store.FRESH_IN_BULK

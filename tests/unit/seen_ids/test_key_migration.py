@@ -18,8 +18,8 @@ from rocksdict import Options, Rdict, WriteBatch
 from tables import key_migration, keys
 from tables.key_prefixes import SCOPED_TAG, UUID_TAG
 from tables.rocks import KEY_FORMAT_KEY
-from tables.seen_ids_store import SeenIdsStore
-from tables.seen_ids_summary import SUMMARY_KEY, stored_counts
+from tables.seen_ids.store import SeenIdsStore
+from tables.seen_ids.summary import SUMMARY_KEY, stored_counts
 from tables.source_offsets import encode_source_offsets
 from tables.window import Entry, bucket_start
 from tests.unit.seen_ids.support import World

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from tables import keys, window
-from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids.store import SeenIdsStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 from tests.unit.seen_ids.support import BUCKET_MS, WINDOW_MS, World
 

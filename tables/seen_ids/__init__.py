@@ -1,12 +1,12 @@
 """``SeenIds``: the dedup decision over the ``seen_ids`` table (declared, with its retention, in
-``tables/seen_ids_table.py``); age-out, which decides when an id is no longer held, is
+``tables/seen_ids/table.py``); age-out, which decides when an id is no longer held, is
 ``tables/age_out.py``."""
 
 from __future__ import annotations
 
 from tables.age_out import AgeOut, PartitionState, load_state
-from tables.seen_ids_store import SeenIdsStore
-from tables.seen_ids_table import SeenIdsSettings
+from tables.seen_ids.store import SeenIdsStore
+from tables.seen_ids.table import SeenIdsSettings
 from tables.transactional import TransactionalTable
 from tables.window import Entry, Verdict, effective_window_ms, encode_entry, judge, rearms
 
@@ -176,7 +176,7 @@ class SeenIds:
             live.counts.delta_total = 0
             live.held_delta = 0
             # next_seq stays: entries keep only their block's start, so the summary's next
-            # sequence is the next block's start (``tables/seen_ids_store.py``); read after
+            # sequence is the next block's start (``tables/seen_ids/store.py``); read after
             # every commit, it would start a block per commit.
             live.moved = False
 

@@ -1,5 +1,5 @@
 """``seen_ids``: the table of ids this worker has forwarded, as declared on the app, with its
-retention. The decisions and the age-out over it are ``tables/seen_ids.py``'s.
+retention. The decisions and the age-out over it are ``tables/seen_ids/``'s.
 
 The table (replicated through its changelog, inside each partition's transaction):
 
@@ -25,7 +25,7 @@ Retention (how long an id is remembered):
   window (record time minus the oldest held id's first sighting, to a slot) is kept per
   partition and a warning is logged when it falls under ``DEDUPE_MIN_WINDOW``.
 - Ids out of the window or over the cap are absent at once (below the partition's cutoff) and
-  deleted by a sweep of the ids soon after: ``tables/seen_ids.py``.
+  deleted by a sweep of the ids soon after: ``tables/seen_ids/``.
 - Trade-off: ids are kept ``DEDUPE_ALLOWED_LATENESS`` past the window, so a late record (behind
   the partition's newest first sighting by at most that much) is still judged correctly; later
   ones may find their id already gone and be forwarded again.
@@ -39,7 +39,7 @@ import faust
 
 from tables.protocol import changelog_topic
 from tables.rocks_options import RocksTuning
-from tables.seen_ids_store import SeenIdsStore
+from tables.seen_ids.store import SeenIdsStore
 from tables.transactional import TransactionalTable
 from tables.window import block_size
 

@@ -1,6 +1,6 @@
 """What ``seen_ids`` keeps per partition beside the ids, in the bookkeeping family: the summary
 and the ids held per age rank (``tables/slot_counts.py``), and their layout on disk. Both are
-derived from the ids (``tables/seen_ids_store.py`` keeps them in step at each commit and
+derived from the ids (``tables/seen_ids/store.py`` keeps them in step at each commit and
 restore) and never replicated.
 """
 
@@ -30,7 +30,7 @@ class Summary:
     next_seq: int = 0
     #: The newest first sighting written: the partition's stream time.
     newest_ms: int = 0
-    #: Age-out's cutoff: ids ranked below it count as absent (``tables/seen_ids.py``).
+    #: Age-out's cutoff: ids ranked below it count as absent (``tables/seen_ids/``).
     cutoff: Rank = (0, 0)
     #: The slot width and block size the counts were taken with (0: no counts yet).
     slot_ms: int = 0

@@ -3,7 +3,7 @@ and the ids held per age rank (``tables/slot_counts.py``), both in the bookkeepi
 changed in the same atomic batch as the ids at each commit and each restore (never replicated:
 a rebuild from the changelog derives them again).
 
-Nothing else names an id: age-out (``tables/seen_ids.py``) finds the ids to delete by sweeping
+Nothing else names an id: age-out (``tables/seen_ids/``) finds the ids to delete by sweeping
 the ids in key order, and only while the counts say some wait below the cutoff.
 """
 
@@ -18,7 +18,7 @@ from rocksdict import WriteBatch
 from tables import key_migration
 from tables import keys as key_forms
 from tables.rocks import PartitionDB
-from tables.seen_ids_summary import (
+from tables.seen_ids.summary import (
     SUMMARY_KEY,
     Summary,
     SweepMark,
