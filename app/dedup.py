@@ -30,7 +30,6 @@ from collections.abc import Sequence
 
 from app import rules, strategy
 from app.eos import SourceRecord, TaskTransaction
-from app.fault_points import NO_FAULTS, FaultPoints
 from app.record_sends import RecordOutcome, Sends
 from app.settings import Settings
 from app.strategy import NO_META, Meta, Strategy
@@ -57,7 +56,6 @@ class Deduplicator:
         settings: Settings,
         seen_ids: SeenIds,
         producers: ProducerSeqs | None = None,
-        points: FaultPoints = NO_FAULTS,
     ) -> None:
         self.settings = settings
         self.seen_ids = seen_ids
@@ -66,8 +64,7 @@ class Deduplicator:
         #: partition -> (strategy, outcome) -> records.
         self.by_strategy: dict[int, Counter[tuple[str, str]]] = {}
         self.max_future_ms = round(settings.max_future_skew * 1000)
-        self.points = points
-        sends = Sends(settings, points)
+        sends = Sends(settings)
         self._forward, self._rekey, self._dead_letter = (
             sends.forward,
             sends.rekey,

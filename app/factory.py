@@ -22,6 +22,7 @@ from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
 from app.eos.consumer import FaustAppHooks
+from app.eos.producer import ProducerSupplier, TransactionalProducers
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import RebalanceSensor, restore_progress
 from app.settings import Settings
@@ -58,8 +59,9 @@ class DedupeApp(FaustAppHooks):
     """A Faust app whose transactions are run by :class:`app.eos.TaskTransactionManager`.
 
     Faust creates the consumer, the transaction manager and the recovery itself, from the app:
-    they read the settings and the fault points here. The tables are declared on the app, so
-    the parts that hold them are handed in once, by :meth:`serve`, before the worker starts."""
+    they read the settings, the client supplier and the fault points here. The tables are
+    declared on the app, so the parts that hold them are handed in once, by :meth:`serve`,
+    before the worker starts."""
 
     seen_ids_table: TransactionalTable
     producer_seqs_table: TransactionalTable
@@ -67,11 +69,20 @@ class DedupeApp(FaustAppHooks):
     batch_handler: BatchHandler
 
     def __init__(
-        self, app_id: str, *, settings: Settings, points: FaultPoints, **options: Any
+        self,
+        app_id: str,
+        *,
+        settings: Settings,
+        points: FaultPoints,
+        producers: ProducerSupplier,
+        **options: Any,
     ) -> None:
         self.dedupe_settings = settings
-        #: Where the fault tests act (:func:`fault_points`); read by the transaction manager.
+        #: Where the fault tests act on the consumer, the rebalances and the stores
+        #: (:func:`fault_seams`); read by the transaction manager.
         self.fault_points = points
+        #: Makes the client supplier every task's producer comes from (:func:`fault_seams`).
+        self.producer_supplier = producers
         self._served = False
         super().__init__(app_id, **options)
 
@@ -183,24 +194,30 @@ def changelog_reader(settings: Settings) -> ChangelogReader:
     )
 
 
-def fault_points() -> FaultPoints:
-    """Production's no-op fault points, or the fault tests' when ``DEDUPE_FAULT_INJECTION``
-    is set (docs/testing.md); the test module is imported only then."""
+def fault_seams() -> tuple[FaultPoints, ProducerSupplier]:
+    """Production's no-op fault points and its client supplier (the plain producers), or the
+    fault tests' when ``DEDUPE_FAULT_INJECTION`` is set (docs/testing.md): their points and
+    the supplier of producers that act at the send and commit points. The test modules are
+    imported only then."""
     if not os.environ.get("DEDUPE_FAULT_INJECTION"):
-        return NO_FAULTS
+        return NO_FAULTS, TransactionalProducers
     from app.fault_injection import from_environment
 
-    return from_environment() or NO_FAULTS
+    injected = from_environment()
+    if injected is None:
+        return NO_FAULTS, TransactionalProducers
+    return injected, injected.producer_supplier
 
 
 def create_app(settings: Settings) -> Pipeline:
     """Build the dedup worker for ``settings``."""
     brokers = [URL(f"kafka://{b.strip()}") for b in settings.bootstrap_servers.split(",")]
-    points = fault_points()
+    points, producers = fault_seams()
     app = DedupeApp(
         settings.app_id,
         settings=settings,
         points=points,
+        producers=producers,
         broker=brokers,
         broker_credentials=settings.faust_credentials(),
         store="rocksdb://",
@@ -254,7 +271,7 @@ def create_app(settings: Settings) -> Pipeline:
         partitions=settings.partitions,
     )
     dedup = Deduplicator(
-        settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings), points
+        settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings)
     )
     register_agents(app, source)
     app.serve(AppParts(seen_ids, producer_seqs, dedup, batch_handler(app, dedup)))

@@ -3,13 +3,19 @@
 ``DEDUPE_FAULT_INJECTION="<point>=<action>@<n>"`` (read from the environment by
 :func:`from_environment`, never part of the worker's settings) makes the worker act the
 ``n``-th time it reaches ``point`` (once). :class:`InjectedFaults` implements
-``app.fault_points.FaultPoints``, whose production methods do nothing. Points:
+``app.fault_points.FaultPoints``, whose production methods do nothing, for the points of the
+consumer, the rebalances and the stores; the points of a record's send and of the commit are
+reached by the producers of its client supplier (:attr:`InjectedFaults.producer_supplier`,
+``app/fault_producers.py``), which the factory hands the worker instead of production's.
+Points:
 
-- ``stored``: a record's table write is staged, its output not sent yet.
+- ``stored``: a record's table write is staged, its output not sent yet (the output batch's
+  append, ``app/fault_producers.py``).
 - ``sent``: the record's output is in its task's open transaction, its changelog record not yet.
 - ``processed``: after a record counts as processed (its offset joined the open transaction).
-- ``commit``: just before a task's commit request (EndTxn), after its offsets were sent.
-- ``committed``: right after a commit succeeded, before the store applied it.
+- ``commit``: a task's commit request (EndTxn, the producer's ``commit_transaction``), after
+  its offsets were sent.
+- ``committed``: right after a task's commit request succeeded, before the store applied it.
 - ``rebalance``: a rebalance's new assignment, after revoked partitions were committed.
 - ``assigned``: a rebalance's new tasks have their producers, their start offsets not read yet.
 - ``restoring``: the bulk restorer's reader fetched changelog records (a fetch that brought
@@ -29,8 +35,9 @@ Actions:
 - ``roll-back`` (``commit`` only): abort the transaction instead of committing it, yet report
   it committed, as a broker that acknowledged a commit and then rolled it back; the stores
   apply it, and the worker then kills itself (SIGKILL) before another transaction can commit;
-- ``pause`` (``commit`` only): wait ``PAUSE_SECONDS`` before the commit request, with the
-  transaction's records written to the log (so a test can look at them uncommitted);
+- ``pause`` (``commit`` only): wait ``PAUSE_SECONDS`` (5 s, within the commit's timeout)
+  before the commit request, with the transaction's records written to the log (so a test can
+  look at them uncommitted);
 - ``skip-fetched`` (``processed`` only): move the consumer of the record's partition to the
   partition's end without delivering the records in between, as Faust's consumer does when it
   drops a fetched batch (the stall watchdog must bring them back).
@@ -51,19 +58,20 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 from aiokafka.structs import TopicPartition
 
-from app.eos.collector import retrieve_exception_later
-from app.eos.producer import abandon
 from app.fault_points import FaultPoints
+from app.fault_producers import FaultProducers
 from app.fault_skipping import EndOf, Seek, SkippingHandler
 
 if TYPE_CHECKING:
     from app.eos.batch import BatchHandler
+    from app.eos.producer import ProducerSupplier
     from app.eos.task import Task
     from recovery.reader import Fetched
     from recovery.restore import OnProgress, Progress, RecordSource
@@ -103,8 +111,6 @@ ACTION_POINT = {
     "skip-fetched": "processed",
     "hold": "restoring",
 }
-#: How long the ``pause`` action holds a commit.
-PAUSE_SECONDS = 5.0
 #: How long the ``hold`` action keeps fetched changelog records from the restorer: more than
 #: two of the 5 s waits after which Faust's own recovery loop ends partitions on the consumer's
 #: position.
@@ -209,49 +215,8 @@ class InjectedFaults(FaultPoints):
         self.plan = plan
         #: ``skip-fetched``: records below these offsets are not delivered.
         self.skipping: dict[TopicPartition, int] = {}
-        #: The ``commit`` point's action for a task's commit request, by partition.
-        self._commit_actions: dict[int, str] = {}
-
-    def stored(self) -> None:
-        self.plan.reach("stored")
-
-    def sent(self) -> None:
-        self.plan.reach("sent")
-
-    async def before_commit(self, task: Task) -> None:
-        action = self.plan.reach("commit")
-        if action == "pause":
-            await asyncio.sleep(PAUSE_SECONDS)  # outside the commit's timeout
-        elif action is not None:
-            self._commit_actions[task.partition] = action
-
-    def commit_request(self, task: Task, producer: Any) -> Awaitable[None]:
-        # Taken now, not when the request runs: another task's commit may come in between.
-        return self._request(task, producer, self._commit_actions.pop(task.partition, None))
-
-    async def _request(self, task: Task, producer: Any, action: str | None) -> None:
-        if action == "lose-request":
-            raise TimeoutError("fault injection: commit request lost")
-        if action == "roll-back":
-            await producer.abort_transaction()
-            self.plan.rolled_back = task.partition
-            log.warning(
-                "fault injection: partition %d's transaction (offsets %s) was aborted; "
-                "reporting it committed (a commit the broker acknowledged, then rolled back)",
-                task.partition,
-                {f"{tp.topic}-{tp.partition}": off for tp, off in sorted(task.offsets.items())},
-            )
-            return
-        request: asyncio.Future[None] = asyncio.ensure_future(producer.commit_transaction())
-        if action == "lose-response":
-            await asyncio.sleep(0.5)  # the request is out and answered meanwhile
-            retrieve_exception_later(request)
-            abandon(request)
-            raise TimeoutError("fault injection: commit response lost")
-        await request
-
-    def committed(self, partition: int) -> None:
-        self.plan.reach("committed")
+        #: The worker's client supplier: producers that act at the send and commit points.
+        self.producer_supplier: ProducerSupplier = partial(FaultProducers, plan)
 
     def applied(self, partition: int) -> None:
         self.plan.after_applied(partition)

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from app import rules
 from app.eos import SourceRecord, TaskTransaction
-from app.fault_points import FaultPoints
 from app.settings import Settings
 
 
@@ -28,9 +27,8 @@ class Sends:
     to the input record's partition (the tables are co-partitioned with it), a re-keyed one to
     the partition its decision key hashes to."""
 
-    def __init__(self, settings: Settings, points: FaultPoints) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.points = points
 
     async def forward(
         self,
@@ -40,7 +38,6 @@ class Sends:
         headers: Sequence[tuple[str, bytes]],
         timestamp_ms: int | None,
     ) -> str:
-        self.points.stored()
         await txn.send(
             self.settings.output_topic,
             key=key,
@@ -49,7 +46,6 @@ class Sends:
             timestamp_ms=timestamp_ms,
             partition=message.partition,
         )
-        self.points.sent()
         return RecordOutcome.FORWARDED
 
     async def rekey(

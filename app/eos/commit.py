@@ -43,7 +43,6 @@ from app.eos.producer import (
     send_lingering,
 )
 from app.eos.task import Task
-from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
@@ -96,13 +95,11 @@ class Committer:
         broker: BrokerReader,
         group_id: str,
         timeout: float,
-        points: FaultPoints = NO_FAULTS,
     ) -> None:
         self.producers = producers
         self.broker = broker
         self.group_id = group_id
         self.timeout = timeout
-        self.points = points
         #: The store and changelog topic that keep each transaction's source offsets.
         self._source_offsets: tuple[SourceOffsetStore, str] | None = None
         #: Stores whose staged writes go to a changelog topic, with the topic.
@@ -163,8 +160,7 @@ class Committer:
         # Step 5. Ask to commit.
         request: asyncio.Future[None] | None = None
         try:
-            await self.points.before_commit(task)
-            request = asyncio.ensure_future(self.points.commit_request(task, producer))
+            request = asyncio.ensure_future(producer.commit_transaction())
             await asyncio.wait_for(asyncio.shield(request), timeout)
         except asyncio.CancelledError:
             abandon(request)  # stopped with the request out: the outcome is unknown here

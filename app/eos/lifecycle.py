@@ -59,7 +59,8 @@ class TaskLife:
             await self._producers.close(producer)
             return
         transactional_id = self._producers.transactional_id(partition)
-        self.tasks[partition] = Task(partition, transactional_id, producer)
+        collector = self._producers.collector()
+        self.tasks[partition] = Task(partition, transactional_id, producer, collector=collector)
 
     async def drop(self, task: Task) -> None:
         """Forget a task: drop its staged writes, close its producer without committing."""
@@ -147,7 +148,6 @@ class TaskLife:
         self._request_rejoin()
 
     def _applied(self, task: Task, changelog_offsets: Mapping[str, int], started: float) -> None:
-        self._points.committed(task.partition)
         for store, topic in self.stores:
             store.commit_partition(task.partition, changelog_offsets.get(topic or ""))
         self._points.applied(task.partition)

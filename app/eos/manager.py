@@ -29,7 +29,7 @@ from app.eos.positions import (
     confirm_stored_offsets,
     raise_to_stored_offsets,
 )
-from app.eos.producer import TransactionalProducers
+from app.eos.producer import ProducerSupplier
 from app.eos.replicas import WATCH_INTERVAL, ReplicaWatch
 from app.eos.sends_only import TaskSendsOnly
 from app.eos.task import Task, TaskState
@@ -65,13 +65,14 @@ class TaskTransactionManager(TaskSendsOnly):
         #: The consumer generation of the last assignment this worker took part in.
         self._generation: int | None = None
         s = self.settings
-        #: The fault tests' points (the factory's choice; production's do nothing).
+        #: The fault tests' points of the consumer, the rebalances and the stores (the
+        #: factory's choice; production's do nothing).
         self.points: FaultPoints = getattr(self.app, "fault_points", NO_FAULTS)
-        self.producers = TransactionalProducers(s, lambda: bool(self.should_stop))
+        #: The client supplier the factory chose: every task's producer comes from it.
+        supplier: ProducerSupplier = self.app.producer_supplier
+        self.producers = supplier(s, lambda: bool(self.should_stop))
         self.broker = BrokerReader(s, self.group_id, self.source_topics, lambda: self.tasks)
-        self.committer = Committer(
-            self.producers, self.broker, self.group_id, s.commit_timeout, self.points
-        )
+        self.committer = Committer(self.producers, self.broker, self.group_id, s.commit_timeout)
         self.replicas = ReplicaWatch(s, self._topics_written)
         self.life = TaskLife(
             self.producers,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -33,7 +33,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
 from adapters import aiokafka_privates
-from app.eos.collector import MAX_BATCH_BYTES, retrieve_exception_later
+from app.eos.collector import MAX_BATCH_BYTES, RecordCollector, retrieve_exception_later
 from app.eos.txn_v2 import TransactionAbortable, is_v2, use_v2
 
 if TYPE_CHECKING:
@@ -187,7 +187,11 @@ async def probe_transactional_writes(
 
 
 class TransactionalProducers:
-    """Creates, starts and closes the tasks' transactional producers."""
+    """Creates, starts and closes the tasks' transactional producers: the worker's one client
+    supplier (Kafka Streams' ``KafkaClientSupplier.getProducer``). The factory chooses which
+    supplier the worker runs on (:data:`ProducerSupplier`); the fault tests' one
+    (``app/fault_producers.py``) overrides :meth:`create` and :meth:`collector` only, so
+    production runs exactly the clients below."""
 
     def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:
         self.settings = settings
@@ -209,7 +213,8 @@ class TransactionalProducers:
         at start-up (``old_flow``: aiokafka's own, whatever was chosen: the record-less
         transactions of app/eos/hanging.py)."""
         s = self.settings
-        producer = AIOKafkaProducer(
+        producer = self.create(
+            partition,
             bootstrap_servers=s.bootstrap_servers,
             **s.kafka_client_kwargs(),
             client_id=f"{self.transactional_id(partition)}-producer",
@@ -230,6 +235,15 @@ class TransactionalProducers:
         if self.protocol is not None and self.protocol.running == "v2" and not old_flow:
             use_v2(producer)
         return producer
+
+    def create(self, partition: int, **config: Any) -> AIOKafkaProducer:
+        """The producer client of ``partition``'s task, made from ``config``."""
+        return AIOKafkaProducer(**config)
+
+    def collector(self) -> RecordCollector:
+        """What a new task collects its open transaction's records in (it builds the batches
+        the producer sends)."""
+        return RecordCollector()
 
     @property
     def request_timeout(self) -> float:
@@ -280,3 +294,8 @@ class TransactionalProducers:
             log.warning("closing a transactional producer failed (%r): dropping it", exc)
             # Long enough for two of its requests to time out, and a backoff.
             await force_close(producer, 2 * self.request_timeout + 1.0)
+
+
+#: Makes the worker's client supplier from its settings and a "should stop" test (the factory
+#: passes :class:`TransactionalProducers` itself, the fault tests a subclass).
+ProducerSupplier: TypeAlias = Callable[["Settings", Callable[[], bool]], TransactionalProducers]

@@ -12,7 +12,6 @@ from typing import Any
 from aiokafka.structs import TopicPartition
 
 from app.eos import Committer, Task
-from app.fault_points import NO_FAULTS, FaultPoints
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 
 SOURCE = TopicPartition("events", 3)
@@ -46,7 +45,8 @@ class Builder:
 
 
 class Producer:
-    """A transactional producer whose every step can fail as the test says."""
+    """A transactional producer whose every step can fail as the test says (the unit tests'
+    ``MockProducer``; tests/unit/test_faults.py mixes the fault tests' commit actions in)."""
 
     def __init__(self, name: str = "p1") -> None:
         self.name = name
@@ -173,12 +173,12 @@ def setup(
     *,
     records: int = 2,
     committed: dict[TopicPartition, int] | None = None,
-    points: FaultPoints = NO_FAULTS,
+    producer: Producer | None = None,
 ) -> tuple[Committer, Task, Producer, Producers, Broker, Store]:
     """A task with ``records`` processed records (an output record each, and a staged write
-    of its id in the store) in its open transaction, and a committer pulling the store's
-    changelog and keeping source offsets in it."""
-    producer = Producer()
+    of its id in the store) in its open transaction on ``producer`` (a fresh fake unless
+    given), and a committer pulling the store's changelog and keeping source offsets in it."""
+    producer = producer or Producer()
     task = Task(3, "app-events-3", producer=producer)  # type: ignore[arg-type]
     task.in_transaction = True
     producers, broker, store = Producers(), Broker(committed or {}), Store()
@@ -187,7 +187,7 @@ def setup(
         store.writes.setdefault(3, {})[f"id-{i}".encode()] = b"seen"
         task.offsets[SOURCE] = task.positions[SOURCE] = 10 + i + 1
         task.records += 1
-    committer = Committer(producers, broker, "app", TIMEOUT, points)  # type: ignore[arg-type]
+    committer = Committer(producers, broker, "app", TIMEOUT)  # type: ignore[arg-type]
     committer.keep_source_offsets(store, CHANGELOG.topic)
     committer.add_changelog(store, CHANGELOG.topic)
     return committer, task, producer, producers, broker, store

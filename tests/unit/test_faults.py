@@ -1,6 +1,7 @@
-"""The fault tests' fault points (``app/fault_injection.py``): the plan, and the actions that
-wrap the commit request and the batch handler (on the fake producer of
-tests/unit/commit_fakes.py)."""
+"""The fault tests' seams: the plan (``app/fault_injection.py``), the producers and collectors
+of their client supplier (``app/fault_producers.py``: the commit's actions on the fake producer
+of tests/unit/commit_fakes.py, the record's ``stored`` and ``sent`` on a watched collector) and
+the batch handler's ``skip-fetched``."""
 
 from __future__ import annotations
 
@@ -13,11 +14,17 @@ import pytest
 from aiokafka.structs import TopicPartition
 
 from app import fault_injection as faults
-from app.eos import Outcome, Task
-from app.factory import fault_points
+from app import fault_producers
+from app.eos import Outcome, Task, TaskTransaction
+from app.eos.producer import TransactionalProducers
+from app.factory import fault_seams
 from app.fault_points import NO_FAULTS
+from app.fault_producers import CommitFaults, FaultProducer, FaultProducers, WatchedCollector
+from app.settings import Settings
 from recovery.reader import Fetched
-from tests.unit.commit_fakes import SOURCE, setup
+from tests.unit.commit_fakes import CHANGELOG, OUT, SOURCE, Builder, Producer, setup
+
+SETTINGS = Settings.from_env({"DEDUPE_APP_ID": "shop", "DEDUPE_INPUT_TOPIC": "orders"})
 
 
 @pytest.mark.parametrize(
@@ -62,20 +69,29 @@ def test_malformed_plans_are_refused_at_start_up(
         faults.parse(spec)
     monkeypatch.setenv("DEDUPE_FAULT_INJECTION", spec)
     with pytest.raises(ValueError, match="DEDUPE_FAULT_INJECTION"):
-        fault_points()
+        fault_seams()
 
 
-def test_the_factory_picks_the_test_points_only_when_the_variable_is_set(
+async def test_the_factory_picks_the_test_seams_only_when_the_variable_is_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("DEDUPE_FAULT_INJECTION", raising=False)
-    assert fault_points() is NO_FAULTS
+    assert fault_seams() == (NO_FAULTS, TransactionalProducers)
     monkeypatch.setenv("DEDUPE_FAULT_INJECTION", "")
-    assert fault_points() is NO_FAULTS
+    assert fault_seams() == (NO_FAULTS, TransactionalProducers)
     monkeypatch.setenv("DEDUPE_FAULT_INJECTION", "commit=kill@3")
-    points = fault_points()
+    points, supplier = fault_seams()
     assert isinstance(points, faults.InjectedFaults)
     assert (points.plan.point, points.plan.action, points.plan.at) == ("commit", "kill", 3)
+    # The supplier's clients act on the same plan: a fault producer, a watched collector.
+    producers = supplier(SETTINGS, lambda: False)
+    assert isinstance(producers, FaultProducers) and producers.plan is points.plan
+    producer = producers.new(2)
+    assert isinstance(producer, FaultProducer) and producer.plan is points.plan
+    assert (producer.partition, producer._txn_manager.transactional_id) == (2, "shop-orders-2")
+    collector = producers.collector()
+    assert isinstance(collector, WatchedCollector)
+    assert collector.output_topic == SETTINGS.output_topic
 
 
 def test_empty_means_no_faults() -> None:
@@ -111,9 +127,20 @@ def injected(spec: str) -> faults.InjectedFaults:
     return faults.InjectedFaults(plan)
 
 
+class FaultFake(CommitFaults, Producer):
+    """The fake producer with the fault tests' commit actions mixed in, as the fault tests'
+    supplier mixes them into aiokafka's."""
+
+
+def fault_producer(spec: str) -> FaultFake:
+    plan = faults.parse(spec)
+    assert plan is not None
+    return FaultFake(plan, 3)
+
+
 async def test_lose_request_is_an_unknown_outcome_that_did_not_commit() -> None:
-    points = injected("commit=lose-request@1")
-    committer, task, producer, _, broker, _ = setup(committed={SOURCE: 10}, points=points)
+    producer = fault_producer("commit=lose-request@1")
+    committer, task, _, _, broker, _ = setup(committed={SOURCE: 10}, producer=producer)
     result = await committer.commit(task)
     assert result.outcome is Outcome.FAILED and result.reason == "unknown_outcome"
     assert "commit" not in producer.calls and "abort" not in producer.calls
@@ -121,8 +148,8 @@ async def test_lose_request_is_an_unknown_outcome_that_did_not_commit() -> None:
 
 
 async def test_lose_response_sends_the_request_and_then_asks_the_broker() -> None:
-    points = injected("commit=lose-response@1")
-    committer, task, producer, _, broker, _ = setup(committed={SOURCE: 12}, points=points)
+    producer = fault_producer("commit=lose-response@1")
+    committer, task, _, _, broker, _ = setup(committed={SOURCE: 12}, producer=producer)
     result = await committer.commit(task)
     assert result.outcome is Outcome.COMMITTED
     assert producer.calls[-1] == "commit" and "abort" not in producer.calls
@@ -132,24 +159,108 @@ async def test_lose_response_sends_the_request_and_then_asks_the_broker() -> Non
 async def test_roll_back_aborts_yet_reports_committed(monkeypatch: pytest.MonkeyPatch) -> None:
     killed: list[int] = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
-    points = injected("commit=roll-back@1")
-    committer, task, producer, _, broker, _ = setup(points=points)
+    producer = fault_producer("commit=roll-back@1")
+    committer, task, _, _, broker, _ = setup(producer=producer)
     result = await committer.commit(task)
     assert result.outcome is Outcome.COMMITTED
     assert "commit" not in producer.calls and producer.calls[-1] == "abort"
     assert broker.asked == []
-    assert points.plan.rolled_back == 3
-    points.applied(3)
+    assert producer.plan.rolled_back == 3
+    faults.InjectedFaults(producer.plan).applied(3)  # the stores applied it: the kill
     assert killed == [signal.SIGKILL]
 
 
 async def test_pause_holds_the_commit_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(faults, "PAUSE_SECONDS", 0.2)
-    committer, task, producer, _, _, _ = setup(points=injected("commit=pause@1"))
+    monkeypatch.setattr(fault_producers, "PAUSE_SECONDS", 0.2)
+    producer = fault_producer("commit=pause@1")
+    committer, task, *_ = setup(producer=producer)
+    committer.timeout = 1.0  # the pause counts within the commit's timeout
     started = asyncio.get_running_loop().time()
     result = await committer.commit(task)
     assert result.outcome is Outcome.COMMITTED and producer.calls[-1] == "commit"
     assert asyncio.get_running_loop().time() - started >= 0.2
+
+
+@pytest.mark.parametrize("point", ["commit", "committed"])
+async def test_kill_at_a_commit_point(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    producer = fault_producer(f"{point}=kill@2")
+    monkeypatch.setattr(os, "kill", lambda pid, sig: calls.append(f"kill {sig}"))
+    producer.calls = calls
+    for _ in range(2):
+        committer, task, *_ = setup(producer=producer)
+        assert (await committer.commit(task)).outcome is Outcome.COMMITTED
+    kill = f"kill {signal.SIGKILL}"
+    # commit: before the second commit request goes out; committed: once it returned.
+    assert calls[-2:] == ([kill, "commit"] if point == "commit" else ["commit", kill])
+    assert calls.count("commit") == 2
+
+
+async def test_a_record_less_commit_reaches_no_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    killed: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
+    producer = fault_producer("commit=kill@1")
+    await producer.commit_transaction()  # no offsets joined: the markers of hanging.py
+    assert killed == [] and producer.calls == ["commit"]
+    await producer.send_offsets_to_transaction({SOURCE: 5}, "app")
+    await producer.abort_transaction()  # aborted: the next commit is record-less again
+    await producer.commit_transaction()
+    assert killed == []
+    await producer.send_offsets_to_transaction({SOURCE: 5}, "app")
+    await producer.commit_transaction()
+    assert killed == [signal.SIGKILL]
+
+
+class Watched(Producer):
+    """The fake producer with batches small enough to fill (``room`` records each)."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def create_batch(self) -> Builder:
+        builder = Builder()
+        append = builder.append
+
+        def bounded(**record: object) -> object:
+            return None if len(builder.records) >= self.room else append(**record)  # type: ignore[arg-type]
+
+        builder.append = bounded  # type: ignore[method-assign]
+        return builder
+
+
+@pytest.mark.parametrize("point", ["stored", "sent"])
+async def test_stored_and_sent_are_each_output_record_s_send(
+    point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once per output record, across full batches; never for another topic's record."""
+    plan = faults.parse(f"{point}=kill@5")
+    assert plan is not None
+    producer = Watched(room=2)
+    collector = WatchedCollector(plan, OUT.topic)
+    task = Task(3, "app-events-3", producer=producer, collector=collector)  # type: ignore[arg-type]
+    txn = TaskTransaction(task)
+    outputs: list[bytes] = []
+    monkeypatch.setattr(
+        os, "kill", lambda pid, sig: outputs.append(b"killed with %d in" % len(appended()))
+    )
+
+    def appended() -> list[bytes | None]:
+        batches = [b for tp, b in collector.open_batches().items() if tp == OUT]
+        return [r for b in batches for r in b.records] + [b"x"] * sum(
+            n for t, _, n in producer.sent if t == OUT.topic
+        )
+
+    for i in range(6):
+        for topic in (CHANGELOG.topic, "dead-letters"):  # never watched
+            await txn.send(
+                topic, key=b"k", value=b"v", headers=None, timestamp_ms=None, partition=3
+            )
+        await txn.send(
+            OUT.topic, key=b"k", value=b"%d" % i, headers=None, timestamp_ms=None, partition=3
+        )
+    # The 5th output record: stored before it is in a batch, sent once it is.
+    assert outputs == [b"killed with %d in" % (4 if point == "stored" else 5)]
 
 
 class Source:
