@@ -241,12 +241,12 @@ test-lane-faults: export DEDUPE_TEST_SPARK_METRICS_PORT = $(FIRST_SPARK_METRICS_
 test-lane-faults:
 	@$(MAKE) --no-print-directory test-faults-core
 	@$(call kafka_down_v1,$(TEST_KAFKA_PORT))
-	@$(MAKE) --no-print-directory -j1 test-ingest test-image
+	@$(MAKE) --no-print-directory -j1 test-ingest test-image test-observe test-browser
 
 test-lane-others: export DEDUPE_TEST_WEB_PORT_BASE = $(OTHERS_WEB_PORT_BASE)
 test-lane-others:
 	@$(MAKE) --no-print-directory -j1 TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration \
-	  test-idempotency test-observe test-browser
+	  test-idempotency
 	@$(call kafka_down,$(OTHERS_KAFKA_PORT))
 	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-cluster
 	@KAFKA_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m scripts.kafka_cluster down >/dev/null
