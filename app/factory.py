@@ -17,6 +17,7 @@ from aiokafka.client import AIOKafkaClient
 from yarl import URL
 
 import recovery
+from app.admin.snapshots import SnapshotSchedule
 from app.admin.topics import ensure_topics
 from app.agents import batch_handler, register_agents
 from app.dedup import Deduplicator
@@ -26,7 +27,6 @@ from app.eos.producer import ProducerSupplier, TransactionalProducers
 from app.fault_points import NO_FAULTS, FaultPoints
 from app.metrics import RebalanceSensor, restore_progress
 from app.settings import Settings
-from app.snapshot_schedule import SnapshotSchedule
 from app.web.views import is_ready, register_views
 from app.window_watch import WindowWatch
 from envsettings import parse_count

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from app.snapshot_schedule import scheduled
+from app.admin.snapshots import scheduled
 from recovery.snapshot import Identity, problems
 from scripts.streams import Stream, build_stream, produce
 from tests.faults.conftest import SCALE, Reliability

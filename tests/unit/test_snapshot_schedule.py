@@ -1,4 +1,4 @@
-"""Scheduled snapshots (app/snapshot_schedule.py): names that sort by time, which directories a
+"""Scheduled snapshots (app/admin/snapshots.py): names that sort by time, which directories a
 prune deletes, and real snapshots taken by the child command from real RocksDB databases."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from rocksdict import WriteBatch
 
-from app.admin.snapshots import tables_dir
+from app.admin.snapshots import SnapshotSchedule, scheduled, snapshot_name, tables_dir, to_delete
 from app.settings import Settings
-from app.snapshot_schedule import SnapshotSchedule, scheduled, snapshot_name, to_delete
 from recovery.snapshot import MANIFEST, Identity, problems
 from tables.rocks import PartitionDB
 from tables.rocks_options import RocksTuning, options_for
@@ -73,7 +72,7 @@ def test_scheduled_snapshots_are_real_snapshots_and_only_the_newest_are_kept(
         del pdb  # RocksDB's lock goes with the object
     root = tmp_path / "snapshots"
     schedule = SnapshotSchedule(root, keep=2)
-    caplog.set_level(logging.INFO, logger="app.snapshot_schedule")
+    caplog.set_level(logging.INFO, logger="app.admin.snapshots")
     taken = [asyncio.run(schedule.take()) for _ in range(3)]
     assert all(taken), caplog.text
     complete, cut_short = scheduled(root)
