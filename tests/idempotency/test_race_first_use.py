@@ -17,8 +17,9 @@ the maintainer lock, or read the partitions again once the maintainer is done, i
 
 Here the other process is a connection of the test holding the maintainer lock for a
 second (as a maintainer creating partitions does), then making the partitions; the store
-under test (``create_schema=False``: the schema exists) claims meanwhile. Fails today with
-the ``RuntimeError``, async and sync. About 1.5 s each.
+under test (``create_schema=False``: the schema exists) claims meanwhile. Failed with the
+``RuntimeError``, async and sync, until a claim that finds no partition waited (bounded) for
+the maintainer lock (``Partitions.ensure_current``). About 1.5 s each.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ monotonic clock, so a client whose wall clock is off neither maintains on every 
 misses the next period. Attempts from the claims are spaced at least ``retry_interval``
 apart, whatever they found (done, skipped, failed): a claim never opens a connection of its
 own for maintenance more often than that.
+
+A claim that finds no partition for now cannot succeed until one exists, so it does not
+skip: it waits for the maintainer lock (at most ``maintainer_wait``) and maintains under it
+(:meth:`Partitions.ensure_current`). Skipping there failed the first claims of a store
+started while another process was making the partitions.
 """
 
 from __future__ import annotations
@@ -64,6 +69,13 @@ class Partitions:
         self.next_attempt = 0.0  # monotonic: no attempt from the claims before this
         #: the least time between two attempts from the claims (any outcome)
         self.retry_interval = max(1.0, min(self.period_s / 4, 60.0))
+        #: how long a claim that found no partition waits for another maintainer to finish
+        self.maintainer_wait = 10.0
+        #: maintenances that held the lock and finished (their partitions exist)
+        self.runs = 0
+        self.next_ensure = 0.0  # monotonic: no wait from a claim missing a partition before this
+        self._missed = ""  # why the last wait for the lock made no partition
+        self._ensure_lock = threading.Lock()
         # (database epoch seconds, local monotonic) at the last reading of the database clock
         self._clock: tuple[float, float] | None = None
         self._lock = threading.Lock()
@@ -106,13 +118,32 @@ class Partitions:
         covered = max([b for _, _, b in self.bounds(conn)], default=db_now)
         self.covered_until = (covered - _EPOCH).total_seconds()
 
+    def _take_lock(self, conn: psycopg.Connection[Any], wait: float) -> bool:
+        """The maintainer lock: only tried (``wait`` 0), or waited for at most ``wait`` s."""
+        if wait <= 0:
+            got = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, 0)", (self.lock_namespace,)
+            ).fetchone()
+            return bool(got and got[0])
+        # lock_timeout bounds advisory-lock waits too; autocommit: a timeout aborts nothing.
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{int(wait * 1000)}ms",))
+        try:
+            conn.execute("SELECT pg_advisory_lock(%s, 0)", (self.lock_namespace,))
+            return True
+        except pg_errors.LockNotAvailable:
+            return False
+        finally:
+            conn.execute("RESET lock_timeout")
+
     def maintain(
-        self, conn: psycopg.Connection[Any], now: datetime | None = None
+        self, conn: psycopg.Connection[Any], now: datetime | None = None, wait: float = 0.0
     ) -> MaintenanceReport:
+        """Create and drop partitions under the maintainer lock; skipped when another
+        process holds it (after waiting up to ``wait`` seconds for it to finish)."""
         report = MaintenanceReport()
-        db_now = self._read_clock(conn)
-        got = conn.execute("SELECT pg_try_advisory_lock(%s, 0)", (self.lock_namespace,)).fetchone()
-        if not got or not got[0]:
+        locked = self._take_lock(conn, wait)
+        db_now = self._read_clock(conn)  # after any wait: the current period is judged now
+        if not locked:
             # Another process maintains: take in the partitions there are, try again later.
             report.skipped = True
             self._learn(conn, db_now)
@@ -140,6 +171,7 @@ class Partitions:
                     report.dropped.append(name)
             self._learn(conn, db_now)
             self.next_maintenance = time.monotonic() + max(1.0, self.period_s / 4)
+            self.runs += 1
         finally:
             conn.execute("RESET lock_timeout")
             conn.execute("SELECT pg_advisory_unlock(%s, 0)", (self.lock_namespace,))
@@ -175,26 +207,25 @@ class Partitions:
             conn.execute(f"ALTER TABLE {self.table} DETACH PARTITION {name}")
         conn.execute(f"DROP TABLE IF EXISTS {name}")
 
-    def due(self, missing: bool = False) -> bool:
+    def due(self) -> bool:
         """Should a claim maintain now? Never within ``retry_interval`` of the last attempt;
-        then when the partitions end less than a period ahead of the database's clock, when
-        the periodic maintenance is due, or when a claim found no partition (``missing``)."""
+        then when the partitions end less than a period ahead of the database's clock, or
+        when the periodic maintenance is due. (A claim that found no partition goes to
+        :meth:`ensure_current` instead.)"""
         mono = time.monotonic()
         if mono < self.next_attempt:
             return False
-        if missing:
-            return True
         db_now = self.db_now()
         margin = self.period_s  # keep at least one whole period ahead
         return (
             db_now is None or db_now + margin >= self.covered_until or mono >= self.next_maintenance
         )
 
-    def maintain_quietly(self, missing: bool = False) -> None:
+    def maintain_quietly(self) -> None:
         """Maintain on a connection of its own if :meth:`due` (checked again here: one
         attempt at a time, the others return at once); failures are logged."""
         with self._lock:
-            if not self.due(missing):
+            if not self.due():
                 return
             self.next_attempt = time.monotonic() + self.retry_interval
         try:
@@ -202,3 +233,40 @@ class Partitions:
                 self.maintain(conn)
         except psycopg.Error:
             log.exception("%s: partition maintenance failed (retried later)", self.table)
+
+    def ensure_current(self, seen: int) -> str:
+        """A claim found no partition for now (``seen``: :attr:`runs` before it asked): make
+        sure one exists before it asks again. Returns why there may still be none, for the
+        claim's error if its next try misses too.
+
+        Invariant: a claim gives up on a missing partition only after a maintenance that
+        held the maintainer lock finished after it asked (so the partition for now exists,
+        unless that maintenance failed), or after waiting ``maintainer_wait`` for another
+        holder of the lock. The lock is waited for, not tried: its holder is most likely
+        another process making these very partitions (consumers started together on a new
+        table), and without a partition no claim can succeed anyway. One wait at a time:
+        the claims that missed meanwhile wait for its outcome and ask again, without a
+        connection of their own. A wait that ran out, or a maintenance that failed, is not
+        tried again for ``retry_interval``: until then the claims missing a partition fail
+        at once instead of each opening a connection to wait.
+        """
+        with self._ensure_lock:
+            if self.runs != seen:
+                return "a maintenance ran meanwhile, yet made none for now"
+            left = self.next_ensure - time.monotonic()
+            if left > 0:
+                return f"{self._missed}; not waited for again for another {left:.0f} s"
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    report = self.maintain(conn, wait=self.maintainer_wait)
+                if not report.skipped:
+                    return "maintenance ran, yet made none for now"
+                self._missed = (
+                    f"another process held the maintainer lock (advisory lock "
+                    f"({self.lock_namespace}, 0)) for more than {self.maintainer_wait:g} s"
+                )
+            except psycopg.Error as exc:
+                log.exception("%s: partition maintenance failed (retried later)", self.table)
+                self._missed = f"maintenance failed ({type(exc).__name__}: {exc})"
+            self.next_ensure = time.monotonic() + self.retry_interval
+            return self._missed

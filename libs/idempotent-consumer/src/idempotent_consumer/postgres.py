@@ -206,23 +206,29 @@ class PostgresStore:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             return self._partitions.bounds(conn)
 
-    def _no_partition(self) -> RuntimeError:
+    def _no_partition(self, cause: str) -> RuntimeError:
+        ns = self.lock_namespace
         return RuntimeError(
-            f"{self.table}: no partition for now, and maintenance made none (it is skipped "
-            "while another process holds the maintainer lock, and tried at most every "
-            f"{self._partitions.retry_interval:g} s from the claims)"
+            f"{self.table}: no partition for now, so no claim can be stored: {cause}. Fix: "
+            "find the session holding the maintainer lock (pg_locks: locktype 'advisory', "
+            f"classid {ns % (1 << 32)}, objid 0) and let it finish or end it, then run "
+            "`python -m idempotent_consumer maintain --dsn URL` (or a store's maintain()); "
+            "if maintenance failed, its error is logged by idempotent_consumer.postgres"
         )
 
     # -- the async store ------------------------------------------------------------------
     # The claim answers "no_partition" (not an error: a transaction it joined survives) when
-    # the current period's partition is missing; the store creates it and asks once more,
-    # joined or not.
+    # the current period's partition is missing; the store makes sure it exists (waiting,
+    # bounded, for another process that holds the maintainer lock: Partitions.ensure_current)
+    # and asks once more, joined or not.
 
     async def claim(self, request: ClaimRequest, connection: Any = None) -> ClaimReply:
         pool = await self.pool()
         if self._partitions.due():
             await asyncio.to_thread(self._partitions.maintain_quietly)
         params = self._calls.claim_params(request)
+        seen = self._partitions.runs
+        cause = ""
         for attempt in (1, 2):
             if connection is not None:
                 cur = await connection.execute(self._calls.claim_sql, params)
@@ -234,8 +240,8 @@ class PostgresStore:
             if reply is not None:
                 return reply
             if attempt == 1:
-                await asyncio.to_thread(self._partitions.maintain_quietly, True)
-        raise self._no_partition()
+                cause = await asyncio.to_thread(self._partitions.ensure_current, seen)
+        raise self._no_partition(cause)
 
     async def _finish(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
@@ -268,6 +274,8 @@ class PostgresStore:
         if self._partitions.due():
             self._partitions.maintain_quietly()
         params = self._calls.claim_params(request)
+        seen = self._partitions.runs
+        cause = ""
         for attempt in (1, 2):
             if connection is not None:
                 reply = self._calls.reply(
@@ -281,8 +289,8 @@ class PostgresStore:
             if reply is not None:
                 return reply
             if attempt == 1:
-                self._partitions.maintain_quietly(True)
-        raise self._no_partition()
+                cause = self._partitions.ensure_current(seen)
+        raise self._no_partition(cause)
 
     def _finish_sync(self, params: tuple[Any, ...], connection: Any) -> bool:
         if connection is not None:
