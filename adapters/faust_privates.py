@@ -254,7 +254,7 @@ class ConsumerShim(FaustConsumer):  # type: ignore[misc]
         return self._to_message(tp, record)
 
 
-HERE, CONSUMER, APP = "adapters/faust_privates.py", "app/eos/consumer.py", "app/factory.py"
+HERE, CONSUMER, APP = "adapters/faust_privates.py", "app/eos/consumer.py", "app/worker/factory.py"
 RECOVERY = "recovery/faust_adapter.py"
 _RECOVERY = """_slurp_changelogs _seek_offsets _set_recovery_started _set_recovery_ended
     _actives_span"""

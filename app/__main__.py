@@ -55,7 +55,7 @@ def main() -> None:
             print(f"dedupe: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
     try:
-        from app.main import app, pipeline
+        from app.worker.main import app, pipeline
     except SettingsError as exc:
         print(f"dedupe: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

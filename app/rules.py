@@ -1,7 +1,7 @@
 """The pure rules of de-duplication: validate an input record, route it, decide first sighting.
 
-No I/O lives here; the agent (``app/agents.py``) reads, looks up, writes and sends, and asks these
-functions what to do. Each rule has table-driven tests in ``tests/unit/test_rules_*.py``.
+No I/O lives here; the agent (``app/worker/agents.py``) reads, looks up, writes and sends, and
+asks these functions what to do. Each rule has table-driven tests in ``tests/unit/test_rules_*.py``.
 
 The contract for input records:
 

@@ -11,9 +11,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 
-from app.factory import RESTORE_FETCH_WAIT_MS, changelog_reader
 from app.rules import partition_for
 from app.settings import Settings
+from app.worker.factory import RESTORE_FETCH_WAIT_MS, changelog_reader
 from bench.scale_ids import uuid_like
 from recovery.restore import FETCH_BYTES
 from scripts.topic_reader import end_offsets

@@ -18,8 +18,8 @@ neither); a re-run with the same transactional id fences the dead run, aborts it
 transaction, and moves what is left. A run with nothing left says so.
 
 Records placed under N that still wait in the input or repartition topic are re-keyed by the
-worker under M (``app/dedup.py``), and new partitions start at their log start because the group
-never committed there (``app/eos/positions.py``): nothing else needs writing.
+worker under M (``app/worker/dedup.py``), and new partitions start at their log start because
+the group never committed there (``app/eos/positions.py``): nothing else needs writing.
 
 You should see one line per grown topic, a progress line per committed chunk, one line per
 changelog partition (ids read, moved), then the totals and the seconds taken.

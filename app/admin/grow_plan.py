@@ -11,7 +11,7 @@ that same partition. The changelog key is not always the routing key:
 - a plain message id, or a producer name (``producer_seqs``): the key itself;
 - a source-scoped id (``0xFE``, the source's length and name, then the id): the id;
 - a fingerprint (``0xFF`` and 16 bytes): its 32 lowercase hex digits, the key the record was
-  placed by (``app/dedup.py``);
+  placed by (``app/worker/dedup.py``);
 - any other ``0xFF`` key (the source-offsets record, ``tables/source_offsets.py``): none, it
   belongs to the partition that holds it and never moves.
 

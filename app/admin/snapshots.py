@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 def tables_dir(settings: Settings) -> Path:
     """Where the worker keeps its partition databases (Faust's ``tabledir``)."""
-    from app.factory import create_app
+    from app.worker.factory import create_app
 
     tabledir: Path = Path(create_app(settings).app.conf.tabledir)
     return tabledir

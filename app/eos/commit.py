@@ -43,7 +43,7 @@ from app.eos.producer import (
     send_lingering,
 )
 from app.eos.task import Task
-from app.metrics import COMMIT_FAILURES
+from app.worker.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 

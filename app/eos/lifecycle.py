@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from app.eos.commit import CommitResult, Committer, Outcome
 from app.eos.producer import TransactionalProducers, is_fenced
 from app.eos.task import Task, TaskState
-from app.fault_points import FaultPoints
-from app.metrics import COMMIT_SECONDS
+from app.faults.points import FaultPoints
+from app.worker.metrics import COMMIT_SECONDS
 from tables.protocol import ChangelogSource, StagedState
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from app.eos.replicas import WATCH_INTERVAL, ReplicaWatch
 from app.eos.sends_only import TaskSendsOnly
 from app.eos.task import Task, TaskState
 from app.eos.task_restart import restart_tasks
-from app.fault_points import NO_FAULTS, FaultPoints
+from app.faults.points import NO_FAULTS, FaultPoints
 from tables.protocol import SourceOffsetStore, StagedState
 
 if TYPE_CHECKING:

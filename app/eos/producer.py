@@ -190,7 +190,7 @@ class TransactionalProducers:
     """Creates, starts and closes the tasks' transactional producers: the worker's one client
     supplier (Kafka Streams' ``KafkaClientSupplier.getProducer``). The factory chooses which
     supplier the worker runs on (:data:`ProducerSupplier`); the fault tests' one
-    (``app/fault_producers.py``) overrides :meth:`create` and :meth:`collector` only, so
+    (``app/faults/producers.py``) overrides :meth:`create` and :meth:`collector` only, so
     production runs exactly the clients below."""
 
     def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from app.metrics import BELOW_MIN_INSYNC
+from app.worker.metrics import BELOW_MIN_INSYNC
 
 if TYPE_CHECKING:
     from app.settings import Settings

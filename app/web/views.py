@@ -16,17 +16,18 @@
   (``transactions``: ``protocol``, ``setting``, ``cluster_transaction_version``) and, per
   partition this worker owns: ids held, effective window, oldest and newest first sighting, the
   window forecast (``window_forecast``: the observed new-id rate, the window the size cap will
-  leave, and a warning when that is under DEDUPE_MIN_WINDOW: ``app/window_watch.py``), ids
+  leave, and a warning when that is under DEDUPE_MIN_WINDOW: ``app/worker/window_watch.py``), ids
   expired and evicted, producers held, records forwarded / dropped / dead-lettered / re-keyed /
   reusing an id by this process (also per strategy), record batches handled, consumer lag,
   commits and the last commit.
-- ``GET /metrics``: the same figures for Prometheus, plus commit latency (``app/metrics.py``).
+- ``GET /metrics``: the same figures for Prometheus, plus commit latency
+  (``app/worker/metrics.py``).
 
 With ``DEDUPE_WEB_TOKEN`` set, every endpoint but ``/health`` and ``/ready`` needs it
 (``app/web/guard.py``).
 
-Faust's own pages that expose table contents are turned off in ``app/factory.py``. Try it with
-a worker running (``make run``)::
+Faust's own pages that expose table contents are turned off in ``app/worker/factory.py``. Try it
+with a worker running (``make run``)::
 
     curl -s localhost:6066/stats | python -m json.tool
     curl -s localhost:6066/messages/<a messageId from the demo>
@@ -42,15 +43,15 @@ import faust
 from faust.exceptions import ConsumerNotStarted, SameNode
 from faust.web import Request, Response, View
 
-from app import metrics
-from app.dedup import Deduplicator
 from app.eos import TaskTransactionManager
 from app.rules import partition_for
 from app.strategy import scoped_key
 from app.web import status_page
 from app.web.guard import guarded
 from app.web.lookup import OutputLocator
-from app.window_watch import WindowWatch
+from app.worker import metrics
+from app.worker.dedup import Deduplicator
+from app.worker.window_watch import WindowWatch
 from tables.producers import TABLE_NAME as PRODUCERS_TABLE
 from tables.seen_ids.table import TABLE_NAME
 

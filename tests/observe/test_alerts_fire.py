@@ -60,7 +60,7 @@ ALWAYS_THERE = {
     "Ids held per partition",
     "Data dir free",
     "Workers up",
-    # Exported at 0 from the start (app/metrics.py), and every process's own figures.
+    # Exported at 0 from the start (app/worker/metrics.py), and every process's own figures.
     "Failed commits (5 min)",
     "Resident memory",
     "Versions running",

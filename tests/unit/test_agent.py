@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from app import rules
-from app.dedup import Deduplicator, RecordOutcome, record_ms
 from app.settings import Settings
+from app.worker.dedup import Deduplicator, RecordOutcome, record_ms
 from tables import window
 
 SETTINGS = Settings.from_env({"DEDUPE_PARTITIONS": "8"})

@@ -7,9 +7,9 @@ from bench.profile import frame_name, parse, summary
 RAW = [
     "<module> (app/__main__.py:3);run (asyncio/runners.py:118);"
     "EpollSelector.select (selectors.py:468) 50\n",
-    "<module> (app/__main__.py:3);dedupe_events (app/agents.py:117);"
+    "<module> (app/__main__.py:3);dedupe_events (app/worker/agents.py:117);"
     "loads (json/__init__.py:346) 30\n",
-    "<module> (app/__main__.py:3);dedupe_events (app/agents.py:120);"
+    "<module> (app/__main__.py:3);dedupe_events (app/worker/agents.py:120);"
     "send (/x/.venv/lib/python3.11/site-packages/aiokafka/producer/producer.py:450) 20\n",
     "garbage without a count\n",
 ]
@@ -19,7 +19,10 @@ def test_frame_names_fold_lines_and_site_packages() -> None:
     assert frame_name("send (/v/lib/python3.11/site-packages/aiokafka/p.py:12)") == (
         "send (aiokafka/p.py)"
     )
-    assert frame_name("dedupe_events (app/agents.py:117)") == "dedupe_events (app/agents.py)"
+    assert (
+        frame_name("dedupe_events (app/worker/agents.py:117)")
+        == "dedupe_events (app/worker/agents.py)"
+    )
     assert frame_name("<unknown>") == "<unknown>"
 
 
@@ -29,7 +32,7 @@ def test_self_and_total_shares() -> None:
     assert p.self_["EpollSelector.select (selectors.py)"] == 50
     assert p.self_["loads (json/__init__.py)"] == 30
     # both lines of dedupe_events count once each for total, folded across line numbers
-    assert p.total["dedupe_events (app/agents.py)"] == 50
+    assert p.total["dedupe_events (app/worker/agents.py)"] == 50
     assert p.total["<module> (app/__main__.py)"] == 100
     text = summary(p)
     assert "idle (event loop or thread waiting) 50.0%" in text

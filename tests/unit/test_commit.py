@@ -12,7 +12,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFen
 
 from app.eos import Outcome
 from app.eos.txn_v2 import TransactionAbortable
-from app.metrics import REGISTRY
+from app.worker.metrics import REGISTRY
 from tests.unit.commit_fakes import CHANGELOG, SOURCE, setup
 
 

@@ -7,8 +7,8 @@ import json
 from collections import Counter
 
 from app import rules, strategy
-from app.dedup import Deduplicator, RecordOutcome, record_ms
 from app.settings import Settings
+from app.worker.dedup import Deduplicator, RecordOutcome, record_ms
 from tables import producers
 from tests.unit.test_agent import FakeSeenIds, FakeTxn, Msg
 

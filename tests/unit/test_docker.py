@@ -150,7 +150,7 @@ def imported_packages(package: str) -> set[str]:
 
 
 def test_the_image_copies_every_package_its_packages_import() -> None:
-    """The image once copied neither adapters/ nor recovery/, which app/factory.py and
+    """The image once copied neither adapters/ nor recovery/, which app/worker/factory.py and
     tables/store.py import: the worker it built could not start."""
     copied = copied_packages((ROOT / "docker" / "Dockerfile").read_text())
     for package in sorted(copied):

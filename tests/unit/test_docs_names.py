@@ -295,7 +295,7 @@ def exported_metrics(data_dir: Path) -> set[str]:
 #: ``dedupe_*`` names in the docs that are no metrics: each a name in the code (checked by
 #: test_the_names_that_are_no_metrics_are_in_the_code).
 NOT_METRICS = {
-    "dedupe_events": "the worker's Faust agent (app/agents.py)",
+    "dedupe_events": "the worker's Faust agent (app/worker/agents.py)",
     "dedupe_batch": "the batch entry point of the Deduplicator (app/)",
 }
 

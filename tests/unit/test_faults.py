@@ -1,5 +1,5 @@
-"""The fault tests' seams: the plan (``app/fault_injection.py``), the producers and collectors
-of their client supplier (``app/fault_producers.py``: the commit's actions on the fake producer
+"""The fault tests' seams: the plan (``app/faults/injection.py``), the producers and collectors
+of their client supplier (``app/faults/producers.py``: the commit's actions on the fake producer
 of tests/unit/commit_fakes.py, the record's ``stored`` and ``sent`` on a watched collector) and
 the batch handler's ``skip-fetched``."""
 
@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import pytest
 from aiokafka.structs import TopicPartition
 
-from app import fault_injection as faults
-from app import fault_producers
 from app.eos import Outcome, Task, TaskTransaction
 from app.eos.producer import TransactionalProducers
-from app.factory import fault_seams
-from app.fault_points import NO_FAULTS
-from app.fault_producers import CommitFaults, FaultProducer, FaultProducers, WatchedCollector
+from app.faults import injection as faults
+from app.faults import producers as fault_producers
+from app.faults.points import NO_FAULTS
+from app.faults.producers import CommitFaults, FaultProducer, FaultProducers, WatchedCollector
 from app.settings import Settings
+from app.worker.factory import fault_seams
 from recovery.reader import Fetched
 from tests.unit.commit_fakes import CHANGELOG, OUT, SOURCE, Builder, Producer, setup
 

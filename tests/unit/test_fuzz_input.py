@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app import rules
-from app.dedup import Deduplicator, RecordOutcome
 from app.settings import Settings
+from app.worker.dedup import Deduplicator, RecordOutcome
 from tests.unit.test_agent import FakeSeenIds, FakeTxn, Msg
 
 PARTITIONS = 4

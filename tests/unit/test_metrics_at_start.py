@@ -17,7 +17,7 @@ import pytest
 from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from app import metrics as worker_metrics
+from app.worker import metrics as worker_metrics
 from envsettings import process_metrics
 from ingest import metrics as ingest_metrics
 from recovery.restore import Progress, Restorer
@@ -43,7 +43,7 @@ def test_the_worker_exports_every_partitions_commit_failures_at_0() -> None:
 
 def test_the_worker_knows_every_reason_its_commit_counts_failures_under() -> None:
     """The reasons ``app/eos/commit.py`` counts (its ``failed(task, ...)`` calls)."""
-    source = (Path(worker_metrics.__file__).parent / "eos" / "commit.py").read_text()
+    source = (Path(worker_metrics.__file__).parents[1] / "eos" / "commit.py").read_text()
     counted = set(re.findall(r'failed\(task, "(\w+)"\)', source))
     assert counted and counted <= set(worker_metrics.COMMIT_FAILURE_REASONS)
 

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import metrics as worker_metrics
+from app.worker import metrics as worker_metrics
 from ingest import metrics as ingest_metrics
 from spark import metrics as spark_metrics
 

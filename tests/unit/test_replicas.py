@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from app.eos.replicas import ReplicaWatch, Shortfall, shortfalls
-from app.metrics import REGISTRY
 from app.settings import Settings
+from app.worker.metrics import REGISTRY
 
 
 def topic(name: str, *isrs: list[int], error: int = 0) -> dict[str, Any]:

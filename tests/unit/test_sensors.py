@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app import metrics
-from app.factory import create_app
 from app.settings import Settings
+from app.worker import metrics
+from app.worker.factory import create_app
 
 
 async def test_a_rebalance_logs_no_missing_sensor_state_warning(

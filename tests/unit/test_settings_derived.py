@@ -144,7 +144,7 @@ def test_settings_are_frozen() -> None:
 
 
 def test_the_app_runs_our_transport_and_transaction_manager(tmp_path: Path) -> None:
-    from app.factory import create_app
+    from app.worker.factory import create_app
 
     settings = Settings.from_env({"DEDUPE_DATA_DIR": str(tmp_path)})
     app = create_app(settings).app
@@ -158,7 +158,7 @@ def test_the_app_runs_our_transport_and_transaction_manager(tmp_path: Path) -> N
 
 async def test_the_worker_consumer_waits_at_most_the_fetch_max_wait(tmp_path: Path) -> None:
     """Faust creates its worker consumer with fetch_max_wait_ms=1500; ours takes the setting."""
-    from app.factory import create_app
+    from app.worker.factory import create_app
 
     settings = Settings.from_env(
         {

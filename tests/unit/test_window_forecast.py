@@ -1,5 +1,6 @@
 """The window forecast: the pure rule (tables/window_forecast.py) and the worker's watch over a
-real store (app/window_watch.py), at start-up (from the restored index) and as records flow."""
+real store (app/worker/window_watch.py), at start-up (from the restored index) and as records
+flow."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.window_watch import WindowWatch
+from app.worker.window_watch import WindowWatch
 from tables.seen_ids import SeenIds
 from tables.window_forecast import (
     MIN_SPAN_MS,
@@ -81,7 +82,7 @@ async def test_the_watch_warns_at_start_up_from_the_restored_state(
         restarted = SeenIds(w.table, w.settings)  # type: ignore[arg-type]
         watch = WindowWatch(restarted)
         assert restarted.status(0)["oldest_first_seen_ms"] is None
-        with caplog.at_level(logging.WARNING, logger="app.window_watch"):
+        with caplog.at_level(logging.WARNING, logger="app.worker.window_watch"):
             watch.check([0])
         f = watch.forecast(0)
         assert f.held_rate == pytest.approx(2_000 / 199.9)
@@ -106,7 +107,7 @@ async def test_the_watch_stays_quiet_while_the_cap_keeps_the_minimum(
             w.record(f"id-{i}", 1_000_000 + 1_000 * i)
         w.commit()
         watch = WindowWatch(w.seen)
-        with caplog.at_level(logging.WARNING, logger="app.window_watch"):
+        with caplog.at_level(logging.WARNING, logger="app.worker.window_watch"):
             watch.check([0])
         f = watch.forecast(0)
         assert f.held_rate == pytest.approx(600 / 599) and f.warning is None

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.dedup import RecordOutcome
 from app.settings import Settings
+from app.worker.dedup import RecordOutcome
 from tables import window
 from tables.seen_ids import SeenIds
 from tests.unit.seen_ids.support import BUCKET_MS, WINDOW_MS, World

@@ -1,6 +1,6 @@
 """``create_app(settings)``: the Faust app with its topics, table, agent and exactly-once plumbing.
 
-The one place where the parts are wired together; ``app/main.py`` calls it with the settings
+The one place where the parts are wired together; ``app/worker/main.py`` calls it with the settings
 from the environment, tests call it with their own.
 """
 
@@ -19,16 +19,16 @@ from yarl import URL
 import recovery
 from app.admin.snapshots import SnapshotSchedule
 from app.admin.topics import ensure_topics
-from app.agents import batch_handler, register_agents
-from app.dedup import Deduplicator
 from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
 from app.eos.consumer import FaustAppHooks
 from app.eos.producer import ProducerSupplier, TransactionalProducers
-from app.fault_points import NO_FAULTS, FaultPoints
-from app.metrics import RebalanceSensor, restore_progress
+from app.faults.points import NO_FAULTS, FaultPoints
 from app.settings import Settings
 from app.web.views import is_ready, register_views
-from app.window_watch import WindowWatch
+from app.worker.agents import batch_handler, register_agents
+from app.worker.dedup import Deduplicator
+from app.worker.metrics import RebalanceSensor, restore_progress
+from app.worker.window_watch import WindowWatch
 from envsettings import parse_count
 from recovery import TransactionalTableManager
 from recovery.reader import ChangelogReader
@@ -107,11 +107,12 @@ class DedupeApp(FaustAppHooks):
         await self.transactions.commit_all()
 
     def on_init_dependencies(self) -> Any:
-        """Faust's services, with :class:`app.metrics.RebalanceSensor` for its Monitor sensor.
+        """Faust's services, with :class:`app.worker.metrics.RebalanceSensor` for its Monitor
+        sensor.
 
         Faust always adds a Monitor that records per-event and per-table-access statistics
         for its own /stats pages, which this worker disables (``web_stats_enabled=False``; our
-        metrics are in ``app.metrics``). Its hooks ran several times per record on the hot
+        metrics are in ``app.worker.metrics``). Its hooks ran several times per record on the hot
         path for figures nobody reads. Without any sensor Faust warns "Missing sensor state"
         at every rebalance, so the rebalance timer takes its place."""
         services = super().on_init_dependencies()
@@ -201,7 +202,7 @@ def fault_seams() -> tuple[FaultPoints, ProducerSupplier]:
     imported only then."""
     if not os.environ.get("DEDUPE_FAULT_INJECTION"):
         return NO_FAULTS, TransactionalProducers
-    from app.fault_injection import from_environment
+    from app.faults.injection import from_environment
 
     injected = from_environment()
     if injected is None:

@@ -8,7 +8,7 @@ Per partition this worker owns (label ``partition``):
 - ``dedupe_producers_held``
 - ``dedupe_ids_held``, ``dedupe_effective_window_seconds``, ``dedupe_consumer_lag``
 - ``dedupe_predicted_window_seconds``: the window the size cap will leave at the observed
-  new-id rate (``app/window_watch.py``)
+  new-id rate (``app/worker/window_watch.py``)
 - ``dedupe_aged_out_total{reason=expired|evicted}``
 - ``dedupe_commits_total``, ``dedupe_last_commit_timestamp_seconds``
 
@@ -128,7 +128,7 @@ class RebalanceSensor(faust.Sensor):  # type: ignore[misc]
         REBALANCE_SECONDS.observe(monotonic() - state["time_start"])
 
 
-#: The outcomes of ``app.dedup.RecordOutcome``, as ``/stats`` names them.
+#: The outcomes of ``app.worker.dedup.RecordOutcome``, as ``/stats`` names them.
 OUTCOMES = ("forwarded", "duplicates_dropped", "dead_lettered", "rekeyed", "messageId_reused")
 
 

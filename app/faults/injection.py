@@ -3,14 +3,14 @@
 ``DEDUPE_FAULT_INJECTION="<point>=<action>@<n>"`` (read from the environment by
 :func:`from_environment`, never part of the worker's settings) makes the worker act the
 ``n``-th time it reaches ``point`` (once). :class:`InjectedFaults` implements
-``app.fault_points.FaultPoints``, whose production methods do nothing, for the points of the
+``app.faults.points.FaultPoints``, whose production methods do nothing, for the points of the
 consumer, the rebalances and the stores; the points of a record's send and of the commit are
 reached by the producers of its client supplier (:attr:`InjectedFaults.producer_supplier`,
-``app/fault_producers.py``), which the factory hands the worker instead of production's.
+``app/faults/producers.py``), which the factory hands the worker instead of production's.
 Points:
 
 - ``stored``: a record's table write is staged, its output not sent yet (the output batch's
-  append, ``app/fault_producers.py``).
+  append, ``app/faults/producers.py``).
 - ``sent``: the record's output is in its task's open transaction, its changelog record not yet.
 - ``processed``: after a record counts as processed (its offset joined the open transaction).
 - ``commit``: a task's commit request (EndTxn, the producer's ``commit_transaction``), after
@@ -65,9 +65,9 @@ from typing import TYPE_CHECKING
 
 from aiokafka.structs import TopicPartition
 
-from app.fault_points import FaultPoints
-from app.fault_producers import FaultProducers
-from app.fault_skipping import EndOf, Seek, SkippingHandler
+from app.faults.points import FaultPoints
+from app.faults.producers import FaultProducers
+from app.faults.skipping import EndOf, Seek, SkippingHandler
 
 if TYPE_CHECKING:
     from app.eos.batch import BatchHandler

@@ -6,11 +6,11 @@ manager, the task life cycle, the consumer, the restorer's reader and progress).
 this class, whose methods do nothing: the protocol's code calls them without a branch, and the
 per-record loop does not call them at all (the processed point and ``skip-fetched`` wrap the
 batch handler instead, see :meth:`FaultPoints.batch_handler`).
-The fault tests get ``app.fault_injection.InjectedFaults``, chosen by the factory only when
+The fault tests get ``app.faults.injection.InjectedFaults``, chosen by the factory only when
 ``DEDUPE_FAULT_INJECTION`` is set; each point's meaning is in that module's docstring.
 
 The points of a record's send and of the commit are not here: the fault tests reach them
-through the producers the worker is handed (``app/fault_producers.py``), as Kafka Streams' tests
+through the producers the worker is handed (``app/faults/producers.py``), as Kafka Streams' tests
 hand a ``MockProducer`` in through a ``KafkaClientSupplier``. Outcome-changing actions here
 wrap a call the worker makes anyway (the batch handler, the restorer's reader and progress
 callback).

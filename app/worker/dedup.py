@@ -30,9 +30,9 @@ from collections.abc import Sequence
 
 from app import rules, strategy
 from app.eos import SourceRecord, TaskTransaction
-from app.record_sends import RecordOutcome, Sends
 from app.settings import Settings
 from app.strategy import NO_META, Meta, Strategy
+from app.worker.record_sends import RecordOutcome, Sends
 from tables.producers import ProducerSeqs
 from tables.seen_ids import SeenIds
 from tables.window import Verdict

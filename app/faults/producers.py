@@ -1,5 +1,5 @@
 """The fault tests' client supplier: the tasks' producers with the ``stored``, ``sent``,
-``commit`` and ``committed`` points of ``DEDUPE_FAULT_INJECTION`` (``app/fault_injection.py``
+``commit`` and ``committed`` points of ``DEDUPE_FAULT_INJECTION`` (``app/faults/injection.py``
 parses the plan and documents each point and action).
 
 As Kafka Streams' tests hand the streams instance a ``MockProducer`` through a
@@ -45,7 +45,7 @@ from app.eos.collector import RecordCollector, retrieve_exception_later
 from app.eos.producer import TransactionalProducers, abandon
 
 if TYPE_CHECKING:
-    from app.fault_injection import FaultPlan
+    from app.faults.injection import FaultPlan
     from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The ``processed`` fault point and its ``skip-fetched`` action (``app/fault_injection.py``),
+"""The ``processed`` fault point and its ``skip-fetched`` action (``app/faults/injection.py``),
 as a wrapper of the batch handler: the per-record loop (``app/eos/batch.py``) knows nothing of
 them."""
 
@@ -13,7 +13,7 @@ from aiokafka.structs import TopicPartition
 if TYPE_CHECKING:
     from app.eos.batch import BatchHandler, SourceRecord
     from app.eos.task import Task
-    from app.fault_injection import FaultPlan
+    from app.faults.injection import FaultPlan
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""What a decided record becomes: the sends of ``app.dedup`` into the record's task transaction
-(the clean topic, the repartition topic or the dead-letter topic), and the names of the outcomes
-they are counted under."""
+"""What a decided record becomes: the sends of ``app.worker.dedup`` into the record's task
+transaction (the clean topic, the repartition topic or the dead-letter topic), and the names of the
+outcomes they are counted under."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The dedup loop: ``dedupe_batch``, a thin loop over ``Deduplicator.handle`` (``app/dedup.py``)
-for batches of one partition's records handed over by ``app.eos.Consumer``; and the
-``dedupe_events`` agent, which only subscribes the source topics (no record reaches it).
+"""The dedup loop: ``dedupe_batch``, a thin loop over ``Deduplicator.handle``
+(``app/worker/dedup.py``) for batches of one partition's records handed over by
+``app.eos.Consumer``; and the ``dedupe_events`` agent, which only subscribes the source topics (no
+record reaches it).
 
 Every send and table write happens inside the record's task transaction (``app.eos``).
 """
@@ -13,8 +14,8 @@ from collections import Counter
 import faust
 
 from app import rules
-from app.dedup import Deduplicator, record_ms
 from app.eos import BatchHandler, SourceRecord, TaskTransactionManager
+from app.worker.dedup import Deduplicator, record_ms
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ then the worker processing ``$DEDUPE_INPUT_TOPIC`` into ``$DEDUPE_OUTPUT_TOPIC``
 
 from __future__ import annotations
 
-from app.factory import create_app
 from app.settings import Settings
+from app.worker.factory import create_app
 
 pipeline = create_app(Settings.from_env())
 app = pipeline.app
