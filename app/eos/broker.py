@@ -20,7 +20,7 @@ from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.eos.settings import EosSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class BrokerReader:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: EosSettings,
         group_id: str,
         source_topics: frozenset[str],
         task_partitions: Callable[[], Iterable[int]],

@@ -35,6 +35,7 @@ from aiokafka.structs import TopicPartition
 
 from app.eos.broker import BrokerReader
 from app.eos.collector import retrieve_exception_later
+from app.eos.metrics import COMMIT_FAILURES
 from app.eos.producer import (
     TransactionalProducers,
     abandon,
@@ -43,7 +44,6 @@ from app.eos.producer import (
     send_lingering,
 )
 from app.eos.task import Task
-from app.worker.metrics import COMMIT_FAILURES
 from tables.protocol import ChangelogSource, SourceOffsetStore
 from tables.source_offsets import SOURCE_OFFSETS_KEY, encode_source_offsets
 

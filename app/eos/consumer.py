@@ -34,7 +34,7 @@ from adapters.faust_privates import (
 from app.eos.batch import BatchHandler
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.eos.settings import EosSettings
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class ConsumerThread(ConsumerThreadShim):
         (docs/design.md, "Fetches wait at most").
         """
         consumer = super().create_worker_consumer(transport)
-        settings: Settings = self.app.dedupe_settings
+        settings: EosSettings = self.app.dedupe_settings
         aiokafka_privates.set_fetch_max_wait(consumer, settings.fetch_max_wait)
         return consumer
 

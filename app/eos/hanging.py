@@ -64,7 +64,7 @@ from app.eos.txn_messages import DescribeProducers, WriteTxnMarkers
 from app.eos.txn_v2 import is_v2
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.eos.settings import EosSettings
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class BrokerMarkers:
     """:class:`Markers` on the cluster: DescribeProducers and WriteTxnMarkers sent to each
     partition's leader (a client of its own, opened for one repair)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: EosSettings) -> None:
         self.settings = settings
 
     def _client(self) -> AIOKafkaClient:

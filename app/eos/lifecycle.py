@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 
 from app.eos.commit import CommitResult, Committer, Outcome
+from app.eos.hooks import ManagerHooks
+from app.eos.metrics import COMMIT_SECONDS
 from app.eos.producer import TransactionalProducers, is_fenced
 from app.eos.task import Task, TaskState
-from app.faults.points import FaultPoints
-from app.worker.metrics import COMMIT_SECONDS
 from tables.protocol import ChangelogSource, StagedState
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class TaskLife:
         self,
         producers: TransactionalProducers,
         committer: Committer,
-        points: FaultPoints,
+        hooks: ManagerHooks,
         request_rejoin: Callable[[], None],
         stopping: Callable[[], bool],
     ) -> None:
@@ -38,7 +38,7 @@ class TaskLife:
         self.stores: list[tuple[StagedState, str | None]] = []
         self._producers = producers
         self._committer = committer
-        self._points = points
+        self._hooks = hooks
         self._request_rejoin = request_rejoin
         self._stopping = stopping
 
@@ -150,7 +150,7 @@ class TaskLife:
     def _applied(self, task: Task, changelog_offsets: Mapping[str, int], started: float) -> None:
         for store, topic in self.stores:
             store.commit_partition(task.partition, changelog_offsets.get(topic or ""))
-        self._points.applied(task.partition)
+        self._hooks.applied(task.partition)
         task.commits += 1
         task.committed_records += task.records
         task.last_commit_at = time.time()

@@ -23,6 +23,7 @@ from app.eos.commit import Committer
 from app.eos.consumer import Consumer, records_held_back, request_rejoin
 from app.eos.guards import StallWatchdog, gap_checked
 from app.eos.hanging import BrokerMarkers, HangingTransactions, written_by
+from app.eos.hooks import NO_HOOKS, ManagerHooks
 from app.eos.lifecycle import TaskLife
 from app.eos.positions import (
     assign_start_positions,
@@ -34,11 +35,10 @@ from app.eos.replicas import WATCH_INTERVAL, ReplicaWatch
 from app.eos.sends_only import TaskSendsOnly
 from app.eos.task import Task, TaskState
 from app.eos.task_restart import restart_tasks
-from app.faults.points import NO_FAULTS, FaultPoints
 from tables.protocol import SourceOffsetStore, StagedState
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.eos.settings import EosSettings
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,10 @@ class TaskTransactionManager(TaskSendsOnly):
         #: The consumer generation of the last assignment this worker took part in.
         self._generation: int | None = None
         s = self.settings
-        #: The fault tests' points of the consumer, the rebalances and the stores (the
-        #: factory's choice; production's do nothing).
-        self.points: FaultPoints = getattr(self.app, "fault_points", NO_FAULTS)
+        #: Its maker's hooks (``app/eos/hooks.py``: the factory's choice; production's do
+        #: nothing). Faust makes this manager from the app, so the app carries them; an app
+        #: that carries none (a plain Faust app in a test) gets production's.
+        self.hooks: ManagerHooks = getattr(self.app, "eos_hooks", NO_HOOKS)
         #: The client supplier the factory chose: every task's producer comes from it.
         supplier: ProducerSupplier = self.app.producer_supplier
         self.producers = supplier(s, lambda: bool(self.should_stop))
@@ -77,7 +78,7 @@ class TaskTransactionManager(TaskSendsOnly):
         self.life = TaskLife(
             self.producers,
             self.committer,
-            self.points,
+            self.hooks,
             self._request_rejoin,
             lambda: bool(self.should_stop),
         )
@@ -99,8 +100,8 @@ class TaskTransactionManager(TaskSendsOnly):
     # -- configuration -------------------------------------------------------------------------
 
     @property
-    def settings(self) -> Settings:
-        settings: Settings = self.app.dedupe_settings
+    def settings(self) -> EosSettings:
+        settings: EosSettings = self.app.dedupe_settings
         return settings
 
     @property
@@ -145,8 +146,8 @@ class TaskTransactionManager(TaskSendsOnly):
         return await self.broker.first_committed_record(tp, start, end)
 
     def batch_handler(self, handler: BatchHandler) -> BatchHandler:
-        """``handler``, as the consumer calls it (through the fault points)."""
-        return self.points.batch_handler(handler, self.tasks, self.broker.stable_end, self._seek)
+        """``handler``, as the consumer calls it (through the hooks' wrapper)."""
+        return self.hooks.batch_handler(handler, self.tasks, self.broker.stable_end, self._seek)
 
     def commit_soon(self) -> None:
         self._wakeup.set()
@@ -185,12 +186,12 @@ class TaskTransactionManager(TaskSendsOnly):
             for tp in assigned
             if tp.topic in self.source_topics and not self.app.assignor.is_standby(tp)
         }
-        self.points.rebalance()
+        self.hooks.rebalance()
         generation: int = self.app.consumer_generation_id
         last, self._generation = self._generation, generation
         self.first_offsets.clear()
         await restart_tasks(self.life, wanted, generation, last)
-        await self.points.assigned()
+        await self.hooks.assigned()
         if wanted:
             kept = self.committer.source_offsets_kept
             await assign_start_positions(
@@ -262,7 +263,7 @@ class TaskTransactionManager(TaskSendsOnly):
         return [*self.source_topics, s.output_topic, s.dlq_topic, *changelogs]
 
     async def _seek_back(self, tp: TopicPartition, position: int) -> None:
-        self.points.seeked_back(tp)
+        self.hooks.seeked_back(tp)
         await self._seek(tp, position)
 
     # -- commits -------------------------------------------------------------------------------

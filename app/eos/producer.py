@@ -37,8 +37,8 @@ from app.eos.collector import MAX_BATCH_BYTES, RecordCollector, retrieve_excepti
 from app.eos.txn_v2 import TransactionAbortable, is_v2, use_v2
 
 if TYPE_CHECKING:
+    from app.eos.settings import EosSettings
     from app.eos.txn_protocol import TransactionProtocol
-    from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ async def commit_markers(producer: AIOKafkaProducer, tps: list[TopicPartition]) 
 
 
 async def probe_transactional_writes(
-    settings: Settings, transactional_id: str, tps: list[TopicPartition]
+    settings: EosSettings, transactional_id: str, tps: list[TopicPartition]
 ) -> set[str]:
     """The topics of ``tps`` this principal may not write in a transaction (the start-up probe
     of app/admin/access.py). A producer with ``transactional_id`` adds ``tps`` to a transaction
@@ -193,7 +193,7 @@ class TransactionalProducers:
     (``app/faults/producers.py``) overrides :meth:`create` and :meth:`collector` only, so
     production runs exactly the clients below."""
 
-    def __init__(self, settings: Settings, should_stop: Callable[[], bool]) -> None:
+    def __init__(self, settings: EosSettings, should_stop: Callable[[], bool]) -> None:
         self.settings = settings
         self._should_stop = should_stop
         #: The transaction protocol the producers run (app/eos/txn_protocol.py), chosen at
@@ -298,4 +298,4 @@ class TransactionalProducers:
 
 #: Makes the worker's client supplier from its settings and a "should stop" test (the factory
 #: passes :class:`TransactionalProducers` itself, the fault tests a subclass).
-ProducerSupplier: TypeAlias = Callable[["Settings", Callable[[], bool]], TransactionalProducers]
+ProducerSupplier: TypeAlias = Callable[["EosSettings", Callable[[], bool]], TransactionalProducers]

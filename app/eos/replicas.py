@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from app.worker.metrics import BELOW_MIN_INSYNC
+from app.eos.metrics import BELOW_MIN_INSYNC
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.eos.settings import EosSettings
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class ReplicaWatch:
     docstring); an admin client opened on first use."""
 
     def __init__(
-        self, settings: Settings, topics: Callable[[], Iterable[str]], timeout: float = 10.0
+        self, settings: EosSettings, topics: Callable[[], Iterable[str]], timeout: float = 10.0
     ) -> None:
         self.settings = settings
         self.topics = topics

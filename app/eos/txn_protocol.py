@@ -38,7 +38,7 @@ from app.eos.txn_messages import (
 )
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.eos.settings import EosSettings
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def finalized_features(response: Any) -> FinalizedFeatures:
     return FinalizedFeatures(epoch, levels)
 
 
-async def cluster_features(settings: Settings) -> FinalizedFeatures:
+async def cluster_features(settings: EosSettings) -> FinalizedFeatures:
     """The finalized features of the broker with the newest view of them (the highest epoch),
     as the Java client's ``ApiVersions`` keeps them: a broker may lag behind the controller
     for a moment after a feature update."""
@@ -155,7 +155,7 @@ def choose(setting: str, cluster_transaction_version: int) -> TransactionProtoco
     return TransactionProtocol("v1", setting, cluster_transaction_version)
 
 
-async def detect(settings: Settings) -> TransactionProtocol:
+async def detect(settings: EosSettings) -> TransactionProtocol:
     """Ask the cluster, choose as ``DEDUPE_TRANSACTION_PROTOCOL`` says and log the choice."""
     features = await cluster_features(settings)
     protocol = choose(settings.transaction_protocol, features.transaction_version)

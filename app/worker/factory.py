@@ -78,9 +78,10 @@ class DedupeApp(FaustAppHooks):
         **options: Any,
     ) -> None:
         self.dedupe_settings = settings
-        #: Where the fault tests act on the consumer, the rebalances and the stores
-        #: (:func:`fault_seams`); read by the transaction manager.
-        self.fault_points = points
+        #: The transaction manager's hooks (``app/eos/hooks.py``; :func:`fault_seams`: where the
+        #: fault tests act on the consumer, the rebalances and the stores); Faust makes the
+        #: manager from the app, which reads them here.
+        self.eos_hooks = points
         #: Makes the client supplier every task's producer comes from (:func:`fault_seams`).
         self.producer_supplier = producers
         self._served = False

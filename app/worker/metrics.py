@@ -40,6 +40,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.eos.metrics import (
+    BELOW_MIN_INSYNC,
+    COMMIT_FAILURE_REASONS,
+    COMMIT_FAILURES,
+    COMMIT_SECONDS,
+)
 from envsettings import process_metrics
 from recovery.restore import Progress
 
@@ -50,32 +56,9 @@ if TYPE_CHECKING:
 REGISTRY = CollectorRegistry()
 process_metrics.register(REGISTRY)
 
-COMMIT_SECONDS = Histogram(
-    "dedupe_commit_seconds",
-    "Latency of a partition's transaction commit: sends acknowledged, offsets, EndTxn.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-    registry=REGISTRY,
-)
-
-
-#: The ``reason`` labels of ``dedupe_commit_failures_total`` (``app.eos.commit.CommitResult``).
-COMMIT_FAILURE_REASONS = ("unknown_outcome", "error")
-COMMIT_FAILURES = Counter(
-    "dedupe_commit_failures",
-    "Transactions that did not commit and whose partition is re-read, by reason: "
-    "unknown_outcome (the commit's answer was lost and it had not committed), error (any "
-    "other failure).",
-    labelnames=["partition", "reason"],
-    registry=REGISTRY,
-)
-BELOW_MIN_INSYNC = Gauge(
-    "dedupe_partitions_below_min_insync",
-    "Partitions of the worker's topics and of __transaction_state and __consumer_offsets with "
-    "fewer replicas in sync than their min.insync.replicas, as the brokers last said (every "
-    "10 s): above 0, writes and transactions wait for brokers to return (app/eos/replicas.py).",
-    labelnames=["topic"],
-    registry=REGISTRY,
-)
+# What the exactly-once layer measures is declared there (app/eos/metrics.py) and exported here.
+for _collector in (COMMIT_SECONDS, COMMIT_FAILURES, BELOW_MIN_INSYNC):
+    REGISTRY.register(_collector)
 
 
 REBALANCE_SECONDS = Histogram(
