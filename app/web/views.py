@@ -36,6 +36,8 @@ with a worker running (``make run``)::
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,17 +45,16 @@ import faust
 from faust.exceptions import ConsumerNotStarted, SameNode
 from faust.web import Request, Response, View
 
-from app.eos import TaskTransactionManager
 from app.rules import partition_for
+from app.settings import Settings
 from app.strategy import scoped_key
 from app.web import status_page
 from app.web.guard import guarded
 from app.web.lookup import OutputLocator
-from app.worker import metrics
-from app.worker.dedup import Deduplicator
-from app.worker.window_watch import WindowWatch
 from tables.producers import TABLE_NAME as PRODUCERS_TABLE
+from tables.producers import ProducerState
 from tables.seen_ids.table import TABLE_NAME
+from tables.window import Entry
 
 log = logging.getLogger(__name__)
 #: Bind addresses that only this machine can reach (no warning without a token there).
@@ -79,81 +80,29 @@ def is_ready(app: faust.App) -> bool:
     )
 
 
-def _lag(app: faust.App, tm: TaskTransactionManager, topic: str, partition: int) -> int | None:
-    """Offsets between the last processed record and the partition's end (last stable offset).
-
-    Exact for the input topic. The repartition topic is written in transactions, so its end
-    also counts commit markers: at rest it shows a small remainder, not unprocessed records.
-    """
-    task = tm.tasks.get(partition)
-    if task is None:
-        return None
-    tp = faust.types.TP(topic, partition)
-    high: int | None = app.consumer.highwater(tp)
-    if high is None or high < 0:
-        return None
-    return max(high - task.positions.get(tp, high), 0)
-
-
-def partition_stats(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> dict[str, Any]:
-    """The figures of ``/stats`` and ``/metrics``."""
-    tm: TaskTransactionManager = app.consumer.transactions
-    seen = dedup.seen_ids
-    partitions: dict[str, Any] = {}
-    for p, task in sorted(tm.tasks.items()):
-        counts: dict[str, int] = dict(dedup.counts.get(p, {}))
-        partitions[str(p)] = {
-            "state": task.state.value,
-            **seen.status(p),
-            "window_forecast": watch.forecast(p).as_dict(),
-            **(dedup.producers.status(p) if dedup.producers is not None else {}),
-            **{outcome: counts.get(outcome, 0) for outcome in metrics.OUTCOMES},
-            "by_strategy": _by_strategy(dedup, p),
-            "consumer_lag": _lag(app, tm, tm.settings.input_topic, p),
-            "repartition_lag": _lag(app, tm, tm.settings.repartition_topic, p),
-            "batches": task.batches,
-            "commits": task.commits,
-            "last_commit_at": task.last_commit_at,
-            "last_commit_seconds": task.last_commit_seconds,
-        }
-    protocol = tm.producers.protocol
-    return {
-        "policy": dedup.policy(),
-        "transactions": protocol.stats() if protocol is not None else None,
-        "partitions": partitions,
-        "standbys": standby_stats(app),
-    }
-
-
-def standby_stats(app: faust.App) -> dict[str, Any]:
-    """The standby copies this worker keeps (``recovery/follow.py``), by changelog partition:
-    the changelog offset each holds and its lag (offsets behind the last stable offset)."""
-    follower = getattr(app.tables.recovery, "follower", None)
-    if follower is None:
-        return {}
-    return {
-        f"{tp.topic}-{tp.partition}": {"partition": tp.partition, "offset": f.held, "lag": f.lag}
-        for tp, f in sorted(follower.status().items())
-    }
-
-
-def _by_strategy(dedup: Deduplicator, partition: int) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for (strategy, outcome), n in sorted(dedup.by_strategy.get(partition, {}).items()):
-        out.setdefault(strategy, {})[outcome] = n
-    return out
-
-
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def register_views(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> None:
-    settings = dedup.settings
+@dataclass(frozen=True)
+class WorkerState:
+    """What the endpoints read of the worker, handed in by the factory: the worker's room
+    imports this one, never the other way."""
+
+    #: ``/stats``'s figures (``app/worker/stats.py``)
+    stats: Callable[[], dict[str, Any]]
+    #: ``/metrics``'s body (Prometheus's text format)
+    exposition: Callable[[], bytes]
+    #: the committed entry of an id (or scoped key) in a partition, None when not held
+    seen_entry: Callable[[int, bytes], Entry | None]
+    #: a producer's committed state in a partition; None: the producer-sequence strategy is off
+    producer: Callable[[int, bytes], ProducerState | None] | None
+
+
+def register_views(app: faust.App, settings: Settings, worker: WorkerState) -> None:
     locator = OutputLocator(
         settings.bootstrap_servers, settings.output_topic, **settings.kafka_client_kwargs()
     )
-    metrics.register(lambda: partition_stats(app, dedup, watch), settings)
     Guarded = guarded(settings.web_token)
     if not settings.web_token and settings.web_host not in LOOPBACK:
         log.warning(
@@ -200,22 +149,22 @@ def register_views(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> N
     @app.page("/stats")
     class Stats(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request) -> Response:
-            return self.json(partition_stats(app, dedup, watch))
+            return self.json(worker.stats())
 
     @app.page("/metrics")
     class Metrics(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request) -> Response:
-            return self.bytes(metrics.exposition(), content_type="text/plain; version=0.0.4")
+            return self.bytes(worker.exposition(), content_type="text/plain; version=0.0.4")
 
     @app.page("/producers/{name}")
     class Producers(Guarded):  # type: ignore[misc,valid-type]
         async def get(self, request: Request, name: str) -> Response:
             key = name.encode("utf-8")
             answer = await owner_answer(self, request, PRODUCERS_TABLE, key)
-            if answer is not None or dedup.producers is None:
+            if answer is not None or worker.producer is None:
                 return answer or self.json({"error": "no producer state"}, status=503)
             partition = partition_for(key, settings.partitions)
-            held = dedup.producers.committed(partition, key)
+            held = worker.producer(partition, key)
             if held is None:
                 return self.json({"producer": name, "partition": partition}, status=404)
             return self.json(
@@ -240,7 +189,7 @@ def register_views(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> N
             state_key = id_bytes
             if source and settings.scope == "source":
                 state_key = scoped_key(id_bytes, source.encode("utf-8"))
-            entry = dedup.seen_ids.committed_entry(partition, state_key)
+            entry = worker.seen_entry(partition, state_key)
             if entry is None:
                 return self.json(
                     {"messageId": message_id, "held": False, "partition": partition}, status=404

@@ -24,10 +24,12 @@ from app.eos.consumer import FaustAppHooks
 from app.eos.producer import ProducerSupplier, TransactionalProducers
 from app.faults.points import NO_FAULTS, FaultPoints
 from app.settings import Settings
-from app.web.views import is_ready, register_views
+from app.web.views import WorkerState, is_ready, register_views
+from app.worker import metrics
 from app.worker.agents import batch_handler, register_agents
 from app.worker.dedup import Deduplicator
 from app.worker.metrics import RebalanceSensor, restore_progress
+from app.worker.stats import partition_stats
 from app.worker.window_watch import WindowWatch
 from envsettings import parse_count
 from recovery import TransactionalTableManager
@@ -278,7 +280,19 @@ def create_app(settings: Settings) -> Pipeline:
     register_agents(app, source)
     app.serve(AppParts(seen_ids, producer_seqs, dedup, batch_handler(app, dedup)))
     watch = WindowWatch(dedup.seen_ids)
-    register_views(app, dedup, watch)
+    figures = partial(partition_stats, app, dedup, watch)
+    metrics.register(figures, settings)
+    seqs = dedup.producers
+    register_views(
+        app,
+        settings,
+        WorkerState(
+            stats=figures,
+            exposition=metrics.exposition,
+            seen_entry=dedup.seen_ids.committed_entry,
+            producer=seqs.committed if seqs is not None else None,
+        ),
+    )
 
     async def watch_windows() -> None:
         await watch.tick(lambda: is_ready(app), lambda: app.consumer.transactions.tasks)
