@@ -47,6 +47,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from faust.types.settings import Settings as FaustSettings
+
 from app.admin.topics import TopicMismatch, delete_retention_ms
 from app.settings import Settings
 from envsettings import parse_duration
@@ -60,10 +62,10 @@ log = logging.getLogger(__name__)
 
 
 def tables_dir(settings: Settings) -> Path:
-    """Where the worker keeps its partition databases (Faust's ``tabledir``)."""
-    from app.worker.factory import create_app
-
-    tabledir: Path = Path(create_app(settings).app.conf.tabledir)
+    """Where the worker keeps its partition databases: Faust's ``tabledir`` of the worker's app
+    (``app/worker/factory.py`` gives it the app id and ``datadir``), worked out by Faust's own
+    settings class, not by building the worker (the admin commands depend on no worker module)."""
+    tabledir: Path = FaustSettings(settings.app_id, datadir=str(settings.data_dir)).tabledir
     return tabledir
 
 

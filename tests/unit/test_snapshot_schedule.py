@@ -112,3 +112,16 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:  # the process ended meanwhile
         return b""
+
+
+def test_the_commands_find_the_databases_where_the_worker_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tables_dir`` works Faust's ``tabledir`` out without building the worker (the admin
+    commands import no worker module): it must be the directory the worker's app uses."""
+    from app.worker.factory import create_app
+
+    monkeypatch.setenv("DEDUPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DEDUPE_APP_ID", "where")
+    settings = Settings.from_env()
+    assert tables_dir(settings) == Path(create_app(settings).app.conf.tabledir)
