@@ -1,5 +1,5 @@
 """aiokafka's private and undocumented members, named in this module only: an upgrade that
-renames one breaks here, and ``tests/unit/test_private_names.py`` says which.
+renames one breaks here, and ``tests/unit/adapters/test_private_names.py`` says which.
 
 One function per use of the producer's and consumer's internals (named for what it does), and
 shims of the classes the transactions-v2 flow subclasses (``app/eos/txn_v2.py``): each private
@@ -77,7 +77,7 @@ async def close_connections(producer: AIOKafkaProducer) -> None:
 
 def use_client(producer: AIOKafkaProducer, client: Any) -> None:
     """Give ``producer`` (not started) another network client: a test's mock, as Kafka's
-    ``MockClient`` is handed to a ``KafkaProducer`` (tests/unit/kafka_mock.py). Its sender
+    ``MockClient`` is handed to a ``KafkaProducer`` (tests/unit/app/eos/kafka_mock.py). Its sender
     sends through it; its accumulator keeps the cluster metadata it was built with."""
     producer.client = client
     producer._sender.client = client
@@ -266,7 +266,7 @@ PRIVATE_NAMES: list[tuple[type, str, str]] = [
 #: aiokafka 0.14.0's methods that the transactions-v2 flow (``app/eos/txn_v2.py``, the shims
 #: above) copies, overrides or builds on, with a hash of each one's source in that release
 #: (:func:`source_hash`). aiokafka is pinned exactly (pyproject.toml); an upgrade that changes
-#: one fails ``tests/unit/test_aiokafka_pins.py``, which names it: read the new body against
+#: one fails ``tests/unit/app/eos/test_aiokafka_pins.py``, which names it: read the new body against
 #: our copy or override, then record the new hash.
 #: (class, method, what the v2 flow does with it, hash)
 V2_PINNED_SOURCES: list[tuple[type, str, str, str]] = [

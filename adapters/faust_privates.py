@@ -1,5 +1,5 @@
 """Faust's (and mode's) private members, named in this module only: an upgrade that renames
-one breaks here, and ``tests/unit/test_private_names.py`` says which.
+one breaks here, and ``tests/unit/adapters/test_private_names.py`` says which.
 
 Each shim is a Faust class whose private steps call public names: a subclass overrides the
 public name (whose default is Faust's step) and reads or writes Faust's private attributes
@@ -267,7 +267,7 @@ _CONSUMER = """_new_consumer_thread _drain_messages _wait_next_records _to_messa
 _CONSUMER_PUBLIC = "perform_seek consumer_stopped_errors suspend_flow flow_active"
 _THREAD = "_highwaters _fetch_records _create_worker_consumer _ensure_consumer"
 #: ``(class, member, files that name it)``: every Faust and mode member the worker relies on.
-#: The underscored ones are named in this module only (tests/unit/test_private_names.py).
+#: The underscored ones are named in this module only (tests/unit/adapters/test_private_names.py).
 FAUST_PRIVATES: list[tuple[type, str, str]] = [
     (TableManager, "_recovery", HERE),
     *((TableManager, n, RECOVERY) for n in _MANAGER_PUBLIC.split()),

@@ -1,7 +1,8 @@
 """The pure rules of de-duplication: validate an input record, route it, decide first sighting.
 
 No I/O lives here; the agent (``app/worker/agents.py``) reads, looks up, writes and sends, and
-asks these functions what to do. Each rule has table-driven tests in ``tests/unit/test_rules_*.py``.
+asks these functions what to do. Each rule has table-driven tests in
+``tests/unit/app/test_rules_*.py``.
 
 The contract for input records:
 
@@ -78,7 +79,7 @@ def inspect(value: bytes | None, *, max_event_bytes: int, max_id_bytes: int) -> 
     ``timestamp``) come out the same from both, so a value gets the verdict ``json`` alone
     would give it, with one exception: nesting 995 to 1,023 levels deep, which ``json``
     refuses or accepts depending on the caller's stack depth and orjson accepts every time
-    (a verdict must not change on replay). ``tests/unit/test_rules_inspect.py`` holds the cases.
+    (a verdict must not change on replay). ``tests/unit/app/test_rules_inspect.py`` holds the cases.
     """
     if value is None:
         return Invalid(BadInput.NULL_VALUE, "record has no value (tombstone)")

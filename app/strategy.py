@@ -1,5 +1,5 @@
 """The pure rules of the dedup strategies: which strategy decides a record, and the key it is
-decided, placed and forwarded by. No I/O; table-driven tests in ``tests/unit/test_strategy.py``.
+decided, placed and forwarded by. No I/O; table-driven tests in ``tests/unit/app/test_strategy.py``.
 
 Strategies (``DEDUPE_STRATEGY``, or per source with ``DEDUPE_SOURCE_POLICIES``):
 

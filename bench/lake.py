@@ -94,7 +94,7 @@ WHY = (
 
 
 def render(events: int, batch: int, runs: list[WriteRun], compaction: Compaction, head: str) -> str:
-    """The results as Markdown (pure; tests/unit/test_bench_lake.py)."""
+    """The results as Markdown (pure; tests/unit/bench/test_bench_lake.py)."""
     lines = [
         head,
         "",

@@ -1,6 +1,6 @@
 """The ids of the scale benchmark (bench/scale.py): messageIds of one shape numbered by an
 integer (UUIDv4-shaped by default, :data:`ID_SHAPES` for the others), their first-sighting
-times, and samples of them per partition. Pure functions (tests/unit/test_bench_scale.py);
+times, and samples of them per partition. Pure functions (tests/unit/bench/test_bench_scale.py);
 bench/recovery.py uses the same UUID-shaped ids.
 
 Every shape is a pure function of ``i`` (0 <= i < 2**63) that keeps all 64 bits of

@@ -9,7 +9,7 @@ Alertmanager shows ``runbook_url`` as a link, so it must be absolute. Every aler
 publish that page (its headings keep the anchors). The file in the repository carries
 :data:`DEFAULT_BASE`, the page in the project's repository; this writes the rules with every
 link moved to ``--runbook-base`` and nothing else changed (to standard output without
-``--out``). tests/unit/test_alert_rules_static.py checks that every link of the file is
+``--out``). tests/unit/deploy/test_alert_rules_static.py checks that every link of the file is
 under the default base and names its own alert's section.
 """
 

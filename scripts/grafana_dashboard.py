@@ -5,9 +5,9 @@
 Import the JSON in Grafana (Dashboards > New > Import) and pick the Prometheus data source that
 scrapes the workers (job ``dedupe-worker``), the ingest services (job ``dedupe-ingest``) and the
 Spark lake job (job ``dedupe-spark``).
-Every query names metrics of docs/metrics.md; tests/unit/test_grafana_dashboard.py checks that
-the file is this script's output and its queries name exported metrics, and the observe tier runs
-each query on a real Prometheus scraping real workers.
+Every query names metrics of docs/metrics.md; tests/unit/deploy/test_grafana_dashboard.py checks
+that the file is this script's output and its queries name exported metrics, and the observe tier
+runs each query on a real Prometheus scraping real workers.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ one per section of the settings object.
 
     python -m scripts.settings_table
 
-``tests/unit/test_readme.py`` fails when docs/settings.md does not contain exactly this table.
+``tests/unit/docs/test_readme.py`` fails when docs/settings.md does not contain exactly this table.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The versions of the formats that outlive a worker, and the rule that reads or refuses each:
-their one home (pure, ``tests/unit/test_formats.py``).
+their one home (pure, ``tests/unit/tables/test_formats.py``).
 
 Three formats are read by a later worker than the one that wrote them:
 

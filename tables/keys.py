@@ -7,7 +7,7 @@ Only the local databases use it: changelog records keep the text key, so a chang
 any version restores into any version, and compaction keeps superseding records by the same
 key.
 
-Disk form of a key (pure functions, ``tests/unit/test_keys.py``):
+Disk form of a key (pure functions, ``tests/unit/tables/test_keys.py``):
 
 - a message id that is a canonical UUID (36 characters, lowercase hex, hyphens at 8, 13, 18
   and 23): ``0xFD`` and its 16 bytes;

@@ -1,5 +1,5 @@
 """What ``seen_ids`` holds for an id, and the window arithmetic over it: pure functions with
-table-driven tests (``tests/unit/test_rules_window.py``).
+table-driven tests (``tests/unit/app/test_rules_window.py``).
 
 A held id maps to an Entry: its first-seen time (ms, the record time of the copy that was
 forwarded), the block of its insertion sequence in its partition (the block's first sequence

@@ -1,7 +1,8 @@
 """Fixtures of the formats that outlive a worker (tables/formats.py): a data dir, a snapshot and a
 changelog dump, in ``tests/fixtures/formats-v1/``, written by the code of data dir format 1,
 snapshot format 2 and changelog format 1, and kept so that every later version is tested
-against them (tests/unit/test_format_fixtures.py, tests/integration/test_changelog_fixture.py).
+against them (tests/unit/tables/test_format_fixtures.py,
+tests/integration/test_changelog_fixture.py).
 
 Regenerate them only when a format's version changes (then keep the old directory and add one
 for the new version, so the previous format stays tested):

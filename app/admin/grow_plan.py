@@ -1,7 +1,7 @@
 """The pure rules of growing the partition count (``python -m app grow``,
 ``app/admin/grow.py``): which partition a changelog key belongs to, whether a growth is allowed,
 and the transactions a move is cut into. No I/O; table-driven tests in
-``tests/unit/test_grow_plan.py``.
+``tests/unit/app/admin/test_grow_plan.py``.
 
 Placement: a record is decided in the partition Kafka's default partitioner gives its routing
 key, ``(murmur2(key) & 0x7fffffff) % partitions`` (``app/rules.py``; Kafka's

@@ -1,5 +1,5 @@
 """Faust's consumer, patched through the shims of ``adapters/faust_privates.py`` (the only
-module naming Faust's private members; checked by tests/unit/test_private_names.py).
+module naming Faust's private members; checked by tests/unit/adapters/test_private_names.py).
 
 - :class:`ConsumerThread`: changelog highwaters asked from the broker, and the fetch wait from
   ``DEDUPE_FETCH_MAX_WAIT``.

@@ -5,7 +5,7 @@ the others (warm standby copies), each start takes some back. Exactly once throu
 
 The restarted workers run the same code (a test cannot ship two releases); what a rolling
 upgrade adds to a plain restart is the version checks: the unit and integration tiers read the
-kept fixtures of the current formats (tests/unit/test_format_fixtures.py,
+kept fixtures of the current formats (tests/unit/tables/test_format_fixtures.py,
 tests/integration/test_changelog_fixture.py), and the last two tests here start a real worker
 on a changelog and on a data dir of a newer format, which it must refuse.
 

@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 def test_defaults_cover_every_field() -> None:
-    # The Kafka security section: tests/unit/test_kafka_security.py.
+    # The Kafka security section: tests/unit/envsettings/test_kafka_security.py.
     own = [f.name for f in dataclasses.fields(IngestSettings) if f.name not in SECURITY_FIELDS]
     assert sorted(DEFAULTS) == sorted(own)
     settings = IngestSettings.from_env({})

@@ -26,7 +26,7 @@ from tables.formats import CHANGELOG, CHANGELOG_FIELD, FormatRefused
 from tables.source_offsets import SOURCE_OFFSETS_KEY
 from tests.format_fixtures import IDENTITY, ROOT, new_store, read_dump
 from tests.support import Broker, Names
-from tests.unit.test_format_fixtures import assert_holds_the_fixture
+from tests.unit.tables.test_format_fixtures import assert_holds_the_fixture
 
 pytestmark = pytest.mark.integration
 

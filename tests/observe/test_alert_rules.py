@@ -2,8 +2,8 @@
 check rules`` and the rules' unit tests (``promtool test rules alerts_test.yml``: each alert
 fires on what should page or open a ticket, after its ``for``, and not on its look-alike); each
 alert has a test; each runbook link is absolute and leads to its alert's section of
-docs/operations.md; each metric a rule reads is one the code
-exports (docs/metrics.md lists them, tests/unit/test_metrics_reference.py keeps that list true).
+docs/operations.md; each metric a rule reads is one the code exports (docs/metrics.md lists
+them, tests/unit/docs/test_metrics_reference.py keeps that list true).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import subprocess
 
 from scripts import alert_rules
 from tests.observe.prometheus import RULES, binary
-from tests.unit.test_docs_links import heading_ids
-from tests.unit.test_metrics_reference import documented_metrics
+from tests.unit.docs.test_docs_links import heading_ids
+from tests.unit.docs.test_metrics_reference import documented_metrics
 
 ROOT = RULES.parents[2]
 

@@ -22,7 +22,7 @@ from envsettings import process_metrics
 from ingest import metrics as ingest_metrics
 from recovery.restore import Progress, Restorer
 from spark import metrics as spark_metrics
-from tests.unit.test_restore import TP, RecordingStore, ScriptedReader, changelog
+from tests.unit.recovery.test_restore import TP, RecordingStore, ScriptedReader, changelog
 
 REGISTRIES = {
     "worker": worker_metrics.REGISTRY,

@@ -3,7 +3,7 @@
 Each figure in ``figures.json`` names the benchmark results file it comes from and where in
 it: a table ``row`` (its first cell) and ``column`` (optionally inside a ``section`` that starts
 with that heading), or a list item starting with ``bullet`` (the first number after its
-colon). ``tests/unit/test_capacity_figures.py`` reads every one of them with
+colon). ``tests/unit/app/admin/capacity/test_capacity_figures.py`` reads every one of them with
 :func:`read_cited` and compares: a benchmark rerun that moves a figure fails that test until
 ``figures.json`` follows, so the tool never sizes from figures no benchmark produced. The
 benchmarks make it follow themselves: each one calls :func:`refresh` after writing its results

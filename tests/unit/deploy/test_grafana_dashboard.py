@@ -1,0 +1,60 @@
+"""deploy/grafana/dedupe.json is what scripts/grafana_dashboard.py builds, its panels are laid
+out without overlap with unique ids, and every query names metrics the code exports (as
+docs/metrics.md lists them; tests/unit/docs/test_metrics_reference.py keeps that list true). The
+observe tier runs each query on a real Prometheus."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from scripts import grafana_dashboard
+from tests.unit.docs.test_metrics_reference import documented_metrics
+
+
+def queries() -> list[str]:
+    board = json.loads(grafana_dashboard.OUT.read_text())
+    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+
+
+def test_the_file_is_the_scripts_output() -> None:
+    assert grafana_dashboard.OUT.read_text() == grafana_dashboard.render(), (
+        "deploy/grafana/dedupe.json is stale: python -m scripts.grafana_dashboard"
+    )
+
+
+def test_every_query_names_exported_metrics() -> None:
+    known = documented_metrics() | {"up"}
+    for expr in queries():
+        names = set(re.findall(r"\b(dedupe_\w+|process_\w+|up)(?=\{|\s*\))", expr))
+        assert names, expr
+        families = {re.sub(r"_(total|bucket)$", "", n) for n in names}
+        assert families <= known, (expr, families - known)
+
+
+def test_panels_have_unique_ids_and_do_not_overlap() -> None:
+    board = json.loads(grafana_dashboard.OUT.read_text())
+    panels = board["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not mine & cells, p["title"]
+        cells |= mine
+
+
+def test_every_job_the_alert_rules_name_has_panels() -> None:
+    rules = (grafana_dashboard.OUT.parents[1] / "prometheus" / "alerts.yml").read_text()
+    jobs = set(re.findall(r'job="([\w-]+)"', rules))
+    shown = " ".join(queries())
+    for job in jobs:
+        assert f'job="{job}"' in shown, job
+    for name in (
+        "dedupe_lake_offsets_behind",
+        "process_resident_memory_bytes",
+        "dedupe_build_info",
+    ):
+        assert name in shown, name
