@@ -206,6 +206,24 @@ def test_the_workers_keep_standbys_and_need_their_token_which_prometheus_sends()
     assert jobs["dedupe-worker"]["authorization"]["credentials_file"]
 
 
+def test_the_ingest_metrics_need_a_token_which_prometheus_sends() -> None:
+    container = container_of("dedupe-ingest")
+    [token] = [v for v in container["env"] if v["name"] == "DEDUPE_INGEST_METRICS_TOKEN"]
+    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["key"]
+    assert not token["valueFrom"]["secretKeyRef"].get("optional")
+    [scrape] = [
+        o
+        for o in objects()
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "dedupe-prometheus"
+    ]
+    jobs = {
+        j["job_name"]: j for j in yaml.safe_load(scrape["data"]["prometheus.yml"])["scrape_configs"]
+    }
+    assert jobs["dedupe-ingest"]["authorization"]["credentials_file"].endswith(
+        token["valueFrom"]["secretKeyRef"]["key"]
+    )
+
+
 def test_the_worker_and_ingest_pods_spread_over_nodes_under_a_disruption_budget() -> None:
     budgets = [o for o in objects() if o["kind"] == "PodDisruptionBudget"]
     for name in ("dedupe-worker", "dedupe-ingest"):
