@@ -20,7 +20,7 @@ TEST_KAFKA_PORT ?= 19092
 # its network faults on their proxied brokers (NETFAULT_KAFKA_PORT, NETFAULT_KAFKA_V1_PORT; each
 # with its listeners on the next eight ports). The Spark jobs of each lane serve metrics from
 # ports of their own.
-FIRST_SPARK_METRICS_PORT ?= 19560
+OTHERS_SPARK_METRICS_PORT ?= 19560
 OTHERS_KAFKA_PORT ?= 19096
 OTHERS_WEB_PORT_BASE ?= 23000
 COMMIT_KAFKA_PORT ?= 19094
@@ -237,16 +237,16 @@ kafka_down = KAFKA_PORT=$(1) $(KAFKA) down >/dev/null
 # The fault tier's broker of the old transaction protocol: its test port + 20 (tests/faults).
 kafka_down_v1 = KAFKA_PORT=$$(( $(1) + 20 )) $(KAFKA) down >/dev/null
 
-test-lane-faults: export DEDUPE_TEST_SPARK_METRICS_PORT = $(FIRST_SPARK_METRICS_PORT)
 test-lane-faults:
 	@$(MAKE) --no-print-directory test-faults-core
 	@$(call kafka_down_v1,$(TEST_KAFKA_PORT))
-	@$(MAKE) --no-print-directory -j1 test-ingest test-image test-observe test-browser
+	@$(MAKE) --no-print-directory -j1 test-ingest test-observe test-browser
 
 test-lane-others: export DEDUPE_TEST_WEB_PORT_BASE = $(OTHERS_WEB_PORT_BASE)
+test-lane-others: export DEDUPE_TEST_SPARK_METRICS_PORT = $(OTHERS_SPARK_METRICS_PORT)
 test-lane-others:
 	@$(MAKE) --no-print-directory -j1 TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-integration \
-	  test-idempotency
+	  test-idempotency test-image
 	@$(call kafka_down,$(OTHERS_KAFKA_PORT))
 	@$(MAKE) --no-print-directory TEST_KAFKA_PORT=$(OTHERS_KAFKA_PORT) test-cluster
 	@KAFKA_CLUSTER_PORT=$(TEST_CLUSTER_PORT) $(PY) -m scripts.kafka_cluster down >/dev/null
