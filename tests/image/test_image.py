@@ -35,7 +35,7 @@ from tests.image.dockerfile import ImageBuild, lineage
 from tests.ingest.support import IngestProcess, json_headers
 from tests.spark.harness import LakeJob, read_without_spark
 from tests.support import Broker, Names, Runtime, delete_topics_after
-from tests.workers import Worker
+from tests.workers import Worker, port_in_range
 
 pytestmark = pytest.mark.image
 
@@ -103,6 +103,9 @@ def test_the_images_carry_an_event_from_the_ingest_to_the_lake(
         broker,
         names.input_topic,
         names.data_root / "ingest.log",
+        # The image tier's own ports: the ingest and network-fault tiers take theirs from
+        # 19600-19699 in other lanes of make test at the same time.
+        port=port_in_range(19700, 20),
         extra_env=app_env,
         runtime=runtime,
     )
