@@ -5,9 +5,9 @@ bench/recovery.py uses the same UUID-shaped ids.
 
 Every shape is a pure function of ``i`` (0 <= i < 2**63) that keeps all 64 bits of
 ``mix64(i)`` (a bijection) in the text, so distinct ``i`` give distinct ids of that shape, and
-ids of different shapes never collide (each shape has its own fixed form). The shapes are those
-of issue 48, item 4: which of them ``tables/keys.py`` packs, and which stay text, is what
-the benchmark's disk bytes per id compare.
+ids of different shapes never collide (each shape has its own fixed form). The shapes are the
+common ones of real message ids: which of them ``tables/keys.py`` packs, and which stay text, is
+what the benchmark's disk bytes per id compare.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ claim and its effect back when the holder's connection died). One effect per id 
 except the ids killed after their effect on a non-joined store: exactly two (the one repeat
 that at-least-once allows), never three.
 
-The harness of issue 59 (random kills -9 and restarts, leases ending under running handlers,
+The chaos harness (random kills -9 and restarts, leases ending under running handlers,
 rollbacks, effects fenced by ``claim.token``) is ``test_race_chaos.py``.
 """
 

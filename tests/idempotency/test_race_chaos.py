@@ -1,4 +1,4 @@
-"""The race harness of issue 59: racers killed with SIGKILL at random, leases that end under
+"""The race harness: racers killed with SIGKILL at random, leases that end under
 running handlers, transactions rolled back; at the end every id has exactly one effect.
 
 Processes (PostgreSQL, Redis): ``PROCESSES`` racers (``tests/idempotency/racer.py``, role
