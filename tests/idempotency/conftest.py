@@ -10,14 +10,17 @@ of issue 23 quotes them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
 import redis
+from idempotent_consumer import MemoryStore, PostgresStore, RedisStore
 
 from tests.support import ROOT, unique_suffix
 
@@ -85,6 +88,40 @@ def prefix(servers: Servers) -> Iterator[str]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+def build_store(kind: str, servers: Servers, table: str, prefix: str) -> Any:
+    """A store of ``kind`` (memory, postgres, redis) on the test servers, in the test's own
+    table (PostgreSQL) or key prefix (Redis)."""
+    if kind == "memory":
+        return MemoryStore(10_000)
+    if kind == "postgres":
+        return PostgresStore(servers.dsn, table=table, max_size=4)
+    if kind == "redis":
+        return RedisStore(servers.redis_url, prefix=prefix)
+    raise ValueError(f"no store {kind!r}")
+
+
+@contextlib.asynccontextmanager
+async def open_store(kind: str, servers: Servers, table: str, prefix: str) -> AsyncIterator[Any]:
+    """:func:`build_store`, closed afterwards (a memory store has nothing to close)."""
+    store = build_store(kind, servers, table, prefix)
+    try:
+        yield store
+    finally:
+        if hasattr(store, "close"):
+            await store.close()
+
+
+@contextlib.contextmanager
+def open_sync_store(kind: str, servers: Servers, table: str, prefix: str) -> Iterator[Any]:
+    """:func:`build_store` for the sync API, closed afterwards."""
+    store = build_store(kind, servers, table, prefix)
+    try:
+        yield store
+    finally:
+        if hasattr(store, "close_sync"):
+            store.close_sync()
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from idempotent_consumer import (
     idempotent_function,
 )
 
-from tests.idempotency.conftest import Servers
+from tests.idempotency.conftest import Servers, open_store
 
 pytestmark = pytest.mark.idempotency
 
@@ -36,12 +36,8 @@ pytestmark = pytest.mark.idempotency
 async def store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> AsyncIterator[Any]:
-    if request.param == "postgres":
-        s: Any = PostgresStore(servers.dsn, table=table, max_size=4)
-    else:
-        s = RedisStore(servers.redis_url, prefix=prefix)
-    yield s
-    await s.close()
+    async with open_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 async def test_async_function_runs_once_per_key(store: Any) -> None:

@@ -10,14 +10,12 @@ from typing import Any
 import pytest
 from idempotent_consumer import (
     Idempotency,
-    PostgresStore,
-    RedisStore,
     StoredError,
     SyncIdempotency,
     idempotent_function,
 )
 
-from tests.idempotency.conftest import Servers
+from tests.idempotency.conftest import Servers, open_store, open_sync_store
 
 pytestmark = pytest.mark.idempotency
 
@@ -30,28 +28,20 @@ class Timeout(Exception):
     pass
 
 
-def build(kind: str, servers: Servers, table: str, prefix: str) -> Any:
-    if kind == "postgres":
-        return PostgresStore(servers.dsn, table=table, max_size=4)
-    return RedisStore(servers.redis_url, prefix=prefix)
-
-
 @pytest.fixture(params=["postgres", "redis"])
 async def store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> AsyncIterator[Any]:
-    s = build(request.param, servers, table, prefix)
-    yield s
-    await s.close()
+    async with open_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 @pytest.fixture(params=["postgres", "redis"])
 def sync_store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> Iterator[Any]:
-    s = build(request.param, servers, table, prefix)
-    yield s
-    s.close_sync()
+    with open_sync_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 async def test_a_stored_error_result_answers_every_repeat(store: Any) -> None:

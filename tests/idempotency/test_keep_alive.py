@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from idempotent_consumer import AlreadyInProgress, Idempotency, LeaseLost, SyncIdempotency
 
-from tests.idempotency.conftest import Servers
-from tests.idempotency.test_states import STORES, build_store
+from tests.idempotency.conftest import Servers, open_store, open_sync_store
+from tests.idempotency.test_states import STORES
 
 pytestmark = pytest.mark.idempotency
 
@@ -32,20 +32,16 @@ PAST_THE_LEASE = LEASE * 3  # how long the second claim waits for the first one'
 async def store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> AsyncIterator[Any]:
-    s = build_store(request.param, servers, table, prefix)
-    yield s
-    if hasattr(s, "close"):
-        await s.close()
+    async with open_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 @pytest.fixture(params=STORES)
 def sync_store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> Iterator[Any]:
-    s = build_store(request.param, servers, table, prefix)
-    yield s
-    if hasattr(s, "close_sync"):
-        s.close_sync()
+    with open_sync_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 async def test_the_token_fences_a_holder_taken_over(store: Any) -> None:

@@ -16,8 +16,6 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 from idempotent_consumer import (
     Idempotency,
-    PostgresStore,
-    RedisStore,
     Repeat,
     SyncIdempotency,
     idempotent,
@@ -25,7 +23,7 @@ from idempotent_consumer import (
 )
 from idempotent_consumer.kafka import IdempotentConsumer
 
-from tests.idempotency.conftest import Servers
+from tests.idempotency.conftest import Servers, open_store
 
 pytestmark = pytest.mark.idempotency
 
@@ -34,12 +32,8 @@ pytestmark = pytest.mark.idempotency
 async def store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> AsyncIterator[Any]:
-    if request.param == "postgres":
-        s: Any = PostgresStore(servers.dsn, table=table, max_size=4)
-    else:
-        s = RedisStore(servers.redis_url, prefix=prefix)
-    yield s
-    await s.close()
+    async with open_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 def record(key: bytes, value: bytes, offset: int = 0) -> ConsumerRecord[bytes, bytes]:

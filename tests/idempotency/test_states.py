@@ -27,7 +27,7 @@ from idempotent_consumer import (
     SyncIdempotency,
 )
 
-from tests.idempotency.conftest import Servers
+from tests.idempotency.conftest import Servers, open_store, open_sync_store
 
 pytestmark = pytest.mark.idempotency
 
@@ -35,32 +35,20 @@ STORES = ["memory", "postgres", "redis"]
 LEASE = timedelta(milliseconds=400)
 
 
-def build_store(kind: str, servers: Servers, table: str, prefix: str) -> Any:
-    if kind == "memory":
-        return MemoryStore(10_000)
-    if kind == "postgres":
-        return PostgresStore(servers.dsn, table=table, max_size=4)
-    return RedisStore(servers.redis_url, prefix=prefix)
-
-
 @pytest.fixture(params=STORES)
 async def store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> AsyncIterator[Any]:
-    s = build_store(request.param, servers, table, prefix)
-    yield s
-    if hasattr(s, "close"):
-        await s.close()
+    async with open_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 @pytest.fixture(params=STORES)
 def sync_store(
     request: pytest.FixtureRequest, servers: Servers, table: str, prefix: str
 ) -> Iterator[Any]:
-    s = build_store(request.param, servers, table, prefix)
-    yield s
-    if hasattr(s, "close_sync"):
-        s.close_sync()
+    with open_sync_store(request.param, servers, table, prefix) as s:
+        yield s
 
 
 class Boom(Exception):
