@@ -13,7 +13,9 @@ You should see, after about ten seconds of JVM start-up::
     spark-lake: events batch 0: 10000 rows
     spark-lake: event_counts batch 0: 10000 events, watermark 1970-01-01T00:00:00.000Z
 
-then one line per micro-batch that read something. Two queries run in one session, each with its
+then one line per micro-batch that read something, and a line when a query has been busy with
+one step (Spark's status message) for 30 s, 60 s, 120 s...: a job stuck starting, fetching
+offsets or writing says on what. Two queries run in one session, each with its
 own checkpoint:
 
 - ``events``: :func:`spark.transforms.parse_events` -> the Delta table ``<lake>/events``,
@@ -185,6 +187,34 @@ class ProgressPrinter:
         print(f"{PREFIX} {line}", flush=True)
 
 
+#: Spark's status messages of a query with nothing to do; every other message is a step under way.
+IDLE_STATUSES = ("Waiting for data to arrive", "Waiting for next trigger")
+
+
+class StallWatch:
+    """Prints a query's status message once it has stayed on one step for ``first`` seconds,
+    then each time that time doubles: Spark logs nothing while a batch's offsets are fetched or
+    its files written, so without it a job stuck there looks the same as an idle one."""
+
+    def __init__(self, first: float = 30.0, clock: Any = time.monotonic) -> None:
+        self.first = first
+        self.clock = clock
+        self.step: dict[str, tuple[str, float, float]] = {}  # name -> (message, since, next)
+
+    def observe(self, name: str, message: str) -> str | None:
+        """The line to print for ``name`` now showing ``message``, if one is due."""
+        now = self.clock()
+        current = self.step.get(name)
+        if current is None or current[0] != message:
+            self.step[name] = (message, now, now + self.first)
+            return None
+        _, since, due = current
+        if message in IDLE_STATUSES or now < due:
+            return None
+        self.step[name] = (message, since, since + 2 * (due - since))
+        return f"{name}: {message!r} for {now - since:.0f} s"
+
+
 @dataclass
 class StopRequest:
     """Set by the signal handler, which does nothing else: a ``threading.Event`` set, or a
@@ -231,6 +261,7 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
         flush=True,
     )
     printer = ProgressPrinter()
+    stalls = StallWatch()
     progress_metrics = metrics.ProgressMetrics()
     progress_metrics.expect([query.name or str(query.id) for query in queries])
     metrics.watch_jvm(jvm_pid(spark))
@@ -240,6 +271,8 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
             time.sleep(0.5)
             for query in queries:
                 printer.print_new(query)
+                if line := stalls.observe(query.name or str(query.id), query.status["message"]):
+                    print(f"{PREFIX} {line}", flush=True)
                 progress = query.lastProgress
                 if progress is not None:
                     progress_metrics.observe(query.name or str(query.id), progress)
