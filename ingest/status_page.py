@@ -1,4 +1,5 @@
-"""The ingest service's status page (``GET /``): one HTML document, no build step.
+"""The ingest service's status page (``GET /``) in the frame both services share
+(``envsettings/status_page.py``): one HTML document, no build step.
 
 Its script reads the service's own ``/metrics`` every two seconds and draws, per endpoint and
 status code, the requests answered since the process started and their rate over the last
@@ -10,25 +11,9 @@ guards both (``DEDUPE_INGEST_METRICS_TOKEN``).
 
 from __future__ import annotations
 
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>dedup ingest</title>
-<style>
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d2433; }
-  h1 { font-size: 1.3rem; margin: 0 0 .3rem; }
-  .badge { display: inline-block; padding: .1rem .5rem; border-radius: .7rem; color: #fff; }
-  .ok { background: #2e7d32; } .wait { background: #b26a00; } .bad { background: #c62828; }
-  table { border-collapse: collapse; margin: .8rem 0 1.4rem; }
-  th, td { padding: .3rem .7rem; text-align: right; border-bottom: 1px solid #e3e6ee; }
-  th:first-child, td:first-child { text-align: left; }
-  th { background: #f4f6fa; font-weight: 600; }
-  tr.error td { color: #c62828; }
-</style>
-</head>
-<body>
+from envsettings.status_page import page
+
+BODY = """\
 <h1>dedup ingest <span id="ready" class="badge wait">loading</span></h1>
 <div id="reason"></div>
 <h2>Requests</h2>
@@ -40,9 +25,9 @@ PAGE = """<!doctype html>
 <h2>Kafka errors</h2>
 <table id="errors"><thead><tr><th>error</th><th>since start</th></tr></thead><tbody></tbody>
 </table>
-<script>
-"use strict";
-const $ = (id) => document.getElementById(id);
+"""
+
+SCRIPT = """\
 let previous = null;
 function samples(text, name) {
   const out = [];
@@ -107,7 +92,10 @@ async function refresh() {
 }
 refresh();
 setInterval(refresh, 2000);
-</script>
-</body>
-</html>
 """
+
+STYLE = """\
+  tr.error td { color: #c62828; }
+"""
+
+PAGE = page("dedup ingest", BODY, SCRIPT, STYLE)

@@ -1,4 +1,5 @@
-"""The worker's status page (``GET /``): one HTML document, no build step, no outside assets.
+"""The worker's status page (``GET /``) in the frame both services share
+(``envsettings/status_page.py``): one HTML document, no build step, no outside assets.
 
 Its script reads the worker's own JSON endpoints every two seconds (``/ready``, ``/stats``)
 and draws them: whether the worker is ready, the transaction protocol, one row per partition it
@@ -12,27 +13,9 @@ The page shows what the endpoints say and nothing more: docs/operations.md expla
 
 from __future__ import annotations
 
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>dedup worker</title>
-<style>
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d2433; }
-  h1 { font-size: 1.3rem; margin: 0 0 .3rem; }
-  .muted { color: #667; }
-  .badge { display: inline-block; padding: .1rem .5rem; border-radius: .7rem; color: #fff; }
-  .ok { background: #2e7d32; } .wait { background: #b26a00; } .bad { background: #c62828; }
-  table { border-collapse: collapse; margin: .8rem 0 1.4rem; }
-  th, td { padding: .3rem .7rem; text-align: right; border-bottom: 1px solid #e3e6ee; }
-  th:first-child, td:first-child { text-align: left; }
-  th { background: #f4f6fa; font-weight: 600; }
-  form { margin: .5rem 0; } input { width: 22rem; padding: .3rem; }
-  #answer { white-space: pre-wrap; background: #f4f6fa; padding: .6rem; min-height: 1.2rem; }
-</style>
-</head>
-<body>
+from envsettings.status_page import page
+
+BODY = """\
 <h1>dedup worker <span id="ready" class="badge wait">loading</span></h1>
 <div class="muted" id="protocol"></div>
 <h2>Partitions</h2>
@@ -48,9 +31,9 @@ PAGE = """<!doctype html>
 <form id="lookup"><input id="id" name="id" placeholder="messageId" autocomplete="off">
 <button type="submit">Look up</button></form>
 <div id="answer"></div>
-<script>
-"use strict";
-const $ = (id) => document.getElementById(id);
+"""
+
+SCRIPT = """\
 const num = (n) => (n === null || n === undefined) ? "-" : Number(n).toLocaleString("en");
 function age(seconds) {
   if (seconds === null || seconds === undefined) return "-";
@@ -120,7 +103,11 @@ const asked = new URLSearchParams(location.search).get("id");
 if (asked) { $("id").value = asked; lookup(asked); }
 refresh();
 setInterval(refresh, 2000);
-</script>
-</body>
-</html>
 """
+
+STYLE = """\
+  form { margin: .5rem 0; } input { width: 22rem; padding: .3rem; }
+  #answer { white-space: pre-wrap; background: #f4f6fa; padding: .6rem; min-height: 1.2rem; }
+"""
+
+PAGE = page("dedup worker", BODY, SCRIPT, STYLE)
