@@ -3,8 +3,9 @@ renames one breaks here, and ``tests/unit/adapters/test_private_names.py`` says 
 
 One function per use of the producer's and consumer's internals (named for what it does), and
 shims of the classes the transactions-v2 flow subclasses (``app/eos/txn_v2.py``): each private
-step calls a public name whose default is aiokafka's step, and private attributes read through
-properties. :data:`PRIVATE_NAMES` lists every member the worker relies on with where it is used.
+step it replaces calls the public name the subclass defines (one hop, no default relaying back
+to aiokafka), and private attributes are read through properties. :data:`PRIVATE_NAMES` lists
+every member the worker relies on with where it is used.
 This module imports only aiokafka.
 """
 
@@ -15,7 +16,7 @@ import hashlib
 import inspect
 import textwrap
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient
@@ -117,33 +118,32 @@ def swap_in(producer: AIOKafkaProducer, txn_class: type, sender_class: type) -> 
 
 
 class SenderShim(Sender):  # type: ignore[misc]
-    """aiokafka's sender; override :meth:`init_pid`, :meth:`send_produce_req`,
-    :meth:`txn_offset_commit` and :meth:`txn_commit` (aiokafka's steps by default)."""
+    """aiokafka's sender with four request steps replaced, each by the public name the subclass
+    defines: :meth:`init_pid`, :meth:`send_produce_req`, :meth:`txn_offset_commit` and
+    :meth:`txn_commit`; what those replacements need of the sender under public names."""
 
     async def _do_init_pid(self, node_id: int) -> bool:
         return await self.init_pid(node_id)
 
-    async def init_pid(self, node_id: int) -> bool:
-        ok: bool = await super()._do_init_pid(node_id)
-        return ok
-
     async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
         await self.send_produce_req(node_id, batches)
-
-    async def send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
-        await super()._send_produce_req(node_id, batches)
 
     async def _do_txn_offset_commit(self, offsets: dict[TopicPartition, Any], group: str) -> None:
         await self.txn_offset_commit(offsets, group)
 
-    async def txn_offset_commit(self, offsets: dict[TopicPartition, Any], group: str) -> None:
-        await super()._do_txn_offset_commit(offsets, group)
-
     async def _do_txn_commit(self, commit_result: Any) -> None:
         await self.txn_commit(commit_result)
 
-    async def txn_commit(self, commit_result: Any) -> None:
-        await super()._do_txn_commit(commit_result)
+    if TYPE_CHECKING:  # what the subclass provides
+
+        async def init_pid(self, node_id: int) -> bool: ...
+        async def send_produce_req(
+            self, node_id: int, batches: dict[TopicPartition, Any]
+        ) -> None: ...
+        async def txn_offset_commit(
+            self, offsets: dict[TopicPartition, Any], group: str
+        ) -> None: ...
+        async def txn_commit(self, commit_result: Any) -> None: ...
 
     def produce_sent(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
         """After a Produce request's response: the node and the partitions may send again."""

@@ -1,9 +1,13 @@
 """Faust's (and mode's) private members, named in this module only: an upgrade that renames
 one breaks here, and ``tests/unit/adapters/test_private_names.py`` says which.
 
-Each shim is a Faust class whose private steps call public names: a subclass overrides the
-public name (whose default is Faust's step) and reads or writes Faust's private attributes
-through :class:`Alias` properties. One-off reads are plain functions (:func:`crash`).
+Each shim is a Faust class overriding the private steps the worker changes, one override per
+step, each one hop: a step the worker adds to calls Faust's step and then a hook named by what
+it adds (``recovery_started``, ``consumer_idle``...), whose default does nothing; a step the
+worker replaces calls the replacement (``drain_messages``...), which the subclass must define.
+No public method relays to Faust's step for a subclass to call back. Faust's private attributes
+are read and written through :class:`Alias` properties; one-off calls are plain functions
+(:func:`crash`).
 :data:`FAUST_PRIVATES` lists every Faust and mode member the worker relies on: the private ones
 (named here) and the undocumented public ones, with the files that use them. This module
 imports only Faust, mode and aiokafka, so ``tables/``, ``recovery/`` and ``app/`` all import it.
@@ -65,8 +69,8 @@ def worker_consumer(thread: Any) -> AIOKafkaConsumer:
 
 
 class RecoveryShim(Recovery):  # type: ignore[misc]
-    """Faust's recovery service; override :meth:`slurp_changelogs` (the recovery's loop, a
-    service task), :meth:`seek_offsets` and :meth:`set_recovery_started`."""
+    """Faust's recovery service: its loop replaced by :meth:`slurp_changelogs`; hooks after its
+    seek (:meth:`offsets_sought`) and at a recovery's start (:meth:`recovery_started`)."""
 
     actives_span = Alias[Any]("_actives_span")
 
@@ -75,27 +79,29 @@ class RecoveryShim(Recovery):  # type: ignore[misc]
         # mode runs a class's tasks by attribute name: this one replaces Faust's loop.
         await self.slurp_changelogs()
 
-    async def slurp_changelogs(self) -> None:
-        await Recovery._slurp_changelogs(self)
-
     async def _seek_offsets(
         self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
     ) -> None:
-        await self.seek_offsets(consumer, tps, offsets, title)
-
-    async def seek_offsets(
-        self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
-    ) -> None:
         await super()._seek_offsets(consumer, tps, offsets, title)
+        await self.offsets_sought(consumer, offsets)
 
     def _set_recovery_started(self) -> None:
-        self.set_recovery_started()
-
-    def set_recovery_started(self) -> None:
         super()._set_recovery_started()
+        self.recovery_started()
 
     def set_recovery_ended(self) -> None:
+        """Faust's end of a recovery (its flags, timings and log line)."""
         self._set_recovery_ended()
+
+    async def offsets_sought(self, consumer: Any, offsets: Counter[TP]) -> None:
+        """After Faust sought ``consumer`` to ``offsets`` (the active or the standby ones)."""
+
+    def recovery_started(self) -> None:
+        """After Faust marked a recovery started."""
+
+    if TYPE_CHECKING:  # what the subclass provides
+
+        async def slurp_changelogs(self) -> None: ...
 
 
 class TableManagerShim(TableManager):  # type: ignore[misc]
@@ -105,31 +111,34 @@ class TableManagerShim(TableManager):  # type: ignore[misc]
 
 
 class AppShim(faust.App):  # type: ignore[misc]
-    """Faust's app; override :meth:`new_transport` and :meth:`consumer_wait_empty` (awaited
-    at a rebalance or stop until the agents finished their current records)."""
+    """Faust's app: its transport made by :meth:`new_transport`; :meth:`consumer_idle` awaited
+    once Faust's wait for the agents to finish their current records (a rebalance, a stop)
+    ended."""
 
     def _new_transport(self) -> Any:
         return self.new_transport()
 
-    def new_transport(self) -> Any:
-        return super()._new_transport()
-
     async def _consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
-        await self.consumer_wait_empty(consumer, logger)
-
-    async def consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
         await super()._consumer_wait_empty(consumer, logger)
+        await self.consumer_idle()
+
+    async def consumer_idle(self) -> None:
+        """Called once the agents finished their current records."""
+
+    if TYPE_CHECKING:  # what the subclass provides
+
+        def new_transport(self) -> Any: ...
 
 
 class TableShim(faust.Table):  # type: ignore[misc]
-    """Faust's table; override :meth:`new_store` (the table's store, built on first use)."""
+    """Faust's table: its store (built on first use) made by :meth:`new_store`."""
 
     def _new_store(self) -> StoreT:
         return self.new_store()
 
-    def new_store(self) -> StoreT:
-        store: StoreT = super()._new_store()
-        return store
+    if TYPE_CHECKING:  # what the subclass provides
+
+        def new_store(self) -> StoreT: ...
 
     def store_url(self) -> Any:
         """The store URL the table was given, else the app's (``store=`` setting)."""
@@ -181,14 +190,13 @@ class StoreShim(SerializedStore):  # type: ignore[misc]
 
 
 class ConsumerThreadShim(AIOKafkaConsumerThread):  # type: ignore[misc]
-    """Faust's consumer thread; override :meth:`create_worker_consumer`, :meth:`fetch_records`
-    and :meth:`fetch_highwaters`."""
+    """Faust's consumer thread: :meth:`configure_consumer` on aiokafka's consumer once Faust
+    made it, each fetch call's record cap from :meth:`max_records` (Faust sets none), and the
+    highwaters from :meth:`fetch_highwaters`."""
 
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
-        return self.create_worker_consumer(transport)
-
-    def create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer: AIOKafkaConsumer = super()._create_worker_consumer(transport)
+        self.configure_consumer(consumer)
         return consumer
 
     async def _fetch_records(
@@ -198,33 +206,33 @@ class ConsumerThreadShim(AIOKafkaConsumerThread):  # type: ignore[misc]
         timeout: float | None = None,
         max_records: int | None = None,
     ) -> Mapping[TP, list[Any]]:
-        return await self.fetch_records(
-            consumer, active_partitions, timeout=timeout, max_records=max_records
-        )
-
-    async def fetch_records(
-        self,
-        consumer: AIOKafkaConsumer,
-        active_partitions: set[TP],
-        timeout: float | None = None,
-        max_records: int | None = None,
-    ) -> Mapping[TP, list[Any]]:
         records: Mapping[TP, list[Any]] = await super()._fetch_records(
-            consumer, active_partitions, timeout=timeout, max_records=max_records
+            consumer,
+            active_partitions,
+            timeout=timeout,
+            max_records=self.max_records() if max_records is None else max_records,
         )
         return records
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return await self.fetch_highwaters(partitions)
 
-    async def fetch_highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
-        highwaters: Mapping[TP, int] = await super()._highwaters(partitions)
-        return highwaters
+    def configure_consumer(self, consumer: AIOKafkaConsumer) -> None:
+        """After Faust made its aiokafka consumer, before it starts."""
+
+    def max_records(self) -> int | None:
+        """The records one fetch call parses at most (None: a whole fetch response)."""
+        return None
+
+    if TYPE_CHECKING:  # what the subclass provides
+
+        async def fetch_highwaters(self, partitions: list[TP]) -> Mapping[TP, int]: ...
 
 
 class ConsumerShim(FaustConsumer):  # type: ignore[misc]
-    """Faust's aiokafka consumer; override :meth:`new_consumer_thread` and
-    :meth:`drain_messages` (the loop from fetched records to the app)."""
+    """Faust's aiokafka consumer: its thread made by :meth:`new_consumer_thread`, its loop from
+    fetched records to the app replaced by :meth:`drain_messages`; the fetch and the record
+    conversion that loop calls under public names."""
 
     #: Per partition, the offset of the last record handed on (None: none yet).
     read_offsets = Alias[dict[TP, int | None]]("_read_offset")
@@ -234,14 +242,8 @@ class ConsumerShim(FaustConsumer):  # type: ignore[misc]
     def _new_consumer_thread(self) -> Any:
         return self.new_consumer_thread()
 
-    def new_consumer_thread(self) -> Any:
-        return super()._new_consumer_thread()
-
     async def _drain_messages(self, fetcher: Any) -> None:
         await self.drain_messages(fetcher)
-
-    async def drain_messages(self, fetcher: Any) -> None:
-        await super()._drain_messages(fetcher)
 
     async def wait_next_records(
         self, timeout: float
@@ -252,6 +254,11 @@ class ConsumerShim(FaustConsumer):  # type: ignore[misc]
 
     def to_message(self, tp: TP, record: Any) -> Any:
         return self._to_message(tp, record)
+
+    if TYPE_CHECKING:  # what the subclass provides
+
+        def new_consumer_thread(self) -> Any: ...
+        async def drain_messages(self, fetcher: Any) -> None: ...
 
 
 HERE, CONSUMER, APP = "adapters/faust_privates.py", "app/eos/consumer.py", "app/worker/factory.py"

@@ -79,18 +79,16 @@ class TransactionalRecovery(RecoveryShim):
             log.critical("%s: stopping the worker", exc)
             crash(self.app, exc)
 
-    def set_recovery_started(self) -> None:
-        """Faust's, and the end signal is cleared here, when a recovery starts, instead of at
-        every turn of Faust's loop: the restorer ends a recovery whenever its last partition is
-        restored."""
-        super().set_recovery_started()
+    def recovery_started(self) -> None:
+        """The end signal is cleared here, when a recovery starts, instead of at every turn of
+        Faust's loop: the restorer ends a recovery whenever its last partition is restored."""
         self.signal_recovery_end.clear()
 
     async def slurp_changelogs(self) -> None:
         """Replaces Faust's loop (``faust/tables/recovery.py``), which applied the records
         Faust's consumer queued and, after two empty 5 s waits of the queue, ended each active
         partition whose consumer *position* had reached its end: the position of a partition
-        the restorer reads is its end from the start (:meth:`seek_offsets`), so Faust's loop
+        the restorer reads is its end from the start (:meth:`offsets_sought`), so Faust's loop
         ended a restore still under way (fault row F16). Here a partition ends only when its
         restore reached the end (:meth:`bulk_restored`).
 
@@ -105,12 +103,9 @@ class TransactionalRecovery(RecoveryShim):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(queue.get(), timeout=1.0)
 
-    async def seek_offsets(
-        self, consumer: Any, tps: set[TP], offsets: Counter[TP], title: str
-    ) -> None:
-        """Faust's seek; then every active partition short of its end goes to the restorer,
+    async def offsets_sought(self, consumer: Any, offsets: Counter[TP]) -> None:
+        """After Faust's seek, every active partition short of its end goes to the restorer,
         and Faust's consumer waits at its end: it must not read it as well."""
-        await super().seek_offsets(consumer, tps, offsets, title)
         if offsets is not self.active_offsets:
             return
         remaining = self.active_remaining()

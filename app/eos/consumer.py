@@ -71,20 +71,13 @@ def records_held_back(app: Any) -> bool:
 
 class FaustAppHooks(AppShim):
     """The Faust app's consumer hooks: the transport Faust builds (``transport_type``: our
-    consumer and transaction manager) and :meth:`consumer_idle`, awaited once the agents are
-    idle."""
+    consumer and transaction manager); ``consumer_idle`` (the shim's hook) is awaited once the
+    agents are idle."""
 
     transport_type: type
 
     def new_transport(self) -> Any:
         return self.transport_type(self.conf.broker_consumer, self)
-
-    async def consumer_wait_empty(self, consumer: Any, logger: Any) -> None:
-        await super().consumer_wait_empty(consumer, logger)
-        await self.consumer_idle()
-
-    async def consumer_idle(self) -> None:
-        """Called once the agents finished their current records (a rebalance, a stop)."""
 
 
 class ConsumerThread(ConsumerThreadShim):
@@ -96,9 +89,8 @@ class ConsumerThread(ConsumerThreadShim):
     (ListOffsets with read_committed isolation returns the last stable offset).
     """
 
-    def create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
-        """Faust's worker consumer with ``fetch_max_wait_ms`` from ``DEDUPE_FETCH_MAX_WAIT``
-        instead of Faust's fixed 1,500 ms.
+    def configure_consumer(self, consumer: AIOKafkaConsumer) -> None:
+        """``fetch_max_wait_ms`` from ``DEDUPE_FETCH_MAX_WAIT`` instead of Faust's fixed 1,500 ms.
 
         aiokafka sends one fetch at a time to a broker and leaves out partitions whose fetched
         records are still buffered. Once the input partitions' records are buffered, the next
@@ -106,19 +98,11 @@ class ConsumerThread(ConsumerThreadShim):
         for the whole wait, and the input partitions, drained meanwhile, wait with it
         (docs/design.md, "Fetches wait at most").
         """
-        consumer = super().create_worker_consumer(transport)
         settings: EosSettings = self.app.dedupe_settings
         aiokafka_privates.set_fetch_max_wait(consumer, settings.fetch_max_wait)
-        return consumer
 
-    async def fetch_records(
-        self,
-        consumer: AIOKafkaConsumer,
-        active_partitions: set[TP],
-        timeout: float | None = None,
-        max_records: int | None = None,
-    ) -> Mapping[TP, list[Any]]:
-        """Faust's, parsing at most :data:`HELD_BACK_MAX_RECORDS` records per call while a
+    def max_records(self) -> int:
+        """At most :data:`HELD_BACK_MAX_RECORDS` records parsed per fetch call while a
         rebalance or recovery runs, and :data:`STEADY_MAX_RECORDS` otherwise.
 
         Faust leaves ``max_poll_records`` unset, so one call parsed a whole fetch response. A
@@ -129,12 +113,7 @@ class ConsumerThread(ConsumerThreadShim):
         sends the group's heartbeats, long enough for the session to expire and a second
         rebalance to follow. A small cap in steady processing costs throughput (the contender
         benchmark, ``make bench``); one above what a steady call gathers does not."""
-        if max_records is None:
-            held_back = records_held_back(self.app)
-            max_records = HELD_BACK_MAX_RECORDS if held_back else STEADY_MAX_RECORDS
-        return await super().fetch_records(
-            consumer, active_partitions, timeout=timeout, max_records=max_records
-        )
+        return HELD_BACK_MAX_RECORDS if records_held_back(self.app) else STEADY_MAX_RECORDS
 
     async def fetch_highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         offsets: Mapping[TP, int] = await worker_consumer(self).end_offsets(partitions)
@@ -190,7 +169,11 @@ class Consumer(ConsumerShim):
         """One fetch's records: what Faust's ``getmany`` and ``_drain_messages`` do per record
         (round-robin over topics, flow and generation checks, the highwater metric, the
         "DROPPED MESSAGE ROFF" check), done per partition, and the source topics' records
-        handed to ``handler`` as one batch per partition."""
+        handed to ``handler`` as one batch per partition.
+
+        Re-implemented, not called, because Faust's loop yields one message object per record
+        to one callback; held to its deliveries by tests/unit/app/eos/test_deliver_as_faust.py.
+        """
         app = self.app
         if not self.flow_active:
             # Faust's getmany (even after an empty fetch): a rebalance began; go back to the
