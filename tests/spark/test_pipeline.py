@@ -10,6 +10,7 @@ Each test has its own topics (``names``), lake and checkpoints (``tmp_path``).
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -17,13 +18,11 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 
 from scripts.streams import OutRecord, build_stream, produce
-from tests.spark.harness import (
-    LakeJob,
-    scrape,
-)
+from tests.spark.harness import LakeJob, scrape, table_file_count
 from tests.spark.pipeline_support import assert_lake_holds_exactly, clean_ends
 from tests.support import ROOT, Broker, Names
 from tests.workers import Worker, wait_drained
@@ -49,6 +48,14 @@ def run_module(job: LakeJob, *args: str) -> tuple[int, str]:
 
 def run_audit(job: LakeJob) -> tuple[int, str]:
     return run_module(job, "spark.audit")
+
+
+def counts_written(job: LakeJob) -> bool:
+    """The job's counts table has a file of minutes in its current version (delta-rs)."""
+    try:
+        return table_file_count(job.counts_table) > 0
+    except TableNotFoundError:
+        return False
 
 
 async def send_at(bootstrap: str, topic: str, records: list[OutRecord], at_ms: int) -> None:
@@ -99,17 +106,9 @@ def test_events_with_duplicates_reach_the_lake_once_and_late_ones_show_in_the_au
     waited = job.wait_caught_up(ends, timeout=240)
     merging.wait_caught_up(ends, timeout=240)
 
-    # Appended: each event once, but the late copies twice, and the audit names them.
-    status, output = run_audit(job)
+    # The job's GET /metrics while it runs: every row it read, nothing left of the topic.
     unique = len(stream.unique)
-    assert status == 1, output
-    assert f"events: rows={unique + 5} distinct={unique} duplicates=5 " in output, output
-    for record in late:
-        assert f"  duplicate: {record.message_id!r} x2" in output, output
-    twice = [r.message_id for r in late]
-    minutes = assert_lake_holds_exactly(spark, job, stream.unique, twice=twice)
 
-    # The job's GET /metrics: every row it read, nothing left of the topic.
     def rows(query: str) -> float:
         return scrape(job.metrics_port).get(("dedupe_lake_rows_total", (("query", query),)), 0)
 
@@ -123,11 +122,32 @@ def test_events_with_duplicates_reach_the_lake_once_and_late_ones_show_in_the_au
         assert samples[("dedupe_lake_offsets_behind", labels)] == 0, (query, samples)
         assert samples[("dedupe_lake_batches_total", labels)] >= 1, (query, samples)
 
+    # The minutes behind the watermark (the late copies' two hours back) are written by the
+    # batch after the one that read them, a batch without data: wait for it before the stop.
+    deadline = time.monotonic() + 120
+    while not counts_written(job) and time.monotonic() < deadline:
+        assert job.alive(), job.log_text()[-3000:]
+        time.sleep(0.5)
+
+    # Everything is in the lake: stop both jobs (each polls the broker twice a second at its
+    # trigger) and the worker, so the audit's JVM does not share the two cores with three more
+    # processes. A CI run of make test had the audit past its 180 s with them still running.
+    assert job.stop() == 0, job.log_text()[-3000:]
+    assert merging.stop() == 0, merging.log_text()[-3000:]
+    assert worker.kill(signal.SIGTERM) == 0, worker.log_text()[-3000:]
+
+    # Appended: each event once, but the late copies twice, and the audit names them.
+    status, output = run_audit(job)
+    assert status == 1, output
+    assert f"events: rows={unique + 5} distinct={unique} duplicates=5 " in output, output
+    for record in late:
+        assert f"  duplicate: {record.message_id!r} x2" in output, output
+    twice = [r.message_id for r in late]
+    minutes = assert_lake_holds_exactly(spark, job, stream.unique, twice=twice)
+
     # Merged on messageId: the same topic, each id once whatever its age. (Its counts table
     # counts every event read from the topic, the late copies too: not compared here.)
     assert_lake_holds_exactly(spark, merging, stream.unique, counts=False)
-    assert job.stop() == 0, job.log_text()[-3000:]
-    assert merging.stop() == 0, merging.log_text()[-3000:]
     print(
         f"\nevents={len(stream.records) + 5} unique={unique} late copies past the window=5: "
         f"appended lake rows={unique + 5} (audit: duplicates=5), merged lake rows={unique} "
