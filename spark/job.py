@@ -263,22 +263,24 @@ def run(spark: SparkSession, settings: SparkSettings, stop: StopRequest) -> int:
     printer = ProgressPrinter()
     stalls = StallWatch()
     progress_metrics = metrics.ProgressMetrics()
-    progress_metrics.expect([query.name or str(query.id) for query in queries])
+    # a query's name is a call into the JVM: asked once, not at every poll
+    named = [(query.name or str(query.id), query) for query in queries]
+    progress_metrics.expect([name for name, _ in named])
     metrics.watch_jvm(jvm_pid(spark))
     status = 0
     try:
         while not stop.requested:
             time.sleep(0.5)
-            for query in queries:
+            for name, query in named:
                 printer.print_new(query)
-                if line := stalls.observe(query.name or str(query.id), query.status["message"]):
+                if line := stalls.observe(name, query.status["message"]):
                     print(f"{PREFIX} {line}", flush=True)
                 progress = query.lastProgress
                 if progress is not None:
-                    progress_metrics.observe(query.name or str(query.id), progress)
+                    progress_metrics.observe(name, progress)
                 if not query.isActive:
                     error = query.exception()
-                    print(f"{PREFIX} query {query.name} stopped: {error}", file=sys.stderr)
+                    print(f"{PREFIX} query {name} stopped: {error}", file=sys.stderr)
                     status = 1
             if status:
                 break
