@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 KAFKA := scripts/kafka-local.sh
 SERVERS := scripts/servers.sh
 IDEM_LIB := libs/idempotent-consumer
+NATIVE := native
 # Tests use their own broker port, so they never touch the broker of `make run`.
 TEST_KAFKA_PORT ?= 19092
 # `make test` runs three lanes side by side (see `test` below), each on brokers and worker web
@@ -51,12 +52,15 @@ BROWSER_DIR := .cache/browser
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml $(IDEM_LIB)/pyproject.toml
+$(STAMP): pyproject.toml $(IDEM_LIB)/pyproject.toml $(NATIVE)/pyproject.toml $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/src/lib.rs
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
+	@command -v cargo >/dev/null || { echo "need cargo (Rust, e.g. from rustup) to build the native record decoder in $(NATIVE)/"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark,bench]'
 	$(PY) -m pip install --quiet -e '$(IDEM_LIB)[all,binary]'  # binary: psycopg's prebuilt build, as before 1.1
+	# The native record decoder (adapters/fetched_records.py): a wheel built by maturin with cargo.
+	$(PY) -m pip install --quiet ./$(NATIVE)
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools

@@ -1,12 +1,14 @@
 """What only the worker's settings as a whole can check (ranges and choices of single fields
 are declared on the fields, ``app/settings/__init__.py``): topic names and their clashes, the bucket
-within the window, replication counts, fault specs, log level, source policies."""
+within the window, replication counts, fault specs, log level, source policies, the native
+decoder when it is required."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
 
+from adapters import fetched_records
 from app.strategy import parse_policies, parse_window_from
 from envsettings import count_problem, parse_count
 
@@ -31,6 +33,11 @@ def cross_checks(s: Settings) -> list[str]:
     if len(set(names.values())) != len(names):
         listed = ", ".join(f"{env(n)}={v!r}" for n, v in names.items())
         out.append(f"input, output, dead-letter and repartition topics must differ: {listed}")
+    if s.native_records == "on" and fetched_records.load() is None:
+        out.append(
+            f"{env('native_records')}=on but the native module (dedupe_native) is not "
+            "installed: build it with `make install` (needs cargo), or set auto or off"
+        )
     if 1 <= s.window <= 3650 * 86400 and not 0.001 <= s.bucket <= s.window:
         out.append(f"{env('bucket')}={s.bucket}s: must be 1ms..DEDUPE_WINDOW")
     for name in ("replication_factor", "min_insync_replicas"):

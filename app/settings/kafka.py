@@ -131,6 +131,17 @@ class KafkaSettings(KafkaSecuritySettings):
         "fewer empty fetches to an idle broker.",
         within=(0.001, 30.0),
     )
+    native_records: str = setting(
+        "auto",
+        "DEDUPE_NATIVE_RECORDS",
+        "How the input and repartition partitions' fetched record batches are decoded: "
+        "native (the dedupe_native extension ``make install`` builds from native/: one call per "
+        "fetched partition, the same records as aiokafka's own loop, which still handles any "
+        "batch it cannot) or aiokafka (its Python loop, a record object built per record). "
+        "auto: native when the extension is installed, else aiokafka; on: native, and the "
+        "worker does not start without the extension; off: aiokafka.",
+        one_of=("auto", "on", "off"),
+    )
     stall_timeout: float = setting(
         20.0,
         "DEDUPE_STALL_TIMEOUT",

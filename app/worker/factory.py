@@ -17,6 +17,7 @@ from aiokafka.client import AIOKafkaClient
 from yarl import URL
 
 import recovery
+from adapters import fetched_records
 from app.admin.snapshots import SnapshotSchedule
 from app.admin.topics import ensure_topics
 from app.eos import BatchHandler, TaskTransactionManager, Transport, txn_protocol
@@ -213,6 +214,24 @@ def fault_seams() -> tuple[FaultPoints, ProducerSupplier]:
     return injected, injected.producer_supplier
 
 
+def use_native_records(settings: Settings) -> str:
+    """Decode the source partitions' fetches natively when DEDUPE_NATIVE_RECORDS allows it and
+    the extension is installed (``adapters/fetched_records.py``); returns how they are decoded:
+    ``"native"`` or ``"aiokafka"``. Settings validation already refused ``on`` without it."""
+    native = fetched_records.load() if settings.native_records != "off" else None
+    if native is None:
+        if settings.native_records == "auto":
+            log.info(
+                "dedupe: fetched records decoded by aiokafka's loop: the native module "
+                "(dedupe_native) is not installed (make install builds it)"
+            )
+        fetched_records.uninstall()
+        return "aiokafka"
+    fetched_records.install(native, [settings.input_topic, settings.repartition_topic])
+    log.info("dedupe: fetched records of the source topics decoded natively (dedupe_native)")
+    return "native"
+
+
 def create_app(settings: Settings) -> Pipeline:
     """Build the dedup worker for ``settings``."""
     brokers = [URL(f"kafka://{b.strip()}") for b in settings.bootstrap_servers.split(",")]
@@ -274,13 +293,14 @@ def create_app(settings: Settings) -> Pipeline:
         value_serializer="raw",
         partitions=settings.partitions,
     )
+    decoding = use_native_records(settings)
     dedup = Deduplicator(
         settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings)
     )
     register_agents(app, source)
     app.serve(AppParts(seen_ids, producer_seqs, dedup, batch_handler(app, dedup)))
     watch = WindowWatch(dedup.seen_ids)
-    figures = partial(partition_stats, app, dedup, watch)
+    figures = partial(partition_stats, app, dedup, watch, decoding)
     metrics.register(figures, settings)
     seqs = dedup.producers
     register_views(

@@ -30,8 +30,11 @@ def _lag(app: faust.App, tm: TaskTransactionManager, topic: str, partition: int)
     return max(high - task.positions.get(tp, high), 0)
 
 
-def partition_stats(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> dict[str, Any]:
-    """The figures of ``/stats`` and ``/metrics``."""
+def partition_stats(
+    app: faust.App, dedup: Deduplicator, watch: WindowWatch, record_decoding: str = "aiokafka"
+) -> dict[str, Any]:
+    """The figures of ``/stats`` and ``/metrics``; ``record_decoding``: how fetched source
+    records are decoded (``use_native_records`` in ``app/worker/factory.py``)."""
     tm: TaskTransactionManager = app.consumer.transactions
     seen = dedup.seen_ids
     partitions: dict[str, Any] = {}
@@ -54,6 +57,7 @@ def partition_stats(app: faust.App, dedup: Deduplicator, watch: WindowWatch) -> 
     protocol = tm.producers.protocol
     return {
         "policy": dedup.policy(),
+        "record_decoding": record_decoding,
         "transactions": protocol.stats() if protocol is not None else None,
         "partitions": partitions,
         "standbys": standby_stats(app),

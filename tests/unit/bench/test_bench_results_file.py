@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import age_out, idempotency, recovery, scale
+from bench import age_out, decode, idempotency, recovery, scale
 from bench.results_file import KEPT, write_latest
 
 
@@ -20,7 +20,7 @@ def test_a_run_replaces_the_one_before(tmp_path: Path) -> None:
 
 
 def test_the_committed_results_files_hold_one_run_each() -> None:
-    for module in (age_out, idempotency, recovery, scale):
+    for module in (age_out, decode, idempotency, recovery, scale):
         text = module.RESULTS.read_text()
         header = f"\n\n{KEPT}\n\nMethod: {module.METHOD}\n\nTarget: {module.TARGET}\n\n## "
         assert header in text, module.RESULTS.name
