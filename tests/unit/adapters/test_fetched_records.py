@@ -229,6 +229,60 @@ def test_a_corrupt_batch_never_reaches_the_native_codecs() -> None:
     assert ours[2] is not None
 
 
+class _State:
+    """A partition's fetch state as aiokafka's subscription keeps it (position, paused)."""
+
+    def __init__(self, position: int) -> None:
+        self.position, self.paused = position, False
+
+    def consumed_to(self, offset: int) -> None:
+        self.position = offset
+
+
+class _Assignment:
+    active = True
+
+    def __init__(self, state: _State) -> None:
+        self._state = state
+
+    def state_value(self, tp: TopicPartition) -> _State:
+        return self._state
+
+
+def taken_by_fetch_result(cls: type, data: bytes, fetch_offset: int, steps: list[int]) -> Any:
+    """What the consumer takes from one fetch through aiokafka's ``FetchResult``: ``getall``
+    with each ``max_records`` of ``steps`` (0: ``getone``), then ``getall`` for the rest, and
+    the partition's position after each call."""
+    tp = TopicPartition(TOPIC, 1)
+    state = _State(fetch_offset)
+    records = cls(tp, KeptRecords(data), None, fetch_offset, None, None, True, 0)
+    result = fetcher.FetchResult(
+        tp, assignment=_Assignment(state), partition_records=records, backoff=0
+    )
+    out = []
+    for step in [*steps, None]:
+        if not result.has_more():
+            break  # the fetcher drops a drained result; nothing asks it again
+        if step == 0:
+            one = result.getone()
+            got = [] if one is None else [one]
+        else:
+            got = result.getall(max_records=step)
+        out.append(([tuple(getattr(r, f) for f in FIELDS) for r in got], state.position))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(fetches(), st.lists(st.integers(0, 7), max_size=6))
+def test_fetch_results_take_the_same_records(fetch: Any, steps: list[int]) -> None:
+    """Through aiokafka's ``FetchResult``, a call at a time (``getall`` with a cap, ``getone``),
+    as the consumer takes a fetch: the same records per call and the same position after it."""
+    data, fetch_offset, _, _ = fetch
+    theirs = taken_by_fetch_result(PartitionRecords, data, fetch_offset, steps)
+    ours = taken_by_fetch_result(NativePartitionRecords, data, fetch_offset, steps)
+    assert ours == theirs
+
+
 # -- cases by name -------------------------------------------------------------------------------
 
 
