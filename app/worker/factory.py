@@ -71,6 +71,8 @@ class DedupeApp(FaustAppHooks):
     producer_seqs_table: TransactionalTable
     dedup: Deduplicator
     batch_handler: BatchHandler
+    #: How fetched source records are decoded: "native" or "aiokafka" (``use_native_records``).
+    record_decoding: str = "aiokafka"
 
     def __init__(
         self,
@@ -157,6 +159,7 @@ class DedupeApp(FaustAppHooks):
         tm.register_store(producers.store, producers.changelog_name())
         assert self.dedup.producers is not None
         tm.register_store(self.dedup.producers)
+        log.info(decoding_line(self.record_decoding, s.native_records))
         settle_heap()
 
     @property
@@ -239,16 +242,22 @@ def use_native_records(settings: Settings) -> str:
     ``"native"`` or ``"aiokafka"``. Settings validation already refused ``on`` without it."""
     native = fetched_records.load() if settings.native_records != "off" else None
     if native is None:
-        if settings.native_records == "auto":
-            log.info(
-                "dedupe: fetched records decoded by aiokafka's loop: the native module "
-                "(dedupe_native) is not installed (make install builds it)"
-            )
         fetched_records.uninstall()
         return "aiokafka"
     fetched_records.install(native, [settings.input_topic, settings.repartition_topic])
-    log.info("dedupe: fetched records of the source topics decoded natively (dedupe_native)")
     return "native"
+
+
+def decoding_line(decoding: str, setting: str) -> str:
+    """The start-up log line that says how fetched records are decoded, and why."""
+    if decoding == "native":
+        return "dedupe: fetched records of the source topics decoded natively (dedupe_native)"
+    why = (
+        "DEDUPE_NATIVE_RECORDS=off"
+        if setting == "off"
+        else "the native module (dedupe_native) is not installed; make install builds it"
+    )
+    return f"dedupe: fetched records decoded by aiokafka's loop ({why})"
 
 
 def create_app(settings: Settings) -> Pipeline:
@@ -312,7 +321,7 @@ def create_app(settings: Settings) -> Pipeline:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-    decoding = use_native_records(settings)
+    app.record_decoding = decoding = use_native_records(settings)
     dedup = Deduplicator(
         settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings)
     )

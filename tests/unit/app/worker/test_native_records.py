@@ -12,7 +12,7 @@ from aiokafka.consumer.fetcher import PartitionRecords
 from adapters import fetched_records
 from adapters.fetched_records import NativePartitionRecords
 from app.settings import Settings, SettingsError
-from app.worker.factory import use_native_records
+from app.worker.factory import decoding_line, use_native_records
 
 
 @pytest.fixture(autouse=True)
@@ -51,3 +51,9 @@ def test_on_without_the_extension_stops_the_worker(monkeypatch: pytest.MonkeyPat
 
 def test_on_with_the_extension_starts() -> None:
     assert use_native_records(Settings.from_env({"DEDUPE_NATIVE_RECORDS": "on"})) == "native"
+
+
+def test_the_start_up_line_says_which_decoder_and_why() -> None:
+    assert "decoded natively" in decoding_line("native", "auto")
+    assert "make install builds it" in decoding_line("aiokafka", "auto")
+    assert "DEDUPE_NATIVE_RECORDS=off" in decoding_line("aiokafka", "off")
