@@ -24,6 +24,7 @@ one is neither: it reuses the id (:func:`judge`).
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,8 @@ SEQ = slice(8, 16)
 SIGHTING = slice(0, 16)
 REPEATS = slice(16, 20)
 CONTENT = slice(20, None)
+#: First-seen ms and sequence read in one call: the decision reads them for every held id.
+sighting_of = struct.Struct(">QQ").unpack_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,13 @@ class Entry:
         return Entry(self.first_seen_ms, self.seq, self.repeats + 1, self.content)
 
 
+def repeated_entry(encoded: bytes) -> bytes:
+    """``Entry.decode(encoded).repeated().encode()`` without the object: the write of every
+    repeat counted, so the held-id decision makes no Entry."""
+    repeats = int.from_bytes(encoded[REPEATS], "big") + 1
+    return encoded[SIGHTING] + min(repeats, 0xFFFFFFFF).to_bytes(4, "big") + encoded[CONTENT]
+
+
 def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0, content: bytes = b"") -> bytes:
     """``Entry(first_seen_ms, seq, repeats, content).encode()`` without the object (a first
     sighting encodes one per forwarded record): 20 bytes, plus the content hash when kept."""
@@ -79,7 +89,7 @@ def encode_entry(first_seen_ms: int, seq: int, repeats: int = 0, content: bytes 
     return entry + content if content else entry
 
 
-def rearms(held: Entry, record_ms: int, last_seen: bool) -> bool:
+def rearms(first_seen_ms: int, record_ms: int, last_seen: bool) -> bool:
     """A repeat at ``record_ms`` moves the id's clock to it: only under ``last_seen``, and only
     forward (an out-of-order copy behind the armed time never shortens the id's life).
 
@@ -87,7 +97,7 @@ def rearms(held: Entry, record_ms: int, last_seen: bool) -> bool:
     .OnCreateAndWrite`` in flink-table-runtime's ``StateTtlConfigUtil``: the keep-first-row
     state is written once); ``last_seen`` is ``OnReadAndWrite``, Tenzir's ``write_timeout``
     against its ``create_timeout``: for ids that repeat as long as they are alive."""
-    return last_seen and record_ms > held.first_seen_ms
+    return last_seen and record_ms > first_seen_ms
 
 
 class Verdict(enum.Enum):
@@ -102,9 +112,19 @@ def judge(held: Entry | None, record_ms: int, window_ms: int, content: bytes = b
     """What a copy is: a first sighting, a repeat, or (both hashes kept and different) another
     event reusing the id (a repeat: held, and first seen less than ``window_ms`` before the
     record). An entry kept without a hash cannot tell: a repeat."""
-    if held is None or record_ms - held.first_seen_ms >= window_ms:
+    if held is None:
         return Verdict.FIRST
-    if content and held.content and content != held.content:
+    return judge_held(held.first_seen_ms, held.content, record_ms, window_ms, content)
+
+
+def judge_held(
+    first_seen_ms: int, held_content: bytes, record_ms: int, window_ms: int, content: bytes
+) -> Verdict:
+    """:func:`judge` of a held entry given by its fields (the decision reads them from the
+    encoded entry, without an Entry)."""
+    if record_ms - first_seen_ms >= window_ms:
+        return Verdict.FIRST
+    if content and held_content and content != held_content:
         return Verdict.REUSED
     return Verdict.REPEAT
 

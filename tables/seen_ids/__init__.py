@@ -8,7 +8,18 @@ from tables.age_out import AgeOut, PartitionState, load_state
 from tables.seen_ids.store import SeenIdsStore
 from tables.seen_ids.table import SeenIdsSettings
 from tables.transactional import TransactionalTable
-from tables.window import Entry, Verdict, effective_window_ms, encode_entry, judge, rearms
+from tables.window import (
+    CONTENT,
+    REPEATS,
+    Entry,
+    Verdict,
+    effective_window_ms,
+    encode_entry,
+    judge_held,
+    rearms,
+    repeated_entry,
+    sighting_of,
+)
 
 # Module constants: read per record, faster than the enum's class attributes.
 _FIRST, _REPEAT, _REUSED = Verdict.FIRST, Verdict.REPEAT, Verdict.REUSED
@@ -79,16 +90,18 @@ class SeenIds:
         slot_ms, block = self.slot_ms, self.block
         counts = live.counts
         if raw is not None:
-            held = Entry.decode(raw)
-            old_ms = held.first_seen_ms
-            old_rank = (old_ms - old_ms % slot_ms, held.seq // block)
+            # The held entry's fields read from its bytes: no Entry per held id (the decision
+            # of every repeat).
+            old_ms, old_seq = sighting_of(raw)
+            old_rank = (old_ms - old_ms % slot_ms, old_seq // block)
             if old_rank >= live.cutoff:
-                verdict = judge(held, record_ms, self.window_ms, content)
+                verdict = judge_held(old_ms, raw[CONTENT], record_ms, self.window_ms, content)
                 if verdict is _REPEAT:
-                    if last_seen and rearms(held, record_ms, last_seen):
-                        repeats, content = held.repeats + 1, held.content
+                    if last_seen and rearms(old_ms, record_ms, last_seen):
+                        repeats = int.from_bytes(raw[REPEATS], "big") + 1
+                        content = raw[CONTENT]
                     else:
-                        table.put(id_bytes, held.repeated().encode(), partition)
+                        table.put(id_bytes, repeated_entry(raw), partition)
                         return verdict
                 elif verdict is _REUSED:
                     return verdict

@@ -42,6 +42,24 @@ def test_a_repeat_counts_without_moving_the_first_sighting() -> None:
 
 
 @pytest.mark.parametrize(
+    "encoded",
+    [
+        window.Entry(1_000, 7).encode()[:16],  # a 16-byte entry: 0 repeats
+        window.Entry(1_000, 7).encode(),
+        window.Entry(1_714_564_800_000, 2**63, 41).encode(),
+        window.Entry(1_000, 7, 0xFFFFFFFF).encode(),  # the count saturates
+        window.Entry(1_000, 7, 3, b"\x01" * 8).encode(),  # with a content hash
+    ],
+)
+def test_the_repeat_write_on_the_bytes_is_the_entrys(encoded: bytes) -> None:
+    """The decision writes a repeat's entry from the held bytes; it must be the bytes
+    ``Entry.repeated`` encodes, and read back the same sighting."""
+    entry = window.Entry.decode(encoded)
+    assert window.repeated_entry(encoded) == entry.repeated().encode()
+    assert window.sighting_of(encoded) == (entry.first_seen_ms, entry.seq)
+
+
+@pytest.mark.parametrize(
     ("held_ms", "record_ms", "duplicate"),
     [
         (None, 5, False),  # never seen

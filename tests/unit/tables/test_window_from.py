@@ -29,7 +29,7 @@ DAY = 86_400_000
     ],
 )
 def test_rearms(armed: int, record_ms: int, last_seen: bool, moves: bool) -> None:
-    assert window.rearms(window.Entry(armed, 0), record_ms, last_seen) is moves
+    assert window.rearms(armed, record_ms, last_seen) is moves
 
 
 class ArmedWorld(World):

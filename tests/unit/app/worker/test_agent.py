@@ -71,7 +71,7 @@ class FakeSeenIds:
         elif (
             verdict is window.Verdict.REPEAT
             and entry
-            and window.rearms(entry, record_ms, last_seen)
+            and window.rearms(entry.first_seen_ms, record_ms, last_seen)
         ):
             self.first[key] = record_ms
         return verdict
