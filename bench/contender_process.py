@@ -99,6 +99,26 @@ def last_error(log: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
+def expiry_scans(log: Path) -> str:
+    """What contender (h)'s expiry punctuator did, from its "kstreams-dedup: expiry-scan MS
+    SCANNED DELETED" lines: the cost the key-value store pays for having no retention of its
+    own ("" when it never ran)."""
+    if not log.exists():
+        return ""
+    scans = [
+        [int(x) for x in line.split()[2:5]]
+        for line in log.read_text(errors="replace").splitlines()
+        if line.startswith("kstreams-dedup: expiry-scan ")
+    ]
+    if not scans:
+        return ""
+    return (
+        f"expiry punctuator: {len(scans)} scans (one per task each run), "
+        f"{sum(s[0] for s in scans):,} ms in all, longest {max(s[0] for s in scans):,} ms, "
+        f"{sum(s[1] for s in scans):,} ids read, {sum(s[2] for s in scans):,} deleted"
+    )
+
+
 @dataclass
 class Options:
     bootstrap: str

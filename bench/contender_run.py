@@ -23,6 +23,7 @@ from bench.contender_process import (
     Options,
     command,
     environment,
+    expiry_scans,
     last_error,
 )
 from bench.measure import TreeCpu, disk_bytes, events_per_second, percentile, sample_tree
@@ -121,6 +122,9 @@ class Run:
         r.disk_bytes = size or None
         if size:
             r.notes.append(f"state dir {size / 2**20:,.1f} MiB for {r.stored_ids:,} ids")
+        scans = expiry_scans(self.log)
+        if scans:
+            r.notes.append(scans)
         if not opts.keep_topics:
             with contextlib.suppress(Exception):
                 await delete_topics_containing(opts.bootstrap, self.names.tag)

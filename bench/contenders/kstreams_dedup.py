@@ -9,9 +9,15 @@ with it (``exec java``), so the benchmark measures the JVM alone. What the appli
 (``KStreamsDedup.java``): the event-deduplication processor of Confluent's Kafka Streams
 examples and tutorial on a persistent window store (RocksDB) of id -> first-seen time, the
 window 28 days (the worker's default), ``processing.guarantee=exactly_once_v2``,
-``commit.interval.ms=100`` (the worker's commit interval), one stream thread (Kafka Streams'
-default; ``BENCH_KSTREAMS_THREADS`` to change). The record key is the id; values and headers
-pass through as bytes. SIGTERM closes it cleanly (the last transaction commits) with status 0.
+``commit.interval.ms=100`` (the worker's commit interval, and Kafka Streams' default under
+exactly-once), the store's record cache on at Kafka Streams' default size (10 MiB, as the DSL's
+stores have it; ``BENCH_KSTREAMS_CACHE=0`` turns it off), one stream thread (Kafka Streams'
+default; ``BENCH_KSTREAMS_THREADS`` to change). ``--store kv`` runs the other pattern of the
+tutorials: a persistent key-value store of id -> first-seen time and a wall-clock punctuator
+(every ``BENCH_KSTREAMS_PUNCTUATE_MS``, default 60 s) that scans it and deletes the ids first seen
+a window before stream time; each scan logs its duration and counts. The record key is the id;
+values and headers pass through as bytes. SIGTERM closes it cleanly (the last transaction
+commits) with status 0.
 
 What it is, compared with the dedupe worker: exactly-once is Kafka Streams' own (one producer
 per stream thread under v2, transactions every commit interval); the window store drops a
@@ -42,6 +48,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, required=True, help="unused (see docstring)")
     parser.add_argument("--state-dir", required=True, help="Kafka Streams' state.dir")
     parser.add_argument("--group", required=True, help="application.id (group, txn ids)")
+    parser.add_argument(
+        "--store",
+        choices=("window", "kv"),
+        default="window",
+        help="window: the tutorial's window store (contender g); kv: a key-value store and an "
+        "expiry punctuator (contender h, bench/contenders/kstreams_kv_dedup.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -83,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.state_dir).mkdir(parents=True, exist_ok=True)
     cmd = java_command(args)
     print(f"kstreams-dedup: {args.input} -> {args.output}, application {args.group}", flush=True)
+    # Set here, not inherited: the store is this command's choice, whatever the caller's env.
+    os.environ["BENCH_KSTREAMS_STORE"] = args.store
     os.execvp(cmd[0], cmd)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report import Result, render_table, targets, write_chart
+from bench.contender_process import expiry_scans
+from bench.report import COPY_FLOORS, Result, render_table, targets, write_chart
 
 
 def _ok(key: str, eps: float, p99: float, **kw: object) -> Result:
@@ -61,7 +62,7 @@ def test_targets_met_and_missed() -> None:
     ]
     got = targets(rows, 0.1)
     assert got[0] == "(b) >= 1x (a) copy, EOS, no dedup: MET (1.05x)"
-    assert got[1] == "(b) >= 0.8x (g) Kafka Streams, exactly_once_v2: NOT MET (0.75x)"
+    assert got[1] == "(b) >= 1.2x (g) Kafka Streams, exactly_once_v2: NOT MET (0.75x)"
     assert got[2] == "(b) >= 2x (d) Quix Streams, exactly-once: NOT MET (1.75x)"
     assert got[3].startswith("(b) >= 1x (e) Spark") and got[3].endswith("did not complete)")
     assert got[4] == "(b) p99 <= commit interval + 50 ms = 150 ms: MET (p99 140 ms)"
@@ -76,6 +77,14 @@ def test_targets_met_and_missed() -> None:
         got[7]
         == "(b) state bytes per id below (g) Kafka Streams, exactly_once_v2: MET (50.0 vs 100.0)"
     )
+
+
+def test_the_copy_floor_is_the_profiles_and_both_kafka_streams_stores_are_judged() -> None:
+    rows = [_ok("a", 10_000, 150), _ok("b", 11_500, 140), _ok("h", 9_000, 120)]
+    assert targets(rows, 0.1)[0] == "(b) >= 1x (a) copy, EOS, no dedup: MET (1.15x)"
+    got = targets(rows, 0.1, COPY_FLOORS["dup20"])
+    assert got[0] == "(b) >= 1.2x (a) copy, EOS, no dedup: NOT MET (1.15x)"
+    assert got[1] == ("(b) >= 1.2x (h) Kafka Streams, key-value store + punctuator: MET (1.28x)")
 
 
 def test_two_processes_are_compared_with_spark_on_its_two_cores() -> None:
@@ -100,3 +109,20 @@ def test_chart_is_written(tmp_path: Path) -> None:
     rows = [_ok("a", 10_000, 150), Result("e", status="failed")]
     write_chart(path, {"dup0.6": rows, "dup20": rows})
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_key_value_stores_expiry_scans_are_summed_from_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "contender.log"
+    assert expiry_scans(log) == ""
+    log.write_text("kstreams-dedup: store kv, record cache on\n")
+    assert expiry_scans(log) == ""
+    log.write_text(
+        "kstreams-dedup: store kv, record cache on\n"
+        "kstreams-dedup: expiry-scan 120 1000000 0\n"
+        "other line\n"
+        "kstreams-dedup: expiry-scan 1400 1200000 5\n"
+    )
+    assert expiry_scans(log) == (
+        "expiry punctuator: 2 scans (one per task each run), 1,520 ms in all, longest 1,400 ms, "
+        "2,200,000 ids read, 5 deleted"
+    )

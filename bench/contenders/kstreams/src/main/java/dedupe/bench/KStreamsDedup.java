@@ -10,10 +10,16 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.processor.PunctuationType;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
-import org.apache.kafka.streams.processor.StateRestoreListener;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorSupplier;
 import org.apache.kafka.streams.processor.api.FixedKeyRecord;
+import org.apache.kafka.streams.state.KeyValueIterator;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.StoreBuilder;
 import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.streams.state.WindowStoreIterator;
@@ -25,10 +31,21 @@ import org.apache.kafka.streams.state.WindowStoreIterator;
  * the store holds within the window is dropped). The record key is the id (the benchmark's input
  * is keyed by messageId); values pass through as bytes.
  *
+ * <p>Two stores, as Kafka Streams users write this job: BENCH_KSTREAMS_STORE=window (the default)
+ * is the tutorial's window store; BENCH_KSTREAMS_STORE=kv is the other pattern of the same
+ * tutorials and of the Processor API docs: a persistent key-value store of id to first-seen time,
+ * a record dropped while its held time is less than the window before its own, and a wall-clock
+ * punctuator that scans the store and deletes the ids first seen before stream time minus the
+ * window (the key-value store has no retention of its own).
+ *
  * <p>Usage: KStreamsDedup BOOTSTRAP INPUT OUTPUT STATE_DIR APPLICATION_ID. Settings from the
- * environment: BENCH_KSTREAMS_COMMIT_MS (default 100, the worker's commit interval),
+ * environment: BENCH_KSTREAMS_STORE (window or kv), BENCH_KSTREAMS_COMMIT_MS (default 100, the
+ * worker's commit interval and Kafka Streams' own default under exactly-once),
  * BENCH_KSTREAMS_THREADS (default 1, Kafka Streams' default), BENCH_KSTREAMS_WINDOW_MS (default 28
- * days, the worker's default window).
+ * days, the worker's default window), BENCH_KSTREAMS_CACHE (default 1: the store's record cache
+ * on, statestore.cache.max.bytes at Kafka Streams' default of 10 MiB, as the DSL's stores have
+ * it; 0: off), BENCH_KSTREAMS_PUNCTUATE_MS (default 60000: the kv store's expiry scan, wall
+ * clock).
  */
 public final class KStreamsDedup {
   static final String STORE = "seen-ids";
@@ -65,6 +82,71 @@ public final class KStreamsDedup {
         seen.put(id, time, time);
         context.forward(record);
       }
+    }
+  }
+
+  /**
+   * Forwards the first record of each id within the window, on a key-value store; a punctuator
+   * deletes the ids first seen a window before stream time. Each scan prints "kstreams-dedup:
+   * expiry-scan MS SCANNED DELETED" (its duration in ms, ids read, ids deleted).
+   */
+  static final class KvDedup implements FixedKeyProcessor<byte[], byte[], byte[]> {
+    private final long windowMs;
+    private final long punctuateMs;
+    private FixedKeyProcessorContext<byte[], byte[]> context;
+    private KeyValueStore<byte[], Long> seen;
+
+    KvDedup(long windowMs, long punctuateMs) {
+      this.windowMs = windowMs;
+      this.punctuateMs = punctuateMs;
+    }
+
+    @Override
+    public void init(FixedKeyProcessorContext<byte[], byte[]> context) {
+      this.context = context;
+      this.seen = context.getStateStore(STORE);
+      context.schedule(
+          Duration.ofMillis(punctuateMs), PunctuationType.WALL_CLOCK_TIME, now -> expire());
+    }
+
+    @Override
+    public void process(FixedKeyRecord<byte[], byte[]> record) {
+      byte[] id = record.key();
+      if (id == null) {
+        context.forward(record); // not deduplicable by key: forwarded as is
+        return;
+      }
+      long time = record.timestamp();
+      Long held = seen.get(id);
+      if (held != null && time - held < windowMs) {
+        return; // a repeat inside the window (a copy older than the first sighting too)
+      }
+      seen.put(id, time);
+      context.forward(record);
+    }
+
+    private void expire() {
+      long streamTime = context.currentStreamTimeMs();
+      if (streamTime < 0) {
+        return; // no record processed yet
+      }
+      long cutoff = streamTime - windowMs;
+      long started = System.nanoTime();
+      long scanned = 0;
+      long deleted = 0;
+      try (KeyValueIterator<byte[], Long> all = seen.all()) {
+        while (all.hasNext()) {
+          KeyValue<byte[], Long> held = all.next();
+          scanned++;
+          if (held.value < cutoff) {
+            seen.delete(held.key);
+            deleted++;
+          }
+        }
+      }
+      long ms = (System.nanoTime() - started) / 1_000_000L;
+      System.out.printf("kstreams-dedup: expiry-scan %d %d %d%n", ms, scanned, deleted);
+      System.out.flush();
     }
   }
 
@@ -115,15 +197,37 @@ public final class KStreamsDedup {
     props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, (int) env("BENCH_KSTREAMS_THREADS", 1));
     props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
 
+    String kind = System.getenv().getOrDefault("BENCH_KSTREAMS_STORE", "window");
+    boolean cache = env("BENCH_KSTREAMS_CACHE", 1) != 0;
+    long punctuateMs = env("BENCH_KSTREAMS_PUNCTUATE_MS", 60_000);
+    StoreBuilder<?> store;
+    FixedKeyProcessorSupplier<byte[], byte[], byte[]> dedup;
+    if (kind.equals("window")) {
+      StoreBuilder<WindowStore<byte[], Long>> windows =
+          Stores.windowStoreBuilder(
+              Stores.persistentWindowStore(
+                  STORE, Duration.ofMillis(windowMs), Duration.ofMillis(windowMs), false),
+              Serdes.ByteArray(),
+              Serdes.Long());
+      store = cache ? windows.withCachingEnabled() : windows;
+      dedup = () -> new Dedup(windowMs);
+    } else if (kind.equals("kv")) {
+      StoreBuilder<KeyValueStore<byte[], Long>> ids =
+          Stores.keyValueStoreBuilder(
+              Stores.persistentKeyValueStore(STORE), Serdes.ByteArray(), Serdes.Long());
+      store = cache ? ids.withCachingEnabled() : ids;
+      dedup = () -> new KvDedup(windowMs, punctuateMs);
+    } else {
+      System.err.println("kstreams-dedup: BENCH_KSTREAMS_STORE must be window or kv: " + kind);
+      System.exit(2);
+      return;
+    }
+    System.out.printf("kstreams-dedup: store %s, record cache %s%n", kind, cache ? "on" : "off");
+
     StreamsBuilder builder = new StreamsBuilder();
-    builder.addStateStore(
-        Stores.windowStoreBuilder(
-            Stores.persistentWindowStore(
-                STORE, Duration.ofMillis(windowMs), Duration.ofMillis(windowMs), false),
-            Serdes.ByteArray(),
-            Serdes.Long()));
+    builder.addStateStore(store);
     builder.stream(args[1], Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
-        .processValues(() -> new Dedup(windowMs), STORE)
+        .processValues(dedup, STORE)
         .to(args[2], Produced.with(Serdes.ByteArray(), Serdes.ByteArray()));
 
     KafkaStreams streams = new KafkaStreams(builder.build(), props);
