@@ -8,6 +8,11 @@ line the uid they run as. A file the Dockerfile forgets to COPY is missing here 
 dependency the lock file lacks is missing from the virtualenv, and a write outside the image's
 writable paths fails as it would for the image's user.
 
+A ``COPY --from=<stage>`` builds that stage the same way in a directory of its own and copies
+from it: the native stage compiles the record decoder with the machine's cargo (``make
+install``'s prerequisite, as the Rust image's toolchain is the stage's), its ``python3 -m venv``
+standing for the build's own virtualenv.
+
 What cannot be carried out is named, not guessed: a RUN command this module does not know
 fails the build (``UnknownStep``), so a new step in the Dockerfile is either taught here or
 seen to be skipped.
@@ -165,6 +170,8 @@ class ImageBuild:
     workdir: str = "/"
     seconds: dict[str, float] = field(default_factory=dict)  # how long each stage took
     log: Callable[[str], None] = print
+    #: The builds of the stages a ``COPY --from`` names, each under its own directory.
+    others: dict[str, ImageBuild] = field(default_factory=dict)
 
     @property
     def venv(self) -> Path:
@@ -216,6 +223,11 @@ class ImageBuild:
             self.cwd.mkdir(parents=True, exist_ok=True)
         elif ins.keyword == "COPY":
             *sources, target = shlex.split(ins.args)
+            if sources and sources[0].startswith("--from="):
+                built = self._stage_build(sources[0].removeprefix("--from="), ins, run_env)
+                for source in sources[1:]:
+                    self._copy(source, target, origin=built.host(source))
+                return
             for source in sources:
                 self._copy(source, target)
         elif ins.keyword == "ENV":
@@ -232,10 +244,24 @@ class ImageBuild:
         elif ins.keyword not in ("VOLUME", "EXPOSE", "CMD", "LABEL"):
             raise UnknownStep(f"Dockerfile line {ins.line}: {ins.keyword} is not carried out")
 
-    def _copy(self, source: str, target: str) -> None:
-        origin = ROOT / source
+    def _stage_build(self, name: str, ins: Instruction, run_env: Mapping[str, str]) -> ImageBuild:
+        """The build of stage ``name`` (built once, in ``root/stage-<name>``)."""
+        built = self.others.get(name)
+        if built is None:
+            if name not in stages():
+                raise UnknownStep(f"Dockerfile line {ins.line}: COPY --from={name} (not a stage)")
+            built = self.others[name] = ImageBuild(self.root / f"stage-{name}", log=self.log)
+            for stage in lineage(name):
+                built.build(stage, run_env)
+            self.seconds.update({f"{name}/{k}": v for k, v in built.seconds.items()})
+        return built
+
+    def _copy(self, source: str, target: str, origin: Path | None = None) -> None:
+        """COPY ``source`` (a repository path, or ``origin`` in another stage's build)."""
+        if origin is None:
+            origin = ROOT / source
         if not origin.exists():
-            raise AssertionError(f"COPY {source}: no such file in the repository")
+            raise AssertionError(f"COPY {source}: no such file in the repository or stage")
         dest = self.cwd / target
         if origin.is_dir():
             shutil.copytree(
@@ -255,6 +281,8 @@ class ImageBuild:
             return
         if command[0] in SKIPPED:
             return
+        if command[:3] == ["python3", "-m", "venv"]:
+            return  # the stage's virtualenv: the build's own (made by ``build``) stands for it
         if command[:2] == ["pip", "install"]:
             # The machine's pip cache stands in for PyPI: the same files, checked against the
             # same hashes, without downloading them again in every run.

@@ -34,7 +34,7 @@ from scripts.topic_reader import read_topic_sync
 from tests.image.dockerfile import ImageBuild, lineage
 from tests.ingest.support import IngestProcess, json_headers
 from tests.spark.harness import LakeJob, read_without_spark
-from tests.support import Broker, Names, Runtime, delete_topics_after
+from tests.support import ROOT, Broker, Names, Runtime, delete_topics_after
 from tests.workers import Worker, port_in_range
 
 pytestmark = pytest.mark.image
@@ -90,6 +90,10 @@ def test_the_images_carry_an_event_from_the_ingest_to_the_lake(
 ) -> None:
     assert [s.name for s in lineage("spark")] == ["app", "spark"]
     build_env = {k: v for k, v in os.environ.items() if not k.startswith(("DEDUPE_", "SPARK_"))}
+    # The native stage compiles native/ with cargo into the target directory make install
+    # built: cargo's own cache of the same sources stands in for a clean one, as pip's cache
+    # stands in for PyPI (what changed is compiled again; cargo checks).
+    build_env["CARGO_TARGET_DIR"] = str(ROOT / "native" / "target")
     image = ImageBuild(build_root)
     for stage in lineage("app"):
         image.build(stage, build_env)
@@ -118,6 +122,15 @@ def test_the_images_carry_an_event_from_the_ingest_to_the_lake(
         if runtime.user is not None:
             for proc in (worker.proc, ingest.proc):
                 assert proc is not None and uid_of(proc.pid) == runtime.user[0]
+        # The native stage's wheel is in the image, and the image asks for it (on): the worker
+        # says so at start (the log line of app/worker/factory.py's decoding_line).
+        assert app_env.get("DEDUPE_NATIVE_RECORDS") == "on"
+        wait_for(
+            "the native decoder's start-up line",
+            lambda: "decoded natively (dedupe_native)" in worker.log_text(),
+            60,
+            [worker],
+        )
 
         message_id = f"image-{uuid.uuid4().hex}"
         event = {"type": "track", "event": "Image Built", "userId": "u", "messageId": message_id}

@@ -86,6 +86,25 @@ def test_each_stage_installs_its_lock_with_hashes_and_runs_unprivileged() -> Non
         assert users and users[-1] not in ("root", "0", "0:0"), f"{target} ends as root"
 
 
+def test_the_native_stage_builds_with_the_backend_native_declares_from_its_lock() -> None:
+    """The native stage installs maturin from docker/requirements-native.txt (hashes checked)
+    and the app stage takes the wheel from it: the lock must pin a maturin inside the range
+    native/pyproject.toml's build-system asks for, and the .in file ``make lock`` compiles
+    must ask for that range."""
+    native = tomllib.loads((ROOT / "native" / "pyproject.toml").read_text())
+    (wanted,) = [Requirement(r) for r in native["build-system"]["requires"]]
+    lines = (ROOT / "docker" / "requirements-native.in").read_text().splitlines()
+    asked = [Requirement(ln) for ln in lines if ln.strip() and not ln.startswith("#")]
+    assert asked == [wanted], "docker/requirements-native.in must ask for native's backend"
+    pinned = pins(ROOT / "docker" / "requirements-native.txt")
+    name = canonicalize_name(wanted.name)
+    assert name in pinned and wanted.specifier.contains(pinned[name]), "run make lock"
+    runs = [i.args for i in stages()["native"].instructions if i.keyword == "RUN"]
+    assert any("--require-hashes -r docker/requirements-native.txt" in run for run in runs)
+    app = [i.args for i in stages()["app"].instructions if i.keyword == "COPY"]
+    assert any(copy.startswith("--from=native ") for copy in app)
+
+
 def test_the_image_tier_knows_every_step_of_the_dockerfile() -> None:
     """tests/image carries out pip and python steps and skips the ones SKIPPED explains; a
     new kind of RUN step must be taught there, not silently left out of the test."""
@@ -95,7 +114,8 @@ def test_the_image_tier_knows_every_step_of_the_dockerfile() -> None:
             for ins in stage.instructions:
                 if ins.keyword == "RUN":
                     for command in shell_commands(ins.args):
-                        assert command[0] in known, (ins.line, command)
+                        venv = command[:3] == ["python3", "-m", "venv"]
+                        assert command[0] in known or venv, (ins.line, command)
 
 
 def test_the_dockerfile_parser_joins_continued_lines() -> None:
