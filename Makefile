@@ -44,7 +44,7 @@ BROWSER_DIR := .cache/browser
 .PHONY: soak help install kafka-jars kafka-up kafka-down kafka-acls run demo verify lint format \
         test test-unit test-integration test-faults test-spark test-ingest test-security web clean \
         test-cluster kafka-cluster-up kafka-cluster-down browser-install test-browser \
-        spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-scale bench-lake bench-recovery bench-ingest \
+        spark-jars spark audit lake-optimize lake-vacuum bench bench-cluster bench-kstreams bench-scale bench-lake bench-recovery bench-ingest \
         servers-install servers-up servers-down test-idempotency bench-idempotency test-observe \
         test-prerequisites test-lane-faults test-lane-others test-lane-third test-faults-core \
         test-faults-commit test-faults-network alert-rules test-image lock
@@ -279,6 +279,13 @@ bench-cluster: $(STAMP) kafka-jars ## Contender benchmark on a three-broker clus
 	  --bootstrap $$(KAFKA_CLUSTER_PORT=$(BENCH_CLUSTER_PORT) $(PY) -m scripts.kafka_cluster bootstrap) \
 	  --results bench/results-cluster.md --chart bench/results-cluster.png \
 	  $${BENCH_CLUSTER_ARGS:---contenders a,b --profiles dup0.6,dup20 --events 500000}
+
+bench-kstreams: $(STAMP) kafka-jars ## Kafka Streams (window store, key-value store) vs the copy and the worker on rounds of 5M events, after the JVM's warm-up (bench/results-kstreams.md); BENCH_KSTREAMS_ARGS
+	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
+	$(PY) -m bench.throughput \
+	  --bootstrap $${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:$(BENCH_KAFKA_PORT)} \
+	  --results bench/results-kstreams.md --chart bench/results-kstreams.png \
+	  $${BENCH_KSTREAMS_ARGS:---contenders a,b,g,h --profiles dup20 --events 5000000 --runs 3}
 
 bench-lake: $(STAMP) kafka-jars spark-jars ## Rows/s into the lake, append vs merge; files before/after optimize (bench/results-lake.md)
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then KAFKA_PORT=$(BENCH_KAFKA_PORT) $(KAFKA) up; fi
