@@ -50,79 +50,91 @@ import org.apache.kafka.streams.state.WindowStoreIterator;
 public final class KStreamsDedup {
   static final String STORE = "seen-ids";
 
-  /** Forwards the first record of each id within the window; drops the rest. */
-  static final class Dedup implements FixedKeyProcessor<byte[], byte[], byte[]> {
-    private final long windowMs;
-    private FixedKeyProcessorContext<byte[], byte[]> context;
-    private WindowStore<byte[], Long> seen;
+  /**
+   * Forwards the first record of each id within the window and drops the rest; the two stores
+   * differ only in how they answer "is this a first sighting" ({@link #firstSighting}).
+   */
+  abstract static class FirstSightings implements FixedKeyProcessor<byte[], byte[], byte[]> {
+    final long windowMs;
+    FixedKeyProcessorContext<byte[], byte[]> context;
 
-    Dedup(long windowMs) {
+    FirstSightings(long windowMs) {
       this.windowMs = windowMs;
     }
 
     @Override
     public void init(FixedKeyProcessorContext<byte[], byte[]> context) {
       this.context = context;
-      this.seen = context.getStateStore(STORE);
     }
+
+    /** True (and the id remembered at {@code time}) when no copy is held within the window. */
+    abstract boolean firstSighting(byte[] id, long time);
 
     @Override
     public void process(FixedKeyRecord<byte[], byte[]> record) {
       byte[] id = record.key();
-      if (id == null) {
-        context.forward(record); // not deduplicable by key: forwarded as is
-        return;
-      }
-      long time = record.timestamp();
-      boolean repeat;
-      try (WindowStoreIterator<Long> held = seen.fetch(id, time - windowMs, time + windowMs)) {
-        repeat = held.hasNext();
-      }
-      if (!repeat) {
-        seen.put(id, time, time);
-        context.forward(record);
+      if (id == null || firstSighting(id, record.timestamp())) {
+        context.forward(record); // a null key is not deduplicable: forwarded as is
       }
     }
   }
 
+  /** The tutorial's window store: a repeat is an id with a sighting within the window. */
+  static final class Dedup extends FirstSightings {
+    private WindowStore<byte[], Long> seen;
+
+    Dedup(long windowMs) {
+      super(windowMs);
+    }
+
+    @Override
+    public void init(FixedKeyProcessorContext<byte[], byte[]> context) {
+      super.init(context);
+      this.seen = context.getStateStore(STORE);
+    }
+
+    @Override
+    boolean firstSighting(byte[] id, long time) {
+      try (WindowStoreIterator<Long> held = seen.fetch(id, time - windowMs, time + windowMs)) {
+        if (held.hasNext()) {
+          return false;
+        }
+      }
+      seen.put(id, time, time);
+      return true;
+    }
+  }
+
   /**
-   * Forwards the first record of each id within the window, on a key-value store; a punctuator
-   * deletes the ids first seen a window before stream time. Each scan prints "kstreams-dedup:
-   * expiry-scan MS SCANNED DELETED" (its duration in ms, ids read, ids deleted).
+   * A key-value store; a punctuator deletes the ids first seen a window before stream time. Each
+   * scan prints "kstreams-dedup: expiry-scan MS SCANNED DELETED" (its duration in ms, ids read,
+   * ids deleted).
    */
-  static final class KvDedup implements FixedKeyProcessor<byte[], byte[], byte[]> {
-    private final long windowMs;
+  static final class KvDedup extends FirstSightings {
     private final long punctuateMs;
-    private FixedKeyProcessorContext<byte[], byte[]> context;
     private KeyValueStore<byte[], Long> seen;
 
     KvDedup(long windowMs, long punctuateMs) {
-      this.windowMs = windowMs;
+      super(windowMs);
       this.punctuateMs = punctuateMs;
     }
 
     @Override
     public void init(FixedKeyProcessorContext<byte[], byte[]> context) {
-      this.context = context;
+      super.init(context);
       this.seen = context.getStateStore(STORE);
       context.schedule(
           Duration.ofMillis(punctuateMs), PunctuationType.WALL_CLOCK_TIME, now -> expire());
     }
 
     @Override
-    public void process(FixedKeyRecord<byte[], byte[]> record) {
-      byte[] id = record.key();
-      if (id == null) {
-        context.forward(record); // not deduplicable by key: forwarded as is
-        return;
-      }
-      long time = record.timestamp();
+    boolean firstSighting(byte[] id, long time) {
       Long held = seen.get(id);
       if (held != null && time - held < windowMs) {
-        return; // a repeat inside the window (a copy older than the first sighting too)
+        return false; // a repeat inside the window (a copy older than the first sighting too)
       }
       seen.put(id, time);
-      context.forward(record);
+      return true;
     }
 
     private void expire() {
