@@ -95,11 +95,12 @@ class SeenIds:
             old_ms, old_seq = sighting_of(raw)
             old_rank = (old_ms - old_ms % slot_ms, old_seq // block)
             if old_rank >= live.cutoff:
-                verdict = judge_held(old_ms, raw[CONTENT], record_ms, self.window_ms, content)
+                held_content = raw[CONTENT]
+                verdict = judge_held(old_ms, held_content, record_ms, self.window_ms, content)
                 if verdict is _REPEAT:
                     if last_seen and rearms(old_ms, record_ms, last_seen):
                         repeats = int.from_bytes(raw[REPEATS], "big") + 1
-                        content = raw[CONTENT]
+                        content = held_content
                     else:
                         table.put(id_bytes, repeated_entry(raw), partition)
                         return verdict
