@@ -194,7 +194,8 @@ class Consumer(ConsumerShim):
                 return  # what Faust's getmany does: the rest is fetched again
             if active is not None and tp not in active and tp not in self.buffered_partitions:
                 continue
-            app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+            highwater = self.highwater(tp)
+            app.monitor.track_tp_end_offset(tp, highwater)
             r_offset = read_offset[tp]
             if tp.topic in batch_topics:
                 messages = (
@@ -205,6 +206,8 @@ class Consumer(ConsumerShim):
                 if messages:
                     read_offset[tp] = messages[-1].offset
                     await asyncio.shield(handler(messages, generation_id))
+                    if highwater is not None:
+                        self.transactions.fetched(tp, highwater - messages[-1].offset - 1)
                 continue
             for record in fetched:
                 if r_offset is not None and record.offset < r_offset:

@@ -43,6 +43,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def next_commit_due(started: float, ended: float, caught_up: bool, interval: float) -> float:
+    """When the commit loop commits next, after a commit that ran from ``started`` to
+    ``ended``: an interval after its start while the worker is caught up, after its end while
+    it is behind (:meth:`TaskTransactionManager._commit_loop` says why)."""
+    return (started if caught_up else ended) + interval
+
+
 class TaskTransactionManager(TaskSendsOnly):
     """Faust's transaction manager, replaced: one transaction per partition task.
 
@@ -152,6 +159,13 @@ class TaskTransactionManager(TaskSendsOnly):
     def commit_soon(self) -> None:
         self._wakeup.set()
 
+    def fetched(self, tp: TopicPartition, lag: int) -> None:
+        """The consumer delivered a batch of ``tp`` whose fetch left ``lag`` offsets at the
+        broker (the commit loop's pace follows it: :meth:`_commit_loop`)."""
+        task = self.tasks.get(tp.partition)
+        if task is not None:
+            task.lag[tp] = lag
+
     def transaction_error(self, task: Task, exc: BaseException, where: str) -> bool:
         """Stop ``task`` after a failed transaction; True when it may still abort (not fenced)."""
         return self.life.transaction_error(task, exc, where)
@@ -228,14 +242,33 @@ class TaskTransactionManager(TaskSendsOnly):
 
     @Service.task  # type: ignore[untyped-decorator]
     async def _commit_loop(self) -> None:
+        """Commit the tasks with processed records every ``DEDUPE_COMMIT_INTERVAL`` (sooner
+        when one holds :attr:`commit_every` records).
+
+        While every task is caught up (its last fetch left nothing at the broker) the interval
+        runs from one commit's start to the next's, as Flink's checkpoint interval does
+        (``execution.checkpointing.interval``): a record waits at most the interval for its
+        commit to start, however long commits take (on three brokers at replication 3 a commit
+        can take half an interval). While a task is behind, the interval runs from the commit's
+        end, as Kafka Streams counts it (``StreamThread.maybeCommit`` sets ``lastCommitMs``
+        once the commit returned) and as Flink's ``min-pause`` between checkpoints guarantees:
+        a commit holds its tasks' locks, so starting the next one sooner would only take
+        processing time from records that wait at the broker anyway.
+        """
         interval = self.settings.commit_interval
+        due = time.monotonic() + interval
         while not self.should_stop:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=interval)
+                await asyncio.wait_for(
+                    self._wakeup.wait(), timeout=max(due - time.monotonic(), 0.0)
+                )
             self._wakeup.clear()
+            started = time.monotonic()
             tasks = [t for t in self.tasks.values() if t.dirty and t.state is TaskState.RUNNING]
             if tasks:
                 await self._commit_tasks(tasks)
+            caught_up = all(t.caught_up for t in self.tasks.values())
+            due = next_commit_due(started, time.monotonic(), caught_up, interval)
 
     @Service.task  # type: ignore[untyped-decorator]
     async def _stall_watchdog(self) -> None:

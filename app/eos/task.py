@@ -47,6 +47,9 @@ class Task:
     delivered_at: dict[TopicPartition, float] = field(default_factory=dict)
     #: Source partitions sought back by the stall watchdog since their last delivery.
     stall_seeks: set[TopicPartition] = field(default_factory=set)
+    #: Offsets the broker held past each source partition's last delivered batch, as the fetch
+    #: that brought it reported them (its last stable offset less the next offset to read).
+    lag: dict[TopicPartition, int] = field(default_factory=dict)
     # figures for status and metrics
     #: Batches the consumer handed over for this task that completed.
     batches: int = 0
@@ -59,6 +62,13 @@ class Task:
     def dirty(self) -> bool:
         """True when the open transaction holds processed records."""
         return bool(self.offsets)
+
+    @property
+    def caught_up(self) -> bool:
+        """True when no source partition's last fetch left records at the broker. One offset
+        may remain: the commit marker an upstream transactional producer's last transaction
+        wrote after its records."""
+        return all(n <= 1 for n in self.lag.values())
 
     def reset_transaction(self) -> None:
         """Forget the open transaction (committed, aborted or given up)."""

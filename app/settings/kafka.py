@@ -76,8 +76,10 @@ class KafkaSettings(KafkaSecuritySettings):
     commit_interval: float = setting(
         0.1,
         "DEDUPE_COMMIT_INTERVAL",
-        "How often each partition's transaction commits (duration, e.g. 100ms). "
-        "read_committed readers see output within about this interval.",
+        "How often each partition's transaction commits (duration, e.g. 100ms): from one "
+        "commit's start to the next while the worker keeps up with its input, from a "
+        "commit's end while it is behind. read_committed readers see output within about "
+        "this interval plus a commit.",
         within=(0.001, 60.0),
     )
     commit_timeout: float = setting(

@@ -96,11 +96,15 @@ def prepare(
 
 
 def deliver(
-    consumer: Any, state: dict[str, Any], on_delivery: Callable[[], None] = lambda: None
+    consumer: Any,
+    state: dict[str, Any],
+    on_delivery: Callable[[], None] = lambda: None,
+    lags: dict[TP, int] | None = None,
 ) -> tuple[Delivered, list[str], set[TP]]:
     """One fetch through ``consumer``: ours by ``_deliver`` (a source topic's records as one
     batch per partition, the rest to the callback), Faust's by its ``_drain_messages``. What
-    each partition got, the seeks, the partitions whose highwater was reported."""
+    each partition got, the seeks, the partitions whose highwater was reported; ``lags`` gets
+    what ours told the manager each batch's fetch left at the broker."""
     delivered: Delivered = defaultdict(list)
     seeks: list[str] = []
     tracked: set[TP] = set()
@@ -112,7 +116,10 @@ def deliver(
             delivered[TP(batch[0].topic, batch[0].partition)].extend(r.offset for r in batch)
             on_delivery()
 
-        consumer.transactions = SimpleNamespace(source_topics=frozenset({SOURCE}))
+        told = lags if lags is not None else {}
+        consumer.transactions = SimpleNamespace(
+            source_topics=frozenset({SOURCE}), fetched=told.__setitem__
+        )
         consumer.loop.run_until_complete(consumer._deliver(FETCH, active, handler))
     else:
         consumer.loop.run_until_complete(run_faust(consumer, active))
@@ -152,6 +159,15 @@ def test_each_partition_gets_what_faust_delivers(case: str, tmp_path: Path) -> N
         assert got[0] == {tp: [r.offset for r in rs] for tp, rs in FETCH.items()}
     if case == "flow-stopped":
         assert got == ({}, ["seek"], set())
+
+
+def test_each_batch_tells_the_manager_what_its_fetch_left_at_the_broker(tmp_path: Path) -> None:
+    """The commit loop's pace follows it (``TaskTransactionManager._commit_loop``): the
+    highwater (under exactly-once the last stable offset) less the offset after the batch."""
+    ours, _ = consumers(tmp_path)
+    lags: dict[TP, int] = {}
+    deliver(ours, {}, lags=lags)
+    assert lags == {S0: 100 - 14, S1: 101 - 8}  # the other topic's records are not a batch
 
 
 def test_a_new_generation_stops_both_before_the_next_partition(tmp_path: Path) -> None:
