@@ -149,7 +149,15 @@ def render(
             "",
             "Targets for our exactly-once worker (b):",
             "",
-            *(f"- {t}" for t in targets(rows, COMMIT_INTERVAL, COPY_FLOORS.get(profile, 1.0))),
+            *(
+                f"- {t}"
+                for t in targets(
+                    rows,
+                    COMMIT_INTERVAL,
+                    COPY_FLOORS.get(profile, 1.0),
+                    replicated=opts.replication > 1,
+                )
+            ),
         ]
         notes = [f"- {r.label}: {n}" for r in rows for n in r.notes]
         if notes and r0 is not None:

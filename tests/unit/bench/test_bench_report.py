@@ -87,6 +87,20 @@ def test_the_copy_floor_is_the_profiles_and_both_kafka_streams_stores_are_judged
     assert got[1] == ("(b) >= 1.2x (h) Kafka Streams, key-value store + punctuator: MET (1.28x)")
 
 
+def test_on_a_replicated_cluster_p99_is_judged_against_the_copys() -> None:
+    rows = [_ok("a", 10_000, 160), _ok("b", 20_000, 230)]
+    assert targets(rows, 0.1, replicated=True)[1] == (
+        "(b) p99 <= 1.5x the copy's p99 = 240 ms: MET (p99 230 ms)"
+    )
+    rows = [_ok("a", 10_000, 140), _ok("b", 20_000, 230)]
+    assert targets(rows, 0.1, replicated=True)[1] == (
+        "(b) p99 <= 1.5x the copy's p99 = 210 ms: NOT MET (p99 230 ms)"
+    )
+    assert targets(rows[1:], 0.1, replicated=True)[0] == (
+        "(b) p99 <= 1.5x the copy's p99: unknown (p99 230 ms)"
+    )
+
+
 def test_two_processes_are_compared_with_spark_on_its_two_cores() -> None:
     rows = [_ok("b", 6_000, 300), _ok("e", 7_000, 900), _ok("f", 10_500, 250)]
     got = targets(rows, 0.1)
