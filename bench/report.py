@@ -189,23 +189,20 @@ def targets(
             + lead(f.vs(e))
         )
     p99 = b.p99_ms if b is not None else None
-    copy = by_key.get("a")
+    limit: float | None
     if replicated:
+        copy = by_key.get("a")
         copy_p99 = copy.p99_ms if copy is not None else None
+        rule = f"{CLUSTER_P99_OF_COPY:g}x the copy's p99"
         limit = None if copy_p99 is None else copy_p99 * CLUSTER_P99_OF_COPY
-        out.append(
-            f"(b) p99 <= {CLUSTER_P99_OF_COPY:g}x the copy's p99"
-            + ("" if limit is None else f" = {limit:.0f} ms")
-            + f": {verdict(None if p99 is None or limit is None else p99 <= limit)}"
-            + ("" if p99 is None else f" (p99 {p99:.0f} ms)")
-        )
     else:
-        limit_ms = commit_interval * 1000 + 50
-        out.append(
-            f"(b) p99 <= commit interval + 50 ms = {limit_ms:.0f} ms: "
-            f"{verdict(None if p99 is None else p99 <= limit_ms)}"
-            + ("" if p99 is None else f" (p99 {p99:.0f} ms)")
-        )
+        rule, limit = "commit interval + 50 ms", commit_interval * 1000 + 50
+    out.append(
+        f"(b) p99 <= {rule}"
+        + ("" if limit is None else f" = {limit:.0f} ms")
+        + f": {verdict(None if p99 is None or limit is None else p99 <= limit)}"
+        + ("" if p99 is None else f" (p99 {p99:.0f} ms)")
+    )
     mine = b.disk_per_id if b is not None else None
     for key in ("d", "e", "g", "h"):
         other = by_key.get(key)
