@@ -6,7 +6,8 @@ the alert rules and dashboard, is one the code exports; each repository path sho
 file or folder of the repository. A target, setting, metric or file renamed or removed without
 the docs fails here, every offender named at once as ``doc:line: name``.
 
-The documents: README.md, docs/*.md, deploy/**/*.md and the idempotent-consumer library's README.
+The documents: README.md, docs/*.md, deploy/**/*.md and the idempotent-consumer library's README,
+and the two changelogs (which may also name what a release removed: ``REMOVED``).
 docs/reliability.md and docs/soak.md are included: they are reports the fault tiers write
 (tests/reliability.py), but their text names only current targets and files. Relative links are
 tests/unit/docs/test_docs_links.py's."""
@@ -37,6 +38,13 @@ DOCS = [
     *sorted((ROOT / "deploy").rglob("*.md")),
     ROOT / "libs" / "idempotent-consumer" / "README.md",
 ]
+#: The changelogs: besides names that exist they may name what a release removed, each such
+#: name listed in ``REMOVED`` (and checked to be gone, so a name that comes back is no longer
+#: excused).
+CHANGELOGS = [ROOT / "CHANGELOG.md", ROOT / "libs" / "idempotent-consumer" / "CHANGELOG.md"]
+REMOVED = {
+    "DEDUPE_BULK_RESTORE": "setting",
+}
 #: Files outside the docs that name metrics a reader (or Prometheus) looks for.
 METRIC_FILES = [
     ROOT / "deploy" / "prometheus" / "alerts.yml",
@@ -367,8 +375,20 @@ def exists_for(kind: str, metrics: set[str]) -> Exists:
 @pytest.mark.parametrize("kind", list(CHECKS))
 def test_every_name_a_doc_gives_exists(kind: str, metrics: set[str]) -> None:
     names, problem = CHECKS[kind]
-    bad = missing(DOCS, names, exists_for(kind, metrics))
+    exists = exists_for(kind, metrics)
+
+    def exists_or_removed(doc: Path, name: str) -> bool:
+        return exists(doc, name) or (doc in CHANGELOGS and REMOVED.get(name) == kind)
+
+    bad = missing(DOCS + CHANGELOGS, names, exists_or_removed)
     assert not bad, f"{kind}s {problem}:\n" + "\n".join(bad)
+
+
+def test_the_names_the_changelogs_say_were_removed_are_gone(metrics: set[str]) -> None:
+    back = [
+        name for name, kind in REMOVED.items() if exists_for(kind, metrics)(CHANGELOGS[0], name)
+    ]
+    assert not back, f"named as removed in a changelog but they exist: {back}"
 
 
 def test_every_metric_the_alert_rules_and_dashboard_name_is_exported(metrics: set[str]) -> None:
