@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scripts.alert_rules import DEAD_LETTER_SELECTOR
+
 OUT = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "dedupe.json"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 #: The selectors of the worker's series (the dashboard's instance choice) and the ingest's.
@@ -27,8 +29,9 @@ ALL = 'job=~"dedupe-worker|dedupe-ingest|dedupe-spark"'
 Query = tuple[str, str]  # (PromQL, legend)
 
 
-def outcome_rate(outcome: str) -> Query:
-    rate = f'rate(dedupe_records_total{{{W}, outcome="{outcome}"}}[1m])'
+def outcome_rate(selector: str) -> Query:
+    """Records per second on each worker, of the outcomes ``selector`` (a label matcher) picks."""
+    rate = f"rate(dedupe_records_total{{{W}, {selector}}}[1m])"
     return f"sum by (instance) ({rate})", "{{instance}}"
 
 
@@ -46,9 +49,13 @@ ROWS: list[tuple[str, list[tuple[str, str, list[Query]]]]] = [
     (
         "Records",
         [
-            ("Forwarded (first sightings) per second", "ops", [outcome_rate("forwarded")]),
-            ("Repeats dropped per second", "ops", [outcome_rate("duplicates_dropped")]),
-            ("Dead-lettered per second", "ops", [outcome_rate("dead_lettered")]),
+            (
+                "Forwarded (first sightings) per second",
+                "ops",
+                [outcome_rate('outcome="forwarded"')],
+            ),
+            ("Repeats dropped per second", "ops", [outcome_rate('outcome="duplicates_dropped"')]),
+            ("Dead-lettered per second", "ops", [outcome_rate(DEAD_LETTER_SELECTOR)]),
             (
                 "Consumer lag per partition",
                 "short",

@@ -2,7 +2,8 @@
 promtool case in which it fires, every job the rules name has an ``absent()`` rule, and the
 runbook links are absolute, each under one base and naming its own alert's section of
 docs/operations.md, moved to another base by ``python -m scripts.alert_rules``
-(``make alert-rules``) with nothing else changed. (promtool runs the rules and their cases in
+(``make alert-rules``) with nothing else changed; DedupeDeadLetters reads every outcome the
+worker dead-letters under, as the dashboard does. (promtool runs the rules and their cases in
 tests/observe.)"""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.worker.record_sends import RecordOutcome
 from scripts import alert_rules
 from tests.unit.docs.test_docs_links import heading_ids
 
@@ -83,3 +85,28 @@ def test_every_job_the_rules_name_has_an_absent_rule() -> None:
     assert jobs == {"dedupe-worker", "dedupe-ingest", "dedupe-spark"}
     for job in jobs:
         assert f'expr: absent(up{{job="{job}"}})' in rules, job
+
+
+def rule(name: str) -> dict[str, str]:
+    groups = yaml.safe_load(alert_rules.RULES.read_text())["groups"]
+    [found] = [r for g in groups for r in g["rules"] if r.get("alert") == name]
+    return found
+
+
+def test_the_dead_letter_alert_selects_every_dead_letter_outcome() -> None:
+    """DedupeDeadLetters reads the outcomes the dashboard's dead-letter panel reads."""
+    expr = rule("DedupeDeadLetters")["expr"]
+    assert f"dedupe_records_total{{{alert_rules.DEAD_LETTER_SELECTOR}}}" in expr
+
+
+def test_the_dead_letter_outcomes_are_those_the_worker_returns_after_a_dead_letter_send() -> None:
+    """Each outcome ``app/worker/dedup.py`` returns from a dead-letter send (the send's own,
+    ``Sends.dead_letter``'s, or one it names after it), and no other."""
+    worker = ROOT / "app" / "worker"
+    sends = (worker / "record_sends.py").read_text()
+    [own] = re.findall(r"def dead_letter\(.*?return RecordOutcome\.(\w+)", sends, re.S)
+    dedup = (worker / "dedup.py").read_text()
+    after = re.findall(r"await self\._dead_letter\([^)]*\)\n\s+return RecordOutcome\.(\w+)", dedup)
+    assert "return await self._dead_letter(" in dedup  # the send's own outcome is returned
+    returned = {getattr(RecordOutcome, name) for name in (own, *after)}
+    assert returned == set(alert_rules.DEAD_LETTER_OUTCOMES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from scripts import grafana_dashboard
+from scripts import alert_rules, grafana_dashboard
 from tests.unit.docs.test_metrics_reference import documented_metrics
 
 
@@ -58,3 +58,14 @@ def test_every_job_the_alert_rules_name_has_panels() -> None:
         "dedupe_build_info",
     ):
         assert name in shown, name
+
+
+def test_the_dead_letter_panel_counts_every_write_to_the_dead_letter_topic() -> None:
+    """The outcomes DedupeDeadLetters reads (test_alert_rules_static.py holds it to them)."""
+    board = json.loads(grafana_dashboard.OUT.read_text())
+    [panel] = [p for p in board["panels"] if p["title"] == "Dead-lettered per second"]
+    [target] = panel["targets"]
+    selector = f"{grafana_dashboard.W}, {alert_rules.DEAD_LETTER_SELECTOR}"
+    assert f"rate(dedupe_records_total{{{selector}}}[1m])" in target["expr"]
+    for outcome in alert_rules.DEAD_LETTER_OUTCOMES:
+        assert outcome in target["expr"], outcome
