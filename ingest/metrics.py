@@ -9,7 +9,7 @@ they stand for), ``sdk_metrics``, ``health``, ``ready``, ``metrics``, ``status_p
 A labelled counter has no series until its first event, and ``increase()`` over a series that
 starts at 1 sees no increase: the label values the alert rules and the dashboard read that the
 code knows in advance are exported at 0 from the start (:data:`KNOWN_ANSWERS`,
-:data:`KNOWN_KAFKA_ERRORS`). With them, the process metrics and ``dedupe_build_info``
+:data:`KAFKA_ERROR_KINDS`). With them, the process metrics and ``dedupe_build_info``
 (``envsettings/process_metrics.py``).
 """
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka import errors
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -61,7 +61,8 @@ PRODUCE_SECONDS = Histogram(
 )
 KAFKA_ERRORS = Counter(
     "dedupe_ingest_kafka_errors",
-    "Requests whose sends failed, by exception class (Kafka errors and timeouts answer 503)",
+    "Requests whose sends failed, by kind of error: timeout, retriable, authorization, "
+    "record_too_large or other (Kafka errors and timeouts answer 503; the log names the class)",
     labelnames=["error"],
     registry=REGISTRY,
 )
@@ -70,9 +71,48 @@ KAFKA_ERRORS = Counter(
 #: events (accepted, an internal error, Kafka did not acknowledge) and of the readiness probe,
 #: the 5xx of which DedupeIngestErrors counts.
 KNOWN_ANSWERS = ((("batch", *EVENT_TYPES), ("200", "500", "503")), (("ready",), ("200", "503")))
-#: ``error`` labels exported at 0 from the start: the errors the service's own sink raises
-#: (``ingest/sink.py``); another class of the Kafka client counts from its first.
-KNOWN_KAFKA_ERRORS = (KafkaTimeoutError.__name__, KafkaError.__name__)
+#: The ``error`` labels of :data:`KAFKA_ERRORS`, every one exported at 0 from the start. A kind
+#: rather than the exception's class: the sink raises a failed send's own error, which can be any
+#: of the Kafka client's many classes, and a class first seen in production would start a series
+#: at 1, whose first failure ``increase()`` misses. :func:`kafka_error_kind` says which is which.
+KAFKA_ERROR_KINDS = ("timeout", "retriable", "authorization", "record_too_large", "other")
+#: No acknowledgement in time: the service's own deadline (the sink raises KafkaTimeoutError;
+#: TimeoutError is asyncio's) or the broker's, waiting for the replicas (acks=all).
+_TIMEOUT = (TimeoutError, errors.KafkaTimeoutError, errors.RequestTimedOutError)
+#: Kafka refuses the service's user: an ACL denies it, or its credentials no longer pass.
+_AUTHORIZATION = (
+    errors.TopicAuthorizationFailedError,
+    errors.ClusterAuthorizationFailedError,
+    errors.TransactionalIdAuthorizationFailed,
+    errors.GroupAuthorizationFailedError,
+    errors.DelegationTokenAuthorizationFailed,
+    errors.AuthenticationFailedError,
+    errors.SaslAuthenticationFailed,
+)
+#: A record or a batch over a limit (the producer's max_request_size, the topic's
+#: max.message.bytes): a retry of the same request fails again.
+_TOO_LARGE = (
+    errors.RecordTooLargeError,
+    errors.MessageSizeTooLargeError,
+    errors.RecordListTooLargeError,
+)
+
+
+def kafka_error_kind(kind: type[BaseException]) -> str:
+    """The label of :data:`KAFKA_ERRORS` a failed send of this exception class counts under:
+    one of :data:`KAFKA_ERROR_KINDS`. ``retriable`` is any other error the Kafka client marks
+    as passing (no leader, too few replicas in sync, a lost connection); ``other`` is the rest
+    (the producer not started, a sequence error of the idempotent producer, an error that is
+    not Kafka's). Every class has its kind, one a later release of the client adds included."""
+    if issubclass(kind, _TIMEOUT):
+        return "timeout"
+    if issubclass(kind, _AUTHORIZATION):
+        return "authorization"
+    if issubclass(kind, _TOO_LARGE):
+        return "record_too_large"
+    if issubclass(kind, errors.KafkaError) and getattr(kind, "retriable", False):
+        return "retriable"
+    return "other"
 
 
 def _export_known_at_zero() -> None:
@@ -82,7 +122,7 @@ def _export_known_at_zero() -> None:
                 REQUESTS.labels(endpoint, status)
     for endpoint in KNOWN_ANSWERS[0][0]:
         EVENTS.labels(endpoint)
-    for error in KNOWN_KAFKA_ERRORS:
+    for error in KAFKA_ERROR_KINDS:
         KAFKA_ERRORS.labels(error)
 
 
@@ -131,7 +171,8 @@ class Sending:
             EVENTS.labels(self.endpoint).inc(self.events)
             BATCH_EVENTS.observe(self.events)
         else:
-            KAFKA_ERRORS.labels(kind.__name__).inc()
+            # The class itself is in the 503's log line (ingest/app.py logs the error).
+            KAFKA_ERRORS.labels(kafka_error_kind(kind)).inc()
 
 
 def guarded(

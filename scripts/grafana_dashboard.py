@@ -184,7 +184,7 @@ ROWS: list[tuple[str, list[tuple[str, str, list[Query]]]]] = [
             ),
             ("Produce latency p99", "s", [quantile(0.99, "dedupe_ingest_produce_seconds", ING)]),
             (
-                "Kafka errors per second",
+                "Kafka errors per second, by kind",
                 "ops",
                 [
                     by(

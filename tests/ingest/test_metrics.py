@@ -1,13 +1,19 @@
 """The ingest service's ``GET /metrics`` (ingest/metrics.py) over real HTTP, in-process: every
 answer counted with its endpoint and status, events and produce time of accepted requests,
-Kafka errors by class. The registry is the process's, so each check reads a difference."""
+Kafka errors by kind. The registry is the process's, so each check reads a difference."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    NotEnoughReplicasError,
+    TopicAuthorizationFailedError,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from ingest.app import create_app
@@ -64,17 +70,32 @@ async def test_answers_events_and_produce_time_are_counted() -> None:
     assert delta(after, before, "dedupe_ingest_produce_seconds_count") == 2
 
 
-async def test_a_kafka_error_is_counted_by_class_with_its_503() -> None:
-    sink = RecordingSink(error=KafkaConnectionError("no broker"))
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (KafkaConnectionError("no broker"), "retriable"),
+        (NotEnoughReplicasError(), "retriable"),
+        (TopicAuthorizationFailedError(), "authorization"),
+        (KafkaTimeoutError("1 of 1 events not acknowledged within 2s"), "timeout"),
+    ],
+)
+async def test_a_kafka_error_is_counted_by_kind_with_its_503_and_logged_by_class(
+    error: Exception, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the kind's series, there at 0 before the first error; the log names the class."""
+    sink = RecordingSink(error=error)
     async with serve(sink) as client:
         before = await scrape(client)
         headers = json_headers()
         body = json.dumps({"batch": [sdk_event(1)]})
-        assert (await client.post("/v1/batch", data=body, headers=headers)).status == 503
+        with caplog.at_level("WARNING", logger="ingest.app"):
+            assert (await client.post("/v1/batch", data=body, headers=headers)).status == 503
         after = await scrape(client)
-    assert (
-        delta(after, before, "dedupe_ingest_kafka_errors_total", error="KafkaConnectionError") == 1
-    )
+    errors = "dedupe_ingest_kafka_errors_total"
+    assert (errors, (("error", kind),)) in before
+    assert delta(after, before, errors, error=kind) == 1
+    assert {k for k in after if k[0] == errors} == {k for k in before if k[0] == errors}
+    assert type(error).__name__ in caplog.text
     assert delta(after, before, "dedupe_ingest_requests_total", endpoint="batch", status="503") == 1
     assert delta(after, before, "dedupe_ingest_events_total", endpoint="batch") == 0
 

@@ -1,6 +1,7 @@
 """What each component's ``GET /metrics`` holds before anything happened: every counter an alert
 or a dashboard panel reads, for each label value the code knows, at 0 (``increase()`` misses
-the first event of a series that appears at 1); the process metrics and
+the first event of a series that appears at 1), the ingest's Kafka errors by kind whatever
+the error's class; the process metrics and
 ``dedupe_build_info{version}`` on the worker, the ingest service and the Spark job; and the
 worker's restore gauge at 0 once a restore ended, a revoked one included."""
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from aiokafka import errors as kafka_errors
 from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
@@ -58,8 +60,90 @@ def test_the_ingest_service_exports_the_answers_and_errors_it_knows_at_0() -> No
     for status in ("200", "503"):
         labels = {"endpoint": "ready", "status": status}
         assert get("dedupe_ingest_requests_total", labels) is not None
-    for error in ("KafkaTimeoutError", "KafkaError"):
+    for error in ("timeout", "retriable", "authorization", "record_too_large", "other"):
         assert get("dedupe_ingest_kafka_errors_total", {"error": error}) is not None
+
+
+def kafka_error_classes() -> list[type[BaseException]]:
+    """Every error class of the Kafka client, a class it does not have yet, and asyncio's
+    timeout and an error that is not Kafka's (both reach the ingest's counter too)."""
+
+    class ErrorOfALaterRelease(kafka_errors.BrokerResponseError):
+        errno = 10_000
+
+    def below(cls: type[BaseException]) -> list[type[BaseException]]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *below(sub))]
+
+    return [
+        kafka_errors.KafkaError,
+        *below(kafka_errors.KafkaError),
+        ErrorOfALaterRelease,
+        TimeoutError,
+        ValueError,
+    ]
+
+
+def kafka_error_counts() -> dict[str, float]:
+    return {
+        s.labels["error"]: s.value
+        for family in ingest_metrics.REGISTRY.collect()
+        if family.name == "dedupe_ingest_kafka_errors"
+        for s in family.samples
+        if s.name == "dedupe_ingest_kafka_errors_total"
+    }
+
+
+def test_a_send_error_of_any_class_counts_on_a_series_exported_at_0() -> None:
+    """The sink raises a failed send's own error, of whichever class the client gives it: the
+    first error of a class never seen before counts on a series that was there at start-up,
+    so ``increase()`` sees it."""
+    classes = kafka_error_classes()
+    assert len(classes) > 50
+    for kind in classes:
+        before = kafka_error_counts()
+        with pytest.raises(kind), ingest_metrics.Sending("batch", 1):
+            raise kind()
+        after = kafka_error_counts()
+        assert after.keys() == before.keys(), (kind, after.keys() - before.keys())
+        assert sum(after.values()) == sum(before.values()) + 1, kind
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [
+        (kafka_errors.KafkaTimeoutError, "timeout"),
+        (TimeoutError, "timeout"),
+        (kafka_errors.RequestTimedOutError, "timeout"),
+        (kafka_errors.KafkaConnectionError, "retriable"),
+        (kafka_errors.NotEnoughReplicasError, "retriable"),
+        (kafka_errors.NotEnoughReplicasAfterAppendError, "retriable"),
+        (kafka_errors.NotLeaderForPartitionError, "retriable"),
+        (kafka_errors.TopicAuthorizationFailedError, "authorization"),
+        (kafka_errors.ClusterAuthorizationFailedError, "authorization"),
+        (kafka_errors.TransactionalIdAuthorizationFailed, "authorization"),
+        (kafka_errors.SaslAuthenticationFailed, "authorization"),
+        (kafka_errors.RecordTooLargeError, "record_too_large"),
+        (kafka_errors.MessageSizeTooLargeError, "record_too_large"),
+        (kafka_errors.RecordListTooLargeError, "record_too_large"),
+        (kafka_errors.KafkaError, "other"),
+        (kafka_errors.OutOfOrderSequenceNumber, "other"),
+        (kafka_errors.UnknownError, "other"),
+        (ValueError, "other"),
+    ],
+)
+def test_each_kafka_error_counts_under_its_kind(kind: type[BaseException], error: str) -> None:
+    assert ingest_metrics.kafka_error_kind(kind) == error
+
+
+def test_every_refusal_of_the_services_kafka_user_counts_as_authorization() -> None:
+    """Kafka refusing the service's user, whichever class says so."""
+    denied = [
+        c
+        for c in kafka_error_classes()
+        if "AuthorizationFailed" in c.__name__ or "AuthenticationFailed" in c.__name__
+    ]
+    assert len(denied) >= 6
+    assert {ingest_metrics.kafka_error_kind(c) for c in denied} == {"authorization"}
 
 
 def test_the_spark_job_exports_each_querys_counters_at_0_once_started() -> None:
