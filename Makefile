@@ -193,11 +193,11 @@ browser-install: $(BROWSER_DIR)/analytics.js ## Debian's chromium (apt-get, as r
 test-image: $(STAMP) kafka-jars spark-jars ## Image tier: each docker/Dockerfile stage built into a clean virtualenv from its COPY and pip lines, run as its user: ingest -> worker -> lake
 	$(call pytest_tier,tests/image,-q -s)
 
-lock: $(STAMP) ## Re-resolve the images' lock files (docker/requirements-*.txt) after a change to pyproject.toml's dependencies or native/'s build backend; LOCK_ARGS=--upgrade to move every pin
-	$(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
-	  --quiet $(LOCK_ARGS) -o docker/requirements-app.txt
-	$(VENV)/bin/uv pip compile pyproject.toml --extra spark --universal --python-version 3.11 \
-	  --generate-hashes --quiet $(LOCK_ARGS) -o docker/requirements-spark.txt
+lock: $(STAMP) ## Re-resolve the images' lock files (docker/requirements-*.txt) after a change to pyproject.toml's dependencies or either build backend; LOCK_ARGS=--upgrade to move every pin
+	$(VENV)/bin/uv pip compile pyproject.toml docker/requirements-build.in --universal \
+	  --python-version 3.11 --generate-hashes --quiet $(LOCK_ARGS) -o docker/requirements-app.txt
+	$(VENV)/bin/uv pip compile pyproject.toml docker/requirements-build.in --extra spark --universal \
+	  --python-version 3.11 --generate-hashes --quiet $(LOCK_ARGS) -o docker/requirements-spark.txt
 	$(VENV)/bin/uv pip compile docker/requirements-native.in --universal --python-version 3.11 \
 	  --generate-hashes --quiet $(LOCK_ARGS) -o docker/requirements-native.txt
 

@@ -28,11 +28,14 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from tests.support import ROOT
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
 
 #: RUN commands the image build runs and this one does not, and why each is safe to skip:
 #: the system packages are the machine's (make test's prerequisites install Java and Maven),
@@ -44,6 +47,28 @@ SKIPPED = ("apt-get", "groupadd", "useradd", "mkdir", "chown", "rm")
 
 class UnknownStep(AssertionError):
     """A RUN command the image tier does not know how to carry out (or to skip)."""
+
+
+def context_ignored(relative: str, text: str | None = None) -> bool:
+    """Whether the build context leaves out ``relative`` (a repository path), by .dockerignore's
+    patterns: each matches the path from the context's root, a ``**/`` pattern at any depth,
+    and what a pattern leaves out leaves out everything under it (as Docker reads them; ``!``
+    exceptions are not used, and refused here)."""
+    lines = (DOCKERIGNORE.read_text() if text is None else text).splitlines()
+    patterns = [ln.strip().strip("/") for ln in lines if ln.strip() and not ln.startswith("#")]
+    if any(p.startswith("!") for p in patterns):
+        raise UnknownStep(".dockerignore: exceptions (!) are not read by the image tier")
+    parts = PurePosixPath(relative).parts
+    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    for pattern in patterns:
+        if pattern.startswith("**/"):
+            rest = pattern[3:]
+            tails = ["/".join(parts[i : n + 1]) for n in range(len(parts)) for i in range(n + 1)]
+            if any(fnmatchcase(tail, rest) for tail in tails):
+                return True
+        elif any(fnmatchcase(prefix, pattern) for prefix in prefixes):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -258,15 +283,22 @@ class ImageBuild:
 
     def _copy(self, source: str, target: str, origin: Path | None = None) -> None:
         """COPY ``source`` (a repository path, or ``origin`` in another stage's build)."""
+        context = origin is None
         if origin is None:
             origin = ROOT / source
-        if not origin.exists():
-            raise AssertionError(f"COPY {source}: no such file in the repository or stage")
+        if not origin.exists() or (context and context_ignored(source.strip("/"))):
+            raise AssertionError(f"COPY {source}: no such file in the build context or stage")
         dest = self.cwd / target
+
+        def ignored(folder: str, names: list[str]) -> set[str]:
+            """What the build context (.dockerignore) leaves out of a repository folder."""
+            if not context:
+                return {n for n in names if n == "__pycache__"}
+            under = Path(folder).relative_to(ROOT)
+            return {n for n in names if context_ignored(str(under / n))}
+
         if origin.is_dir():
-            shutil.copytree(
-                origin, dest, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True
-            )
+            shutil.copytree(origin, dest, ignore=ignored, dirs_exist_ok=True)
         else:
             if target.endswith("/"):
                 dest.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from app.settings import Settings
@@ -15,6 +16,7 @@ from envsettings import EnvSettings
 from ingest.settings import IngestSettings
 from scripts.kafka_cluster_nodes import BROKER_PROPS, CONTROLLER_KEYS
 from spark.settings import SparkSettings
+from tests.image.dockerfile import UnknownStep, context_ignored
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = ROOT / "docker" / "compose.yaml"
@@ -156,6 +158,30 @@ def test_the_image_copies_every_package_its_packages_import() -> None:
     for package in sorted(copied):
         missing = imported_packages(package) - copied
         assert not missing, f"{package}/ imports {sorted(missing)}, which the image lacks"
+
+
+def test_the_build_context_leaves_out_local_state_and_keeps_what_the_image_copies() -> None:
+    """.dockerignore keeps virtualenvs, caches and build output (native/target's compiled
+    crates) out of the context; nothing a COPY line takes may be left out with them."""
+    for local in (
+        ".venv/bin/python",
+        "native/target/release/libx.so",
+        "app/__pycache__/a.pyc",
+        ".cache/kafka/x.jar",
+        "data/tables/x",
+        "libs/x.egg-info/PKG-INFO",
+        ".git/HEAD",
+    ):
+        assert context_ignored(local), local
+    for source in ("app/eos/manager.py", "native/src/lib.rs", "native/Cargo.lock", "README.md"):
+        assert not context_ignored(source), source
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    copied = re.findall(r"^COPY (?!--from)(\S+) ", dockerfile, re.M)
+    assert len(copied) > 5
+    for source in copied:
+        assert not context_ignored(source.strip("/")), source
+    with pytest.raises(UnknownStep):
+        context_ignored("app", "!app\n")
 
 
 def test_the_kafka_nodes_are_the_cluster_tiers_shape() -> None:

@@ -105,6 +105,28 @@ def test_the_native_stage_builds_with_the_backend_native_declares_from_its_lock(
     assert any(copy.startswith("--from=native ") for copy in app)
 
 
+def test_the_app_stage_builds_the_project_with_the_locked_backend() -> None:
+    """pip builds the project in an isolated environment unless told not to, and fills it with
+    whatever setuptools PyPI serves that day: the app stage must build without isolation, on
+    the setuptools and wheel its lock pins, inside the range pyproject.toml's build-system asks
+    for (docker/requirements-build.in asks for that range; make lock resolves it into the app
+    and spark locks)."""
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    wanted = [Requirement(r) for r in build["requires"]]
+    lines = (ROOT / "docker" / "requirements-build.in").read_text().splitlines()
+    asked = [Requirement(ln) for ln in lines if ln.strip() and not ln.startswith("#")]
+    assert sorted(map(str, asked)) == sorted(map(str, wanted)), "requirements-build.in"
+    for target in LOCKS:
+        pinned = pins(LOCKS[target][0])
+        for requirement in wanted:
+            name = canonicalize_name(requirement.name)
+            assert name in pinned, f"the {target} lock lacks {name}: run make lock"
+            assert requirement.specifier.contains(pinned[name]), f"{name}: run make lock"
+    runs = [i.args for i in stages()["app"].instructions if i.keyword == "RUN"]
+    project = [run for run in runs if run.startswith("pip install") and run.endswith(" .")]
+    assert project and all("--no-build-isolation" in run for run in project), project
+
+
 def test_the_image_tier_knows_every_step_of_the_dockerfile() -> None:
     """tests/image carries out pip and python steps and skips the ones SKIPPED explains; a
     new kind of RUN step must be taught there, not silently left out of the test."""
