@@ -9,6 +9,8 @@ tests/observe.)"""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,21 @@ def test_the_dead_letter_outcomes_are_those_the_worker_returns_after_a_dead_lett
     assert "return await self._dead_letter(" in dedup  # the send's own outcome is returned
     returned = {getattr(RecordOutcome, name) for name in (own, *after)}
     assert returned == set(alert_rules.DEAD_LETTER_OUTCOMES)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_the_command_the_rules_header_gives_writes_a_file() -> None:
+    """``make alert-rules`` prints the rules unless ALERT_RULES_OUT names a file: the command
+    the header of alerts.yml gives for writing them names one, and make passes it on."""
+    header = alert_rules.RULES.read_text().split("\ngroups:")[0]
+    [command] = re.findall(r"`make alert-rules ([^`]+)`", " ".join(header.split("\n# ")))
+    assert "ALERT_RULES_OUT=" in command
+    dry = subprocess.run(
+        ["make", "-s", "-n", "alert-rules", *command.split()],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "-m scripts.alert_rules --runbook-base '<url>'" in dry
+    assert "--out '<file>'" in dry
