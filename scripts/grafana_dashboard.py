@@ -195,6 +195,7 @@ ROWS: list[tuple[str, list[tuple[str, str, list[Query]]]]] = [
                     )
                 ],
             ),
+            ("Ingest up", "short", [(f"up{{{ING}}}", "{{instance}}")]),
         ],
     ),
     (

@@ -69,3 +69,11 @@ def test_the_dead_letter_panel_counts_every_write_to_the_dead_letter_topic() -> 
     assert f"rate(dedupe_records_total{{{selector}}}[1m])" in target["expr"]
     for outcome in alert_rules.DEAD_LETTER_OUTCOMES:
         assert outcome in target["expr"], outcome
+
+
+def test_every_job_the_alert_rules_name_has_an_up_panel() -> None:
+    """Whether each component's targets answer their scrapes, as its ...Down alert reads it."""
+    rules = (grafana_dashboard.OUT.parents[1] / "prometheus" / "alerts.yml").read_text()
+    jobs = set(re.findall(r'job="([\w-]+)"', rules))
+    ups = {m for q in queries() for m in re.findall(r'^up\{job="([\w-]+)"', q)}
+    assert ups == jobs
