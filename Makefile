@@ -204,7 +204,7 @@ lock: $(STAMP) ## Re-resolve the images' lock files (docker/requirements-*.txt) 
 test-browser: $(STAMP) kafka-jars browser-install ## Browser tier: analytics.js in headless Chromium from another origin, through an ingest crash, exactly once
 	$(call pytest_tier,tests/browser,-q -s)
 
-test-observe: $(STAMP) kafka-jars servers-install ## Observe tier: the alert rules' promtool tests; a real Prometheus (19490) pages for a killed and a stopped worker
+test-observe: $(STAMP) kafka-jars servers-install ## Observe tier: the alert rules' promtool tests; a real Prometheus (19490) pages for a killed and a stopped worker and a killed ingest
 	$(call pytest_tier,tests/observe,-q -s)
 
 alert-rules: ## The alert rules with runbook links under $RUNBOOK_BASE (default: the project's docs), to $ALERT_RULES_OUT or stdout
