@@ -28,7 +28,13 @@ a second try, such as ``PayloadMismatch``), then handed to the ``recoverer`` (a
 :class:`DeadLetterPublisher`, or any callback), and its offset is committed once the
 recoverer returned. With no recoverer (the default) the error propagates as in 1.0: the
 offsets of the records before it are committed, ``run`` raises, and the record is
-redelivered when the consumer restarts.
+redelivered when the consumer restarts. A recoverer that raises does the same.
+
+Two outcomes are not failures. ``AlreadyInProgress`` (another consumer holds the id right
+now) is waited out and tried again, never counted against ``retries`` nor recovered: the
+holder may be completing it. A result the serializer refuses (``NotSerializable`` from
+``claim.complete``) comes after the effect: the claim completes with no result, a warning
+names the refused type, and the offset is committed.
 
 The processor namespace defaults to the consumer group: each group dedups on its own.
 """
@@ -36,8 +42,11 @@ The processor namespace defaults to the consumer group: each group dedups on its
 from __future__ import annotations
 
 import asyncio
+import enum
+import functools
 import inspect
 import logging
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,8 +62,15 @@ from aiokafka import (
 )
 from aiokafka.errors import CommitFailedError, IllegalStateError
 
-from ._base import AsyncStore, InvalidEventId, PayloadMismatch, Serializer
-from ._core import Claim, Idempotency
+from ._base import (
+    AlreadyInProgress,
+    AsyncStore,
+    InvalidEventId,
+    NotSerializable,
+    PayloadMismatch,
+    Serializer,
+)
+from ._core import Claim, ClaimContext, Idempotency
 from ._shared import Repeat, repeat_hook
 
 log = logging.getLogger("idempotent_consumer.kafka")
@@ -70,9 +86,9 @@ Recoverer = Callable[[ConsumerRecord[Any, Any], Exception], Awaitable[None] | No
 
 @dataclass(frozen=True)
 class ErrorPolicy:
-    """What ``IdempotentConsumer`` does with a record that fails, after Spring Kafka's
-    ``DefaultErrorHandler`` (a back-off, then a recoverer) and Kafka Streams'
-    ``ProcessingExceptionHandler`` (continue or fail).
+    """What ``IdempotentConsumer`` (and ``idempotent_agent``) does with a record that fails,
+    after Spring Kafka's ``DefaultErrorHandler`` (a back-off, then a recoverer) and Kafka
+    Streams' ``ProcessingExceptionHandler`` (continue or fail).
 
     ``retries``: how many more times a failed record is tried (its claim is released after
     each failure, so each try runs the handler afresh), pausing ``backoff``, doubled after
@@ -85,6 +101,21 @@ class ErrorPolicy:
     ``LogAndContinueProcessingExceptionHandler`` does); its offset is committed after the
     recoverer returned. None (the default): the error propagates and ``run`` raises, as in 1.0
     (Kafka Streams' ``LogAndFail``), after the retries.
+
+    ``AlreadyInProgress`` is not a failure: another consumer holds the id right now (a
+    joined claim waited a lease for the other transaction's claim) and may be completing
+    it; recovering the record would dead-letter an event that is being done. It is tried
+    again after the back-off, never later than the holder's lease ends (``retry_after``),
+    and those tries are not counted against ``retries``: they go on until the holder
+    completes (the next try is a repeat), releases (it runs) or its lease ends (a takeover).
+    Spring Kafka's retry topics treat a record that is not due yet the same way (the
+    recoverer rethrows ``KafkaBackoffException``: no commit, the record is sought again), as
+    Kafka Streams retries a retriable error from the last commit. ``in_progress_wait``
+    bounds one wait between two polls: past it, ``IdempotentConsumer`` seeks the partition
+    back to the record and polls again (the record comes back in the next batch). So a
+    holder that keeps its transaction open never keeps the consumer from polling for longer
+    than ``in_progress_wait`` plus one claim's wait (a joined claim waits up to the lease):
+    keep that sum well under ``max_poll_interval_ms``.
     """
 
     retries: int = 2
@@ -92,15 +123,27 @@ class ErrorPolicy:
     max_backoff: timedelta = timedelta(seconds=5)
     recoverer: Recoverer | None = None
     not_retryable: tuple[type[Exception], ...] = field(default=(PayloadMismatch, InvalidEventId))
+    in_progress_wait: timedelta = timedelta(seconds=60)
 
     def __post_init__(self) -> None:
         if self.retries < 0:
             raise ValueError(f"retries must be 0 or more, not {self.retries}")
+        if self.in_progress_wait < timedelta(0):
+            raise ValueError(f"in_progress_wait must be 0 or more, not {self.in_progress_wait}")
 
     def pause(self, failures: int) -> float:
         """Seconds to wait before the try after the ``failures``-th failure."""
         pause = self.backoff.total_seconds() * 2 ** (failures - 1)
         return float(min(pause, self.max_backoff.total_seconds()))
+
+    def holder_pause(self, busy: AlreadyInProgress, tries: int) -> float:
+        """Seconds to wait before the try after the ``tries``-th ``AlreadyInProgress`` of a
+        record: the back-off, and no longer than until the holder's lease ends (after which
+        the claim takes it over)."""
+        pause = self.pause(tries)
+        if busy.retry_after is not None and busy.retry_after > 0:
+            pause = min(pause, busy.retry_after)
+        return pause
 
     def retryable(self, error: Exception, failures: int) -> bool:
         return failures <= self.retries and not isinstance(error, self.not_retryable)
@@ -225,11 +268,173 @@ class ConsumerStats:
     failed_commits: int = 0  # a rebalance took the partition first: its next owner resumes
     retries: int = 0  # tries of a failed record after its first
     recovered: int = 0  # records handed to the error policy's recoverer (offsets committed)
+    in_progress: int = 0  # tries that found the id held by another consumer (waited out)
+    unstored: int = 0  # results the serializer refused (claims completed with no result)
+
+
+class _Handled(enum.Enum):
+    """How one record left the error policy (:func:`_handle_record`)."""
+
+    DONE = "done"  # processed, a repeat, or recovered: its offset may be committed
+    LEFT = "left"  # the partition was revoked or the consumer is stopping: not done
+    HELD = "held"  # another consumer still holds its id after ``in_progress_wait``: not done
+
+
+def _left_open(claim: Claim) -> bool:
+    """Did the handler leave its claim to be completed with its return value? Not when it
+    called ``complete`` or ``complete_error`` itself: completing again would overwrite that
+    result (a stored error read back as a success)."""
+    return not claim.failed and claim._data is None and claim._unstored is None
+
+
+def _log_unstored(
+    record: ConsumerRecord[Any, Any], refused: NotSerializable, result_type: type | None
+) -> None:
+    refused_type = "a result" if result_type is None else f"a {result_type.__qualname__}"
+    log.warning(
+        "%s[%d]@%d: the serializer refused %s (%s); the effect ran, so its claim completed "
+        "with no result (a repeat reads None) and the offset is committed",
+        record.topic,
+        record.partition,
+        record.offset,
+        refused_type,
+        refused,
+    )
+
+
+async def _run_claimed(
+    claiming: ClaimContext,
+    record: ConsumerRecord[Any, Any],
+    handler: Callable[[Claim], Awaitable[Any]],
+    on_repeat: Callable[[Repeat], Any] | None,
+    stats: ConsumerStats,
+) -> Any:
+    """One try of ``record`` under its claim: a repeat answers the first result (or what
+    ``on_repeat`` returns); else ``handler(claim)`` runs and the claim completes with its
+    return value, unless the handler completed it itself. Returns the answer."""
+    claim: Claim | None = None
+    try:
+        async with claiming as claim:
+            if claim.done:
+                stats.repeats += 1
+                if on_repeat is None:
+                    return claim.result
+                answer = on_repeat(Repeat.of(claim, record))
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                return answer
+            result = await handler(claim)
+            if _left_open(claim):
+                try:
+                    claim.complete(result)
+                except NotSerializable as refused:
+                    # Caught inside the block so that the claim completes with no result
+                    # (joined too: the effect commits with it). The effect ran: raising
+                    # would have the policy retry it (a repeat now) or dead-letter a record
+                    # whose effect is done.
+                    stats.unstored += 1
+                    _log_unstored(record, refused, type(result))
+    except NotSerializable as refused:
+        # The handler's own complete() refused its result and the handler let it out. Not
+        # joined, the claim completed as it left (the effect is done): the same as above.
+        # Joined, the error rolled the effect back with the claim: a failure like any other.
+        if claim is None or refused is not claim._unstored or claim.connection is not None:
+            raise
+        stats.unstored += 1
+        _log_unstored(record, refused, None)
+        result = None
+    stats.processed += 1
+    return result
+
+
+async def _handle_record(
+    policy: ErrorPolicy,
+    record: ConsumerRecord[Any, Any],
+    attempt: Callable[[], Awaitable[Any]],
+    pause: Callable[[float], Awaitable[bool]],
+    stats: ConsumerStats,
+    *,
+    hand_back: bool = True,
+) -> tuple[_Handled, Any]:
+    """``attempt()`` (one try of ``record``) through ``policy``: returns how it ended and the
+    answer (None when recovered or not done). ``pause(seconds)`` waits between two tries
+    and returns False when the record is no longer this consumer's. ``hand_back``: past
+    ``policy.in_progress_wait`` of waiting for another holder, return ``HELD`` (the caller
+    polls again and retries); False keeps waiting. Raises what the policy does not recover."""
+    failures = 0
+    held_tries = 0
+    held_since: float | None = None
+    while True:
+        try:
+            return _Handled.DONE, await attempt()
+        except AlreadyInProgress as busy:
+            stats.in_progress += 1
+            held_tries += 1
+            now = time.monotonic()
+            if held_since is None:
+                held_since = now
+            if now - held_since >= policy.in_progress_wait.total_seconds():
+                log.warning(
+                    "%s[%d]@%d: its id is still held by another consumer after %.1f s (%s)%s",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    now - held_since,
+                    busy,
+                    ": polling again, it is tried again next" if hand_back else "; waiting on",
+                )
+                if hand_back:
+                    return _Handled.HELD, None
+                held_since = now
+            seconds = policy.holder_pause(busy, held_tries)
+            log.info(
+                "%s[%d]@%d: %s; trying again in %.3f s (not a failure)",
+                record.topic,
+                record.partition,
+                record.offset,
+                busy,
+                seconds,
+            )
+            if not await pause(seconds):
+                return _Handled.LEFT, None
+        except Exception as error:
+            failures += 1
+            if policy.retryable(error, failures):
+                log.warning(
+                    "%s[%d]@%d failed (%r), try %d of %d",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    error,
+                    failures + 1,
+                    policy.retries + 1,
+                )
+                if not await pause(policy.pause(failures)):
+                    return _Handled.LEFT, None
+                stats.retries += 1
+                continue
+            if policy.recoverer is None:
+                raise
+            log.error(
+                "%s[%d]@%d failed %d time(s) (%r): recovered",
+                record.topic,
+                record.partition,
+                record.offset,
+                failures,
+                error,
+            )
+            maybe = policy.recoverer(record, error)
+            if inspect.isawaitable(maybe):
+                await maybe
+            stats.recovered += 1
+            return _Handled.DONE, None
 
 
 class IdempotentConsumer:
     """Reads ``topics`` with read_committed and calls ``handler(record, claim)`` once per
-    event id and processor; the handler's return value is the result a repeat gets back.
+    event id and processor; the handler's return value is the result a repeat gets back,
+    unless the handler completed the claim itself (``claim.complete`` or
+    ``claim.complete_error``: that result is kept).
 
     ``join_transaction=True`` (PostgreSQL): each record's claim runs in a transaction on a
     pooled connection, ``claim.connection``; write the effect on it and the effect and the
@@ -313,63 +518,34 @@ class IdempotentConsumer:
             for record in records:
                 if tp not in self.consumer.assignment() or self._stopping.is_set():
                     break  # revoked mid-batch (its next owner resumes) or stopping
-                if not await self._handled(tp, record):
+                handled, _ = await _handle_record(
+                    self.errors,
+                    record,
+                    functools.partial(self.process, record),
+                    lambda seconds: self._pause_while_ours(tp, seconds),
+                    self.stats,
+                )
+                if handled is _Handled.HELD:
+                    # Not done, and not failed: read it again from the next poll on (the
+                    # records after it in this batch too), so the consumer keeps polling.
+                    self.consumer.seek(tp, record.offset)
+                    break
+                if handled is _Handled.LEFT:
                     break  # revoked or stopping between two tries: not done
                 done_up_to = record.offset + 1
         finally:
             if done_up_to is not None:
                 await self._commit(tp, done_up_to)
 
-    async def _handled(self, tp: TopicPartition, record: ConsumerRecord[Any, Any]) -> bool:
-        """One record through the error policy: True once it is processed or recovered (its
-        offset may be committed), False if the partition was revoked or the consumer is
-        stopping before it was; raises what the policy does not recover."""
-        policy = self.errors
-        failures = 0
-        while True:
-            try:
-                await self.process(record)
-                return True
-            except Exception as error:
-                failures += 1
-                if policy.retryable(error, failures):
-                    log.warning(
-                        "%s[%d]@%d failed (%r), try %d of %d",
-                        record.topic,
-                        record.partition,
-                        record.offset,
-                        error,
-                        failures + 1,
-                        policy.retries + 1,
-                    )
-                    await self._pause(policy.pause(failures))
-                    if tp not in self.consumer.assignment() or self._stopping.is_set():
-                        return False
-                    self.stats.retries += 1
-                    continue
-                if policy.recoverer is None:
-                    raise
-                log.error(
-                    "%s[%d]@%d failed %d time(s) (%r): recovered",
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    failures,
-                    error,
-                )
-                maybe = policy.recoverer(record, error)
-                if inspect.isawaitable(maybe):
-                    await maybe
-                self.stats.recovered += 1
-                return True
-
-    async def _pause(self, seconds: float) -> None:
-        """Sleep between two tries, cut short by ``stop()``."""
+    async def _pause_while_ours(self, tp: TopicPartition, seconds: float) -> bool:
+        """Sleep between two tries, cut short by ``stop()``; False when the partition was
+        revoked or the consumer is stopping by then."""
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:
             await asyncio.wait({stopping}, timeout=seconds)
         finally:
             stopping.cancel()
+        return tp in self.consumer.assignment() and not self._stopping.is_set()
 
     async def process(self, record: ConsumerRecord[Any, Any]) -> Any:
         """One record through its claim; returns the result (the first run's, on a repeat)."""
@@ -384,23 +560,13 @@ class IdempotentConsumer:
         return await self._claimed(record, event_id, None)
 
     async def _claimed(self, record: ConsumerRecord[Any, Any], event_id: str, conn: Any) -> Any:
-        payload = self.payload(record)
-        async with self.idempotency.claim(
-            event_id, payload=payload, wait=True, connection=conn
-        ) as claim:
-            if claim.done:
-                self.stats.repeats += 1
-                if self.on_repeat is None:
-                    return claim.result
-                answer = self.on_repeat(Repeat.of(claim, record))
-                if inspect.isawaitable(answer):
-                    answer = await answer
-                return answer
-            result = await self.handler(record, claim)
-            if not claim.failed:  # the handler stored an error result: keep it
-                claim.complete(result)
-        self.stats.processed += 1
-        return result
+        async def handler(claim: Claim) -> Any:
+            return await self.handler(record, claim)
+
+        claiming = self.idempotency.claim(
+            event_id, payload=self.payload(record), wait=True, connection=conn
+        )
+        return await _run_claimed(claiming, record, handler, self.on_repeat, self.stats)
 
     async def _commit(self, tp: TopicPartition, offset: int) -> None:
         try:
