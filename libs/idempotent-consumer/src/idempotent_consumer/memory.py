@@ -129,6 +129,14 @@ class MemoryStore:
     def _key(processor: str, event_id: str) -> str:
         return f"{processor}\x1f{event_id}"
 
+    async def close(self) -> None:
+        """Nothing to close (no connection, no thread): here so that shutdown code closes
+        any store alike (``await store.close()``). The records stay, and the store stays
+        usable; they go with the store object."""
+
+    def close_sync(self) -> None:
+        """The sync twin of :meth:`close`: nothing to close."""
+
     def metrics(self) -> MemoryMetrics:
         with self._lock:
             checked = self._checked
