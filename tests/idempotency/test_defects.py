@@ -9,7 +9,9 @@
   result (the effect ran: the redelivery is a repeat), on every store; a body cancelled
   mid-effect keeps its claim until the lease ends, then a takeover runs it;
 * a payload that is not a JSON value is refused before the claim, not hashed by ``str()``;
-* bad event ids raise the library's ``InvalidEventId`` (an ``IdempotencyError``).
+* bad event ids raise the library's ``InvalidEventId`` (an ``IdempotencyError``): a type
+  it does not key (a tuple, None), a number that is not finite, a naive datetime, a str
+  starting with the mark of the other types' keys.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -240,7 +242,22 @@ def test_payload_hash_is_the_same_in_every_process() -> None:
         payload_hash({"tags": set("abcdefgh")})
 
 
-@pytest.mark.parametrize("bad", ["", "x" * 256, "a\x00b", b"\xff", 42])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "x" * 256,
+        "a\x00b",
+        b"\xff",
+        10**300,  # a key past 255 characters
+        ("order", 1),  # a composite id: the caller joins it
+        None,
+        float("nan"),
+        Decimal("Infinity"),
+        datetime(2024, 10, 27, 2, 30),  # naive: two instants where clocks turn back
+        "\ufdd0int:1",  # the mark of the keys of other types: int 1's key
+    ],
+)
 def test_bad_event_ids_raise_the_librarys_error(bad: Any) -> None:
     idem = SyncIdempotency(MemoryStore(10), "keys")
     with pytest.raises(InvalidEventId) as raised:

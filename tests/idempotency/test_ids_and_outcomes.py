@@ -1,6 +1,10 @@
 """Ids of every type, outcomes the body cannot know, and any processor name, on memory,
 PostgreSQL and Redis:
 
+* an id may be a str, bytes, an int, bool, float, Decimal, UUID, date, aware datetime or an
+  Enum member of those, through ``claim`` and the decorators alike; ``1``, ``"1"``, ``True``,
+  ``1.0`` and ``Decimal("1")`` are five records (the decorators keyed ``1`` and ``"1"`` as
+  one), and str ids keep the keys 1.0 wrote, byte for byte;
 * ``MemoryStore`` closes as the other stores do (``close()``, ``close_sync()``);
 
 Run: ``.venv/bin/python -m pytest -q tests/idempotency/test_ids_and_outcomes.py`` (the
@@ -9,15 +13,22 @@ servers from ``scripts/servers.sh up``).
 
 from __future__ import annotations
 
+import enum
+import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pytest
+import redis
 from idempotent_consumer import (
     Idempotency,
     MemoryStore,
+    PostgresStore,
     RedisStore,
+    idempotent_function,
 )
 
 from tests.idempotency.conftest import Servers, open_store, open_sync_store
@@ -45,6 +56,101 @@ def sync_store(
 
 def counts_takeovers(store: Any) -> bool:
     return not isinstance(store, RedisStore)  # an expired Redis lease leaves no count
+
+
+# -- ids of every type ------------------------------------------------------------------------
+
+
+class Status(enum.Enum):
+    PAID = 1
+
+
+class Color(enum.StrEnum):
+    RED = "red"
+
+
+ONE_OF_EACH: list[Any] = ["1", 1, True, 1.0, Decimal("1"), uuid.UUID(int=1), date(2001, 1, 1)]
+
+
+async def test_ids_of_different_types_are_different_records(store: Any) -> None:
+    idem = Idempotency(store, "types")
+    for event_id in ONE_OF_EACH:
+        async with idem.claim(event_id) as claim:
+            assert not claim.done, f"{event_id!r} found another type's record"
+            claim.complete(type(event_id).__name__)
+    for event_id in ONE_OF_EACH:
+        async with idem.claim(event_id) as claim:
+            assert claim.done and claim.result == type(event_id).__name__
+
+
+async def test_a_decorated_function_keys_1_and_str_1_apart(store: Any) -> None:
+    idem = Idempotency(store, "types")
+    runs: list[Any] = []
+
+    @idempotent_function(idem, key="order_id")
+    async def charge(order_id: Any) -> str:
+        runs.append(order_id)
+        return f"ch_{order_id!r}"
+
+    assert await charge(1) == "ch_1"
+    assert await charge("1") == "ch_'1'"  # 1.1 before this answered charge(1)'s result
+    assert await charge(1) == "ch_1" and await charge("1") == "ch_'1'"
+    assert runs == [1, "1"]
+
+
+async def test_equal_values_of_one_type_are_one_record(store: Any) -> None:
+    idem = Idempotency(store, "equal")
+    plus_two = timezone(timedelta(hours=2))
+    same: list[tuple[Any, Any]] = [
+        ("order-1", b"order-1"),  # a Kafka key and its text
+        (Decimal("12.50"), Decimal("12.5")),
+        (datetime(2024, 3, 1, 12, tzinfo=UTC), datetime(2024, 3, 1, 14, tzinfo=plus_two)),
+        (0.0, -0.0),
+        (Status.PAID, 1),  # an enum names its value
+        (Color.RED, "red"),
+    ]
+    for first, second in same:
+        async with idem.claim(first) as claim:
+            assert not claim.done
+            claim.complete(repr(first))
+        async with idem.claim(second) as claim:
+            assert claim.done and claim.result == repr(first), (first, second)
+
+
+async def test_str_ids_keep_the_keys_1_0_wrote_and_other_types_are_tagged(
+    servers: Servers, table: str, prefix: str
+) -> None:
+    """The keys 1.0 wrote for str ids, pinned: a change would run every recorded id's effect
+    again after an upgrade. The keys of other types are pinned too: they are stored."""
+    pg = PostgresStore(servers.dsn, table=table, max_size=2)
+    rs = RedisStore(servers.redis_url, prefix=prefix)
+    for s in (pg, rs):
+        idem = Idempotency(s, "billing")
+        for event_id in ("order-1", "ord:2/ü", 42, uuid.UUID(int=7)):
+            async with idem.claim(event_id) as claim:
+                claim.complete("done")
+    await pg.close()
+    await rs.close()
+    with psycopg.connect(servers.dsn, autocommit=True) as conn:
+        rows = conn.execute(f"SELECT processor, event_id FROM {table} ORDER BY 2").fetchall()
+    assert rows == [
+        ("billing", "ord:2/ü"),
+        ("billing", "order-1"),
+        ("billing", "\ufdd0int:42"),
+        ("billing", "\ufdd0uuid:00000000-0000-0000-0000-000000000007"),
+    ]
+    client = redis.Redis.from_url(servers.redis_url)
+    keys = sorted(client.scan_iter(f"{prefix}*"))
+    client.close()
+    p = prefix.encode()
+    assert keys == sorted(
+        [
+            p + b"billing:order-1",
+            p + "billing:ord:2/ü".encode(),
+            p + "billing:\ufdd0int:42".encode(),
+            p + "billing:\ufdd0uuid:00000000-0000-0000-0000-000000000007".encode(),
+        ]
+    )
 
 
 # -- MemoryStore closes like the others; the version --------------------------------------------

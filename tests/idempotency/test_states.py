@@ -204,7 +204,7 @@ def test_bad_ids_and_settings_are_refused() -> None:
         with pytest.raises(ValueError):
             idem.claim(bad)
     with pytest.raises(TypeError):
-        idem.claim(42)  # type: ignore[arg-type]
+        idem.claim(("order", 42))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="longer than the store keeps"):
         Idempotency(
             PostgresStore("postgresql://unused", retention=timedelta(days=1)),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._base import (
     AlreadyInProgress,
+    EventId,
     IdempotencyError,
     InvalidEventId,
     JsonSerializer,
@@ -57,6 +58,7 @@ __all__ = [
     "AlreadyInProgress",
     "CacheStats",
     "Claim",
+    "EventId",
     "Idempotency",
     "IdempotencyDisabledWarning",
     "IdempotencyError",

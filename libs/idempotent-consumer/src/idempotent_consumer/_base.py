@@ -10,9 +10,11 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import math
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
 #: Longest event id accepted (Stripe's limit for idempotency keys). Hash longer keys yourself.
@@ -73,9 +75,10 @@ class StoredError(IdempotencyError):
 
 
 class InvalidEventId(IdempotencyError, ValueError, TypeError):
-    """An event id (or processor name) the library cannot key a record by: not str or
-    UTF-8 bytes, empty, longer than 255 characters, or holding a NUL. A ``ValueError`` and a
-    ``TypeError`` too, for callers that caught those before it existed."""
+    """An event id (or processor name) the library cannot key a record by: of a type it
+    does not key (see :func:`check_event_id`), empty, longer than 255 characters, or holding
+    a NUL. A ``ValueError`` and a ``TypeError`` too, for callers that caught those before it
+    existed."""
 
 
 class NotSerializable(IdempotencyError, TypeError):
@@ -209,24 +212,127 @@ def payload_hash(payload: object) -> bytes | None:
     return hashlib.sha256(data).digest()
 
 
+#: The first character of the key of every id that is not a str (see :func:`check_event_id`):
+#: U+FDD0, one of the code points Unicode reserves for a program's internal use, so no
+#: producer's id is expected to start with it; a str id that does is refused, which keeps
+#: the keys of str ids and of the other types apart.
+TYPE_MARK = "\ufdd0"
+
+#: What an event id may be (bytes are decoded as UTF-8; an Enum member counts as its value).
+EventId = str | bytes | int | float | Decimal | uuid.UUID | date | enum.Enum
+
+
+def _checked_key(key: str, what: str) -> str:
+    if not key:
+        raise InvalidEventId(f"{what} is empty (the id must come from the producer)")
+    if len(key) > MAX_EVENT_ID_LENGTH:
+        raise InvalidEventId(f"{what} longer than {MAX_EVENT_ID_LENGTH} characters: hash it first")
+    if "\x00" in key:
+        raise InvalidEventId(f"{what} contains a NUL character")
+    return key
+
+
+def _decimal_text(value: Decimal) -> str:
+    """The text of a finite Decimal, positional (``100``, ``0.0000001``), with its trailing
+    zeros dropped so that equal amounts (``1.0``, ``1.00``) share a key. Exact:
+    ``Decimal.normalize()`` would round to the context's precision and let two different
+    long values share a key."""
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite, checked by the caller
+    kept = list(digits)
+    while len(kept) > 1 and kept[-1] == 0:
+        kept.pop()
+        exponent += 1
+    if kept == [0]:
+        return "0"
+    return format(Decimal((sign, tuple(kept), exponent)), "f")
+
+
+def _tagged(event_id: object) -> str | None:
+    """The text behind the type tag of an id that is not a str (None: not a type keyed)."""
+    if isinstance(event_id, bool):  # before int: True is an int too
+        return f"bool:{'true' if event_id else 'false'}"
+    if isinstance(event_id, int):
+        try:
+            return f"int:{int.__repr__(event_id)}"
+        except ValueError:  # more digits than Python converts: far over the length limit
+            raise InvalidEventId(
+                f"int event id longer than {MAX_EVENT_ID_LENGTH} characters: hash it first"
+            ) from None
+    if isinstance(event_id, float):
+        if not math.isfinite(event_id):
+            raise InvalidEventId(f"event id {event_id!r} is not a finite number")
+        # repr is the shortest text that reads back as the same float, on every platform;
+        # -0.0 == 0.0, so they share a key
+        return f"float:{float.__repr__(event_id + 0.0)}"
+    if isinstance(event_id, Decimal):
+        if not event_id.is_finite():
+            raise InvalidEventId(f"event id {event_id!r} is not a finite number")
+        return f"decimal:{_decimal_text(event_id)}"
+    if isinstance(event_id, uuid.UUID):
+        return f"uuid:{event_id}"
+    if isinstance(event_id, datetime):  # before date: a datetime is a date too
+        if event_id.utcoffset() is None:
+            raise InvalidEventId(
+                f"event id {event_id!r} is a naive datetime: give it a timezone (a naive "
+                "time names two instants in the hour a clock turns back, two events one key)"
+            )
+        return f"datetime:{event_id.astimezone(UTC).isoformat()}"
+    if isinstance(event_id, date):
+        return f"date:{event_id.isoformat()}"
+    return None
+
+
 def check_event_id(event_id: object) -> str:
-    """The id must come from the producer: a non-empty str of at most 255 characters."""
+    """The key of an event id: what the stores keep the record under.
+
+    * a str is its own key, as in 1.0; UTF-8 bytes are decoded to the str (a Kafka key and
+      its text are one id);
+    * an int, bool, finite float, Decimal, UUID, date or timezone-aware datetime gets a key
+      of ``TYPE_MARK``, its type and its text: ``42`` is ``"\ufdd0int:42"``, so ``1``,
+      ``"1"``, ``True``, ``1.0`` and ``Decimal("1")`` are five ids, as they are five JSON
+      values (Powertools keys by the JSON of the value). Equal values of one type share a
+      key: ``Decimal("1.0")`` and ``Decimal("1.00")``; a datetime is keyed by its instant
+      in UTC, so the same instant in two offsets is one id;
+    * an Enum member is keyed as its value (an enum names a value: the key survives renaming
+      the enum, or turning it into an IntEnum or a StrEnum);
+    * anything else raises ``InvalidEventId`` naming its type: a naive datetime (its
+      instant depends on a timezone the id does not carry), NaN and infinities (never
+      equal to themselves), and tuples: a composite id is better joined by the caller
+      (``f"{order_id}/{line}"``), a key that stays readable and searchable in the store,
+      than by an encoding of this library that every version must keep.
+
+    A key has 1 to 255 characters and no NUL; a str id may not start with ``TYPE_MARK``."""
+    if isinstance(event_id, enum.Enum):
+        event_id = event_id.value
     if isinstance(event_id, bytes):
         try:
             event_id = event_id.decode()
         except UnicodeDecodeError:
             raise InvalidEventId(f"event id {event_id!r} is not UTF-8") from None
-    if not isinstance(event_id, str):
-        raise InvalidEventId(f"event id must be str or bytes, not {type(event_id).__name__}")
-    if not event_id:
-        raise InvalidEventId("event id is empty (the id must come from the producer)")
-    if len(event_id) > MAX_EVENT_ID_LENGTH:
+    if isinstance(event_id, str):
+        # str.__str__: the characters themselves; a str subclass's own __str__ may differ
+        key = str.__str__(event_id)
+        if key.startswith(TYPE_MARK):
+            raise InvalidEventId(
+                "event id starts with U+FDD0, the mark of the keys of ids that are not str"
+            )
+        return _checked_key(key, "event id")
+    tagged = _tagged(event_id)
+    if tagged is None:
         raise InvalidEventId(
-            f"event id longer than {MAX_EVENT_ID_LENGTH} characters: hash it first"
+            f"event id of type {type(event_id).__name__}: use a str, UTF-8 bytes, an int, "
+            "a finite float, a Decimal, a UUID, a date or an aware datetime"
         )
-    if "\x00" in event_id:
-        raise InvalidEventId("event id contains a NUL character")
-    return event_id
+    return _checked_key(TYPE_MARK + tagged, "event id")
+
+
+def check_processor(processor: object) -> str:
+    """A processor name: any str of 1 to 255 characters without NUL (PostgreSQL's text
+    cannot hold one). Every store keeps any such name apart from every other."""
+    if not isinstance(processor, str):
+        raise InvalidEventId(f"processor must be a str, not {type(processor).__name__}")
+    return _checked_key(str.__str__(processor), "processor")
 
 
 def new_token() -> str:

@@ -31,6 +31,7 @@ from ._base import (
     AlreadyInProgress,
     AsyncStore,
     ClaimReply,
+    EventId,
     Held,
     LeaseLost,
     Outcome,
@@ -168,13 +169,15 @@ class Idempotency(Settings[AsyncStore]):
 
     def claim(
         self,
-        event_id: str | bytes,
+        event_id: EventId,
         *,
         payload: object = None,
         wait: bool | timedelta = False,
         connection: Any = None,
     ) -> ClaimContext:
-        """Claim ``event_id`` for this processor.
+        """Claim ``event_id`` for this processor: a str, UTF-8 bytes, or an int, float,
+        Decimal, UUID, date or aware datetime, each keyed apart from the others
+        (``check_event_id``: ``1`` and ``"1"`` are two ids).
 
         ``payload``: hashed and compared with the first claim's (``PayloadMismatch``).
         ``wait``: False raises ``AlreadyInProgress`` at once when another holder has it; True
@@ -202,7 +205,7 @@ class Idempotency(Settings[AsyncStore]):
 
     async def once(
         self,
-        event_id: str | bytes,
+        event_id: EventId,
         fn: Callable[[], Awaitable[T]],
         *,
         payload: object = None,

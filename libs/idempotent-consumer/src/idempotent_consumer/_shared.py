@@ -21,7 +21,7 @@ from ._base import (
     NotSerializable,
     Outcome,
     Serializer,
-    check_event_id,
+    check_processor,
     new_token,
     positive,
 )
@@ -61,7 +61,7 @@ class Settings(Generic[StoreT]):
         #: where the records live
         self.store = store
         #: the namespace of the records: one per consumer group (each group dedups on its own)
-        self.processor = check_event_id(processor)
+        self.processor = check_processor(processor)
         #: how long a claim holds an event before another holder may take it over; measured
         #: on the store's clock (PostgreSQL's, Redis's), extend it for long handlers
         self.lease = positive(lease, "lease")
@@ -91,7 +91,7 @@ class Settings(Generic[StoreT]):
         """The same store and settings, records kept under the processor ``<processor>/<name>``:
         a namespace of their own (the decorators' per-function keys)."""
         scoped = copy.copy(self)
-        scoped.processor = check_event_id(f"{self.processor}/{name}")
+        scoped.processor = check_processor(f"{self.processor}/{name}")
         return scoped
 
     def _request(

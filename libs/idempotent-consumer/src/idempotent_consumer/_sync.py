@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from ._base import (
     AlreadyInProgress,
     ClaimReply,
+    EventId,
     Held,
     LeaseLost,
     Outcome,
@@ -141,7 +142,7 @@ class SyncIdempotency(Settings[SyncStore]):
 
     def claim(
         self,
-        event_id: str | bytes,
+        event_id: EventId,
         *,
         payload: object = None,
         wait: bool | timedelta = False,
@@ -162,7 +163,7 @@ class SyncIdempotency(Settings[SyncStore]):
 
     def once(
         self,
-        event_id: str | bytes,
+        event_id: EventId,
         fn: Callable[[], T],
         *,
         payload: object = None,

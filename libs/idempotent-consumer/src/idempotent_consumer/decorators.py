@@ -23,12 +23,13 @@ namespace that survives renaming the function (renaming it otherwise starts from
 
 ``key`` and ``payload`` name a parameter of the function (positional or keyword, unlike
 Powertools' keyword-only ``data_keyword_argument``) or are callables given the function's
-arguments. A key may be a str, UTF-8 bytes, an int or a UUID (kept as its text). The
-decorated function is async with ``Idempotency`` and sync with
-``SyncIdempotency``. A repeat returns the first run's result as the serializer gives it back
-(JSON by default: a tuple comes back a list), or what ``on_repeat(repeat)`` returns
-(``repeat``: a :class:`Repeat`, as ``IdempotentConsumer`` gives its hook; 1.0's
-``on_repeat(result, claim)`` still works, with a ``DeprecationWarning``).
+arguments. A key is any id ``Idempotency.claim`` takes (a str, UTF-8 bytes, an int, a
+UUID ...: ``check_event_id``; ``1`` and ``"1"`` are two keys). The decorated function is
+async with ``Idempotency`` and sync with ``SyncIdempotency``. A repeat returns the first
+run's result as the serializer gives it back (JSON by default: a tuple comes back a list),
+or what ``on_repeat(repeat)`` returns (``repeat``: a :class:`Repeat`, as
+``IdempotentConsumer`` gives its hook; 1.0's ``on_repeat(result, claim)`` still works, with
+a ``DeprecationWarning``).
 
 ``IDEMPOTENT_CONSUMER_DISABLED=1`` (as Powertools' ``POWERTOOLS_IDEMPOTENCY_DISABLED``; also
 true, yes, on) calls the functions directly, with an ``IdempotencyDisabledWarning``: for
@@ -41,7 +42,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import uuid
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
@@ -92,13 +92,6 @@ def _warn_disabled() -> None:
 def namespace(fn: Callable[..., Any], name: str | None) -> str:
     """The namespace of ``fn``'s records: ``name``, or ``<module>.<qualified name>``."""
     return f"{fn.__module__}.{fn.__qualname__}" if name is None else name
-
-
-def event_id_of(key: object) -> object:
-    """An int or UUID key as its text; anything else as given (the store checks it)."""
-    if isinstance(key, int | uuid.UUID) and not isinstance(key, bool):
-        return str(key)
-    return key
 
 
 def _extractor(spec: Extractor, signature: inspect.Signature, what: str) -> Callable[..., Any]:
@@ -155,7 +148,7 @@ def idempotent_function(
 
         def claim_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
             data = payload_of(args, kwargs) if payload_of else None
-            return event_id_of(key_of(args, kwargs)), data
+            return key_of(args, kwargs), data
 
         if inspect.iscoroutinefunction(fn):
             if not isinstance(idem, Idempotency):
