@@ -5,6 +5,9 @@ PostgreSQL and Redis:
   Enum member of those, through ``claim`` and the decorators alike; ``1``, ``"1"``, ``True``,
   ``1.0`` and ``Decimal("1")`` are five records (the decorators keyed ``1`` and ``"1"`` as
   one), and str ids keep the keys 1.0 wrote, byte for byte;
+* a processor may hold ':' (a consumer group ``billing:v2``) on every store (Redis refused
+  it at the first claim), and no two (processor, id) pairs share a record; processors 1.0
+  accepted keep their Redis keys;
 * ``MemoryStore`` closes as the other stores do (``close()``, ``close_sync()``);
 
 Run: ``.venv/bin/python -m pytest -q tests/idempotency/test_ids_and_outcomes.py`` (the
@@ -28,6 +31,7 @@ from idempotent_consumer import (
     MemoryStore,
     PostgresStore,
     RedisStore,
+    SyncIdempotency,
     idempotent_function,
 )
 
@@ -151,6 +155,56 @@ async def test_str_ids_keep_the_keys_1_0_wrote_and_other_types_are_tagged(
             p + "billing:\ufdd0uuid:00000000-0000-0000-0000-000000000007".encode(),
         ]
     )
+
+
+# -- any processor name -----------------------------------------------------------------------
+
+
+async def test_any_processor_name_and_no_two_pairs_share_a_record(store: Any) -> None:
+    # pairs that a separator of the processor from the id would join into one key
+    pairs = [
+        ("billing:v2", "e1"),
+        ("billing", "v2:e1"),
+        ("a:b", "c"),
+        ("a", "b:c"),
+        ("a\x1fb", "c"),
+        ("a", "b\x1fc"),
+        ("a\x00b", "c"),
+    ]
+    for processor, event_id in pairs[:-1]:
+        idem = Idempotency(store, processor)
+        async with idem.claim(event_id) as claim:
+            assert not claim.done, f"({processor!r}, {event_id!r}) found another pair's record"
+            claim.complete(f"{processor}|{event_id}")
+    for processor, event_id in pairs[:-1]:
+        async with Idempotency(store, processor).claim(event_id) as claim:
+            assert claim.done and claim.result == f"{processor}|{event_id}"
+    with pytest.raises(ValueError, match="NUL"):  # PostgreSQL's text cannot hold it
+        Idempotency(store, pairs[-1][0])
+
+    @idempotent_function(Idempotency(store, "group:v2"), key="order_id")
+    async def charge(order_id: str) -> str:
+        return f"ch_{order_id}"
+
+    assert await charge("o1") == await charge("o1") == "ch_o1"
+
+
+def test_redis_keys_of_the_processors_1_0_accepted_are_unchanged(
+    servers: Servers, prefix: str
+) -> None:
+    store = RedisStore(servers.redis_url, prefix=prefix)
+    assert store.key("billing", "order:1") == f"{prefix}billing:order:1"
+    assert store.key("billing/app.charge", "o1") == f"{prefix}billing/app.charge:o1"
+    # a processor with ':' gets the form no 1.0 processor could have (a NUL after the prefix)
+    assert store.key("billing:v2", "o1") == f"{prefix}\x0010:billing:v2:o1"
+    assert store.key("a:b", "c") != store.key("a", "b:c")
+    idem = SyncIdempotency(store, "billing:v2")
+    with idem.claim("o1") as claim:
+        claim.complete("r")
+    client = redis.Redis.from_url(servers.redis_url)
+    assert client.exists(f"{prefix}\x0010:billing:v2:o1".encode()) == 1
+    client.close()
+    store.close_sync()
 
 
 # -- MemoryStore closes like the others; the version --------------------------------------------

@@ -60,7 +60,8 @@ class Settings(Generic[StoreT]):
     ) -> None:
         #: where the records live
         self.store = store
-        #: the namespace of the records: one per consumer group (each group dedups on its own)
+        #: the namespace of the records: one per consumer group (each group dedups on its
+        #: own); any str of 1 to 255 characters without NUL (``billing:v2`` too)
         self.processor = check_processor(processor)
         #: how long a claim holds an event before another holder may take it over; measured
         #: on the store's clock (PostgreSQL's, Redis's), extend it for long handlers

@@ -127,7 +127,10 @@ class MemoryStore:
 
     @staticmethod
     def _key(processor: str, event_id: str) -> str:
-        return f"{processor}\x1f{event_id}"
+        # NUL, which neither a processor nor an event id holds (``check_processor``,
+        # ``check_event_id``), so no two pairs share a key; any other separator may be
+        # inside either name, ("a", "b:c") and ("a:b", "c") one key.
+        return f"{processor}\x00{event_id}"
 
     async def close(self) -> None:
         """Nothing to close (no connection, no thread): here so that shutdown code closes

@@ -1,7 +1,8 @@
 """Redis store (redis-py): ``SET key value NX GET PX lease`` is the claim.
 
-One key per (processor, event id): ``<prefix><processor>:<event id>``. Its value is a fixed
-header and the result::
+One key per (processor, event id): ``<prefix><processor>:<event id>``, or, for a processor
+holding ':' (a consumer group ``billing:v2``), ``<prefix>\\0<length>:<processor>:<event id>``
+(see :meth:`RedisStore.key`). Its value is a fixed header and the result::
 
     state (1: 'p' in progress, 'c' completed) | token (32 hex) | payload hash (64 hex or '-')
     | serialized result (completed)
@@ -134,11 +135,15 @@ class RedisStore:
         self._async_scripts: dict[str, Any] = {}
 
     def key(self, processor: str, event_id: str) -> str:
-        """``<prefix><processor>:<event id>``; a processor with ':' would make two pairs share
-        a key, so it is refused."""
-        if ":" in processor:
-            raise ValueError(f"processor {processor!r}: names on Redis cannot contain ':'")
-        return f"{self.prefix}{processor}:{event_id}"
+        """``<prefix><processor>:<event id>``: the first ':' after the prefix ends the
+        processor, and the event id may hold more. A processor holding ':' cannot be split
+        there, so its key is ``<prefix>\\0<length of the processor>:<processor>:<event id>``:
+        the length says where the processor ends, and the NUL, which no processor holds
+        (``check_processor``), keeps these keys apart from the first form. Processors
+        without ':' (all that 1.0 accepted) keep 1.0's keys, byte for byte."""
+        if ":" not in processor:
+            return f"{self.prefix}{processor}:{event_id}"
+        return f"{self.prefix}\x00{len(processor)}:{processor}:{event_id}"
 
     def _url_for(self, kind: str, given: str) -> str:
         if self.url is None:
