@@ -1,6 +1,10 @@
 """Ids of every type, outcomes the body cannot know, and any processor name, on memory,
 PostgreSQL and Redis:
 
+* a body ended by a timeout (``TimeoutError``, or a class given in ``unknown_outcome=``)
+  keeps its claim until the lease ends, and then a takeover runs it, as a cancelled body
+  does: the timed-out call may have reached the provider, and releasing the claim let the
+  redelivery charge again at once; ``unknown_outcome=()`` releases, as 1.0 did;
 * an id may be a str, bytes, an int, bool, float, Decimal, UUID, date, aware datetime or an
   Enum member of those, through ``claim`` and the decorators alike; ``1``, ``"1"``, ``True``,
   ``1.0`` and ``Decimal("1")`` are five records (the decorators keyed ``1`` and ``"1"`` as
@@ -16,7 +20,10 @@ servers from ``scripts/servers.sh up``).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import enum
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -27,6 +34,7 @@ import psycopg
 import pytest
 import redis
 from idempotent_consumer import (
+    AlreadyInProgress,
     Idempotency,
     MemoryStore,
     PostgresStore,
@@ -60,6 +68,102 @@ def sync_store(
 
 def counts_takeovers(store: Any) -> bool:
     return not isinstance(store, RedisStore)  # an expired Redis lease leaves no count
+
+
+# -- outcomes the body cannot know ------------------------------------------------------------
+
+
+async def test_a_timeout_in_the_body_keeps_the_claim_until_the_lease_ends(store: Any) -> None:
+    idem = Idempotency(store, "timeouts", lease=LEASE)
+    charges: list[str] = []
+
+    async def provider_charge(order: str) -> None:
+        charges.append(order)  # the charge lands; its answer does not come back in time
+        await asyncio.sleep(5)
+
+    with pytest.raises(TimeoutError):
+        async with idem.claim("evt-t") as claim:
+            await asyncio.wait_for(provider_charge("evt-t"), timeout=0.05)
+            claim.complete("charged")
+    with pytest.raises(AlreadyInProgress):  # not released: the charge may have happened
+        async with idem.claim("evt-t"):
+            pytest.fail("a timed-out claim was released: the redelivery charges again")
+    await asyncio.sleep(LEASE.total_seconds() + 0.2)
+    async with idem.claim("evt-t") as takeover:  # the lease ended: a takeover, counted
+        assert not takeover.done
+        if counts_takeovers(store):
+            assert takeover.attempts == 2 and takeover.taken_over
+        takeover.complete("reconciled with the provider")
+    assert charges == ["evt-t"]
+
+
+def test_a_timeout_in_a_sync_body_keeps_the_claim(sync_store: Any) -> None:
+    idem = SyncIdempotency(sync_store, "timeouts", lease=LEASE)
+    never = concurrent.futures.Future[str]()
+    with pytest.raises(TimeoutError), idem.claim("evt-s"):
+        never.result(timeout=0.01)  # a client waiting on an answer that does not come
+    with pytest.raises(AlreadyInProgress), idem.claim("evt-s"):
+        pytest.fail("a timed-out claim was released")
+    time.sleep(LEASE.total_seconds() + 0.2)
+    with idem.claim("evt-s") as takeover:
+        assert not takeover.done
+        if counts_takeovers(sync_store):
+            assert takeover.attempts == 2
+
+
+class ProviderTimeout(Exception):
+    """An HTTP client's timeout that is no TimeoutError (as httpx's is not)."""
+
+
+async def test_unknown_outcome_is_a_setting(store: Any) -> None:
+    released = Idempotency(store, "as-in-1.0", lease=LEASE, unknown_outcome=())
+    with pytest.raises(TimeoutError):
+        async with released.claim("evt-1"):
+            raise TimeoutError
+    async with released.claim("evt-1") as again:  # released at once, as 1.0 did
+        assert not again.done and again.attempts in (1, None)
+    kept = Idempotency(store, "custom", lease=LEASE, unknown_outcome=(ProviderTimeout,))
+    for idem in (kept, kept.for_processor("custom-2"), kept.scoped("fn")):
+        assert idem.unknown_outcome == (ProviderTimeout,)
+        with pytest.raises(ProviderTimeout):
+            async with idem.claim("evt-2"):
+                raise ProviderTimeout("read timed out")
+        with pytest.raises(AlreadyInProgress):
+            async with idem.claim("evt-2"):
+                pass
+        with pytest.raises(ConnectionError):  # an error known not to have charged
+            async with idem.claim("evt-3"):
+                raise ConnectionError("refused")
+        async with idem.claim("evt-3") as retry:
+            assert not retry.done
+            retry.complete("ok")
+    with pytest.raises(TypeError, match="unknown_outcome"):
+        Idempotency(store, "bad", unknown_outcome=TimeoutError)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unknown_outcome"):
+        SyncIdempotency(store, "bad", unknown_outcome=(KeyboardInterrupt,))  # type: ignore[arg-type]
+
+
+async def test_a_decorated_function_that_times_out_does_not_run_again_at_once(
+    store: Any,
+) -> None:
+    idem = Idempotency(store, "billing", lease=LEASE)
+    runs: list[str] = []
+
+    @idempotent_function(idem, key="order_id", wait=False)
+    async def charge(order_id: str) -> str:
+        runs.append(order_id)
+        if len(runs) == 1:
+            raise TimeoutError("the provider did not answer")
+        return f"ch_{order_id}"
+
+    with pytest.raises(TimeoutError):
+        await charge("o1")
+    with pytest.raises(AlreadyInProgress):
+        await charge("o1")
+    assert runs == ["o1"]
+    await asyncio.sleep(LEASE.total_seconds() + 0.2)
+    assert await charge("o1") == "ch_o1"  # the takeover, once the lease ended
+    assert runs == ["o1", "o1"]
 
 
 # -- ids of every type ------------------------------------------------------------------------

@@ -10,10 +10,11 @@ States of a record, as every store keeps them:
   run's result; the body must return it without running the effect again;
 * released             -> the body raised an ``Exception``: the record is deleted, the
   redelivery runs again. A body cancelled or interrupted (``CancelledError``,
-  ``KeyboardInterrupt``: not an ``Exception``) may have done the effect: the claim stays in
-  progress until its lease ends and a takeover runs it (``attempts`` says so). A result the
-  serializer refuses (``complete`` raises ``NotSerializable``) comes after the effect: the
-  record completes with no result.
+  ``KeyboardInterrupt``: not an ``Exception``), or ended by an exception of
+  ``unknown_outcome`` (default: ``TimeoutError``), may have done the effect: the claim stays
+  in progress until its lease ends and a takeover runs it (``attempts`` says so). A result
+  the serializer refuses (``complete`` raises ``NotSerializable``) comes after the effect:
+  the record completes with no result.
 
 A different payload hash under the same id is ``PayloadMismatch`` in any state.
 """
@@ -164,7 +165,7 @@ class Idempotency(Settings[AsyncStore]):
             if claim.done:
                 return claim.result          # a repeat: the first run's result
             charge_id = await charge(...)
-            claim.complete(charge_id)        # an exception instead releases the claim
+            claim.complete(charge_id)        # an exception releases it (a timeout keeps it)
     """
 
     def claim(
@@ -201,6 +202,7 @@ class Idempotency(Settings[AsyncStore]):
             expire_after=self.expire_after,
             serializer=self.serializer,
             max_poll=self.max_poll,
+            unknown_outcome=self.unknown_outcome,
         )
 
     async def once(
@@ -300,6 +302,7 @@ class ClaimContext:
         claim._store = self._idem.store
         claim._lease = self._idem.lease
         claim._serializer = self._idem.serializer
+        claim._unknown_outcome = self._idem.unknown_outcome
         self._claim = claim
         return claim
 

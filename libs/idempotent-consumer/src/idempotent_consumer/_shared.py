@@ -57,6 +57,7 @@ class Settings(Generic[StoreT]):
         expire_after: timedelta = timedelta(days=7),
         serializer: Serializer | None = None,
         max_poll: timedelta = timedelta(milliseconds=250),
+        unknown_outcome: tuple[type[Exception], ...] = (TimeoutError,),
     ) -> None:
         #: where the records live
         self.store = store
@@ -74,6 +75,15 @@ class Settings(Generic[StoreT]):
         self.serializer: Serializer = serializer or JsonSerializer()
         #: the longest pause between two polls while waiting for a busy id
         self.max_poll = positive(max_poll, "max_poll")
+        #: exceptions after which the effect may or may not have happened: a body that
+        #: raises one keeps its claim (not joined to a transaction) until the lease ends,
+        #: and a takeover runs it, counted in ``attempts``, as after a cancellation; any
+        #: other ``Exception`` releases the claim and the redelivery runs at once. Default
+        #: ``(TimeoutError,)``: a timed-out call (``asyncio.wait_for``, a socket timeout,
+        #: aiohttp's) may have reached the other side. Add your HTTP client's timeout when
+        #: it is no ``TimeoutError`` (``httpx.TimeoutException``, requests' ``Timeout``);
+        #: ``()`` releases on every ``Exception``, as 1.0 did.
+        self.unknown_outcome = unknown_outcomes(unknown_outcome)
         if expire_after < lease:
             # A record that may expire while its claim is live lets a second holder in.
             raise ValueError(
@@ -107,6 +117,16 @@ class Settings(Generic[StoreT]):
             expire_after=self.expire_after,
             block=block,
         )
+
+
+def unknown_outcomes(kinds: object) -> tuple[type[Exception], ...]:
+    """``unknown_outcome=`` checked: a tuple of ``Exception`` classes (a cancellation or an
+    interrupt, not ``Exception``, always keeps the claim)."""
+    if not isinstance(kinds, tuple) or not all(
+        isinstance(kind, type) and issubclass(kind, Exception) for kind in kinds
+    ):
+        raise TypeError(f"unknown_outcome must be a tuple of Exception classes, not {kinds!r}")
+    return kinds
 
 
 class ClaimState:
@@ -144,6 +164,7 @@ class ClaimState:
         self._data: bytes | None = None  # the result, serialized by complete()
         #: complete()'s refusal of a result: the effect ran, only its result cannot be kept
         self._unstored: NotSerializable | None = None
+        self._unknown_outcome: tuple[type[Exception], ...] = (TimeoutError,)
 
     @property
     def token(self) -> str:
@@ -220,12 +241,14 @@ class ClaimState:
     def _ended_by(self, exc: BaseException | None) -> str:
         """What the end of a claim not joined to a transaction does: "complete" (the block
         ended, or only the result was refused), "release" (the body raised: the effect did
-        not happen, a redelivery runs it), or "keep" (cancelled or interrupted: the outcome is
-        unknown, the claim stays until its lease ends and a takeover runs it, counted in
-        ``attempts``)."""
+        not happen, a redelivery runs it), or "keep" (cancelled, interrupted, or an
+        exception of ``unknown_outcome``, a timeout: the effect may have happened, so the
+        claim stays until its lease ends and a takeover runs it, counted in ``attempts``;
+        releasing it would let the redelivery run the effect again at once, beside the
+        first one's)."""
         if exc is None or exc is self._unstored:
             return "complete"
-        if isinstance(exc, Exception):
+        if isinstance(exc, Exception) and not isinstance(exc, self._unknown_outcome):
             return "release"
         return "keep"
 

@@ -129,7 +129,8 @@ class SyncKeepAlive:
 
 
 class SyncIdempotency(Settings[SyncStore]):
-    """Exactly-once effects per ``(event id, processor)`` on a store (sync twin).
+    """Exactly-once effects per ``(event id, processor)`` on a store (sync twin; the same
+    settings as ``Idempotency``, ``unknown_outcome`` included).
 
     ::
 
@@ -159,6 +160,7 @@ class SyncIdempotency(Settings[SyncStore]):
             expire_after=self.expire_after,
             serializer=self.serializer,
             max_poll=self.max_poll,
+            unknown_outcome=self.unknown_outcome,
         )
 
     def once(
@@ -257,6 +259,7 @@ class SyncClaimContext:
         claim._store = self._idem.store
         claim._lease = self._idem.lease
         claim._serializer = self._idem.serializer
+        claim._unknown_outcome = self._idem.unknown_outcome
         self._claim = claim
         return claim
 
