@@ -3,7 +3,8 @@ key, a repeat returns the first result (through ``on_repeat`` when given), anoth
 ``PayloadMismatch``, a function that raises runs again, and ``IDEMPOTENT_CONSUMER_DISABLED``
 switches all of it off (nothing written to the store). Each function keeps its records in a
 namespace of its own (its qualified name, or ``name=``); ``@idempotent`` works on methods;
-int and UUID keys."""
+int and UUID keys. ``on_repeat`` is called for every repeat, a stored error's too (the
+decorators skipped it there), and the error is raised again after it."""
 
 from __future__ import annotations
 
@@ -268,3 +269,76 @@ async def test_idempotent_on_a_method_and_keys_of_ints_and_uuids(store: Any) -> 
     assert await billing.charge(order) == f"ch_{order}"
     with pytest.raises(InvalidEventId):
         await billing.charge(("o", 4))  # type: ignore[arg-type]
+
+
+# -- on_repeat for every repeat ---------------------------------------------------------------
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+async def test_on_repeat_is_called_for_a_stored_error_which_is_then_raised_again(
+    store: Any,
+) -> None:
+    idem = Idempotency(store, "billing")
+    seen: list[tuple[Any, bool]] = []
+
+    async def on_repeat(repeat: Repeat) -> str:
+        seen.append((repeat.result, repeat.failed))
+        return "from the hook"
+
+    @idempotent_function(idem, key="order_id", on_repeat=on_repeat, store_errors=(PaymentDeclined,))
+    async def charge(order_id: str, decline: bool) -> str:
+        if decline:
+            raise PaymentDeclined(order_id, "insufficient_funds")
+        return f"ch_{order_id}"
+
+    with pytest.raises(PaymentDeclined):
+        await charge("o1", True)
+    with pytest.raises(PaymentDeclined) as again:  # the hook ran; the decline stands
+        await charge("o1", False)
+    assert again.value.args == ("o1", "insufficient_funds")
+    stored = {"error": f"{__name__}.PaymentDeclined", "args": ["o1", "insufficient_funds"]}
+    assert seen == [(stored, True)]
+    assert await charge("o2", False) == "ch_o2"
+    assert await charge("o2", False) == "from the hook"  # a result's repeat: the hook's answer
+    assert seen == [(stored, True), ("ch_o2", False)]
+
+    def refuse(repeat: Repeat) -> None:
+        if repeat.failed:
+            raise LookupError(f"declined before: {repeat.result['args'][1]}")
+
+    @idempotent_function(
+        idem,
+        key="order_id",
+        on_repeat=refuse,
+        store_errors=(PaymentDeclined,),
+        name=f"{charge.__module__}.{charge.__qualname__}",
+    )
+    async def charge_v2(order_id: str, decline: bool) -> str:
+        return "never"
+
+    with pytest.raises(LookupError, match="insufficient_funds"):  # a hook that raises wins
+        await charge_v2("o1", False)
+
+
+def test_on_repeat_is_called_for_a_stored_error_sync(servers: Servers, table: str) -> None:
+    store = PostgresStore(servers.dsn, table=table, max_size=2)
+    idem = SyncIdempotency(store, "billing")
+    seen: list[bool] = []
+
+    @idempotent_function(
+        idem,
+        key="order_id",
+        on_repeat=lambda repeat: seen.append(repeat.failed),
+        store_errors=(PaymentDeclined,),
+    )
+    def charge(order_id: str) -> str:
+        raise PaymentDeclined(order_id)
+
+    for _ in range(3):
+        with pytest.raises(PaymentDeclined, match="o1"):
+            charge("o1")
+    assert seen == [True, True]
+    store.close_sync()

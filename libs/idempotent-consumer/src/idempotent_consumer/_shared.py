@@ -283,10 +283,13 @@ def wait_deadline(wait: bool | timedelta) -> float | None:
 @dataclass(frozen=True)
 class Repeat:
     """What ``on_repeat`` gets, everywhere (the decorators and ``IdempotentConsumer``): a
-    repeat of an event whose first run completed. Whatever the hook returns (awaited if it is
-    awaitable) is the repeat's answer: what the decorated call returns, or what
+    repeat of an event whose first run completed, called for every repeat, an error result
+    (``failed``) included. A repeat answers as the first run did: whatever the hook returns
+    (awaited if it is awaitable) is what the decorated call returns, or what
     ``IdempotentConsumer.process`` returns; return ``repeat.result`` to keep the first run's
-    result (as Powertools' ``response_hook(response, data_record)`` does)."""
+    result (as Powertools' ``response_hook(response, data_record)`` does). A decorated call
+    whose first run raised an error of ``store_errors`` raises it again after the hook, as
+    that first call did (a hook that raises raises instead)."""
 
     #: the event id
     event_id: str

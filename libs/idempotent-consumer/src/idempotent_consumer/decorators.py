@@ -29,7 +29,8 @@ async with ``Idempotency`` and sync with ``SyncIdempotency``. A repeat returns t
 run's result as the serializer gives it back (JSON by default: a tuple comes back a list),
 or what ``on_repeat(repeat)`` returns (``repeat``: a :class:`Repeat`, as
 ``IdempotentConsumer`` gives its hook; 1.0's ``on_repeat(result, claim)`` still works, with
-a ``DeprecationWarning``).
+a ``DeprecationWarning``); a repeat of a call that raised an error of ``store_errors`` calls
+the hook too, then raises that error again.
 
 ``IDEMPOTENT_CONSUMER_DISABLED=1`` (as Powertools' ``POWERTOOLS_IDEMPOTENCY_DISABLED``; also
 true, yes, on) calls the functions directly, with an ``IdempotencyDisabledWarning``: for
@@ -126,16 +127,27 @@ def idempotent_function(
     ``key``: the event id (a parameter's name, or a callable of the arguments).
     ``payload``: hashed and compared with the first call's (``PayloadMismatch``); None: no check.
     ``wait``: as ``claim``'s (default True: a repeat arriving while the first call runs waits
-    for its result). ``on_repeat(repeat)``: called on a repeat with a :class:`Repeat` (the
-    stored ``result``, ``event_id``, ``attempts``, ``claim``; ``record`` under
-    ``@idempotent``); its return value (awaited if it is awaitable) is what the call returns.
-    1.0's ``on_repeat(result, claim)`` still works, with a ``DeprecationWarning``. ``name``: the
-    namespace of the function's records (default ``<module>.<qualified name>``; ``""``: the
-    bare processor, as in 1.0). ``store_errors``: exception classes that are a final answer
-    (a declined payment), kept as the call's result as Stripe keeps a failed request's
-    answer: the call raises it, and a repeat raises it again (its class built again from its
-    arguments; ``StoredError`` if that fails) without running the function, and without
-    calling ``on_repeat``. Any other exception releases the claim: a retry runs again.
+    for its result). ``name``: the namespace of the function's records (default
+    ``<module>.<qualified name>``; ``""``: the bare processor, as in 1.0).
+
+    ``store_errors``: exception classes that are a final answer (a declined payment), kept
+    as the call's result as Stripe keeps a failed request's answer: the call raises it, and
+    a repeat raises it again (its class built again from its arguments; ``StoredError`` if
+    that fails) without running the function. Any other exception releases the claim and a
+    retry runs again, except a timeout (``unknown_outcome`` of the ``Idempotency``), which
+    keeps it until its lease ends.
+
+    ``on_repeat(repeat)`` is called on every repeat with a :class:`Repeat` (the stored
+    ``result``, ``event_id``, ``attempts``, ``claim``, ``failed``; ``record`` under
+    ``@idempotent``), awaited if it returns an awaitable, as ``IdempotentConsumer`` calls
+    it. The repeat answers as the first call did: what the hook returns is what the call
+    returns, and for a repeat of a call that raised an error of ``store_errors``
+    (``repeat.failed``) the call raises that error again once the hook has run, whatever
+    the hook returned; a hook that raises raises instead. So a hook written for results
+    (``return repeat.result``, a log line returning None) can never turn a declined
+    payment into a return value that reads as a success, and a hook can still count,
+    log or answer declines in its own way by raising. 1.0's ``on_repeat(result, claim)``
+    still works, with a ``DeprecationWarning``.
     """
 
     hook = repeat_hook(on_repeat, _legacy_hook, "(result, claim)")
@@ -163,10 +175,11 @@ def idempotent_function(
                 event_id, data = claim_args(args, kwargs)
                 async with aidem.claim(event_id, payload=data, wait=wait) as claim:
                     if claim.done:
+                        record = _record(args, kwargs) if _record else None
+                        answer = await _repeat_async(hook, claim, record)
                         if claim.failed:
                             raise rebuilt(claim.result, store_errors)
-                        record = _record(args, kwargs) if _record else None
-                        return await _repeat_async(hook, claim, record)
+                        return answer
                     try:
                         result = await fn(*args, **kwargs)
                     except store_errors as error:
@@ -191,10 +204,11 @@ def idempotent_function(
             event_id, data = claim_args(args, kwargs)
             with sidem.claim(event_id, payload=data, wait=wait) as claim:
                 if claim.done:
+                    record = _record(args, kwargs) if _record else None
+                    answer = _repeat(hook, claim, record)
                     if claim.failed:
                         raise rebuilt(claim.result, store_errors)
-                    record = _record(args, kwargs) if _record else None
-                    return _repeat(hook, claim, record)
+                    return answer
                 try:
                     result = fn(*args, **kwargs)
                 except store_errors as error:
