@@ -2,12 +2,22 @@
 key, a repeat returns the first result (through ``on_repeat`` when given), another payload is
 ``PayloadMismatch``, a function that raises runs again, and ``IDEMPOTENT_CONSUMER_DISABLED``
 switches all of it off (nothing written to the store). Each function keeps its records in a
-namespace of its own (its qualified name, or ``name=``); ``@idempotent`` works on methods;
-int and UUID keys. ``on_repeat`` is called for every repeat, a stored error's too (the
+namespace of its own (its qualified name, or ``name=``); int and UUID keys.
+
+Methods: the decorated function binds as a function does, so a method is known by how it is
+called, not by its first parameter's name (``@idempotent`` took a method whose first
+parameter is ``this`` for a function, and its ``self`` for the record), and ``key=`` /
+``payload=`` callables get the same arguments on a method as on a function (with
+``idempotent_function`` they got ``self`` first); ``@staticmethod`` and ``@classmethod``
+above or below it. ``on_repeat`` is called for every repeat, a stored error's too (the
 decorators skipped it there), and the error is raised again after it."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import pickle
+import types
 import uuid
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -19,6 +29,7 @@ from idempotent_consumer import (
     Idempotency,
     IdempotencyDisabledWarning,
     InvalidEventId,
+    MemoryStore,
     PayloadMismatch,
     PostgresStore,
     RedisStore,
@@ -271,6 +282,145 @@ async def test_idempotent_on_a_method_and_keys_of_ints_and_uuids(store: Any) -> 
         await billing.charge(("o", 4))  # type: ignore[arg-type]
 
 
+# -- methods ----------------------------------------------------------------------------------
+
+
+def order_key(order_id: str, cents: int = 0) -> str:
+    """One key function for a function and a method alike."""
+    return f"order-{order_id}"
+
+
+async def test_a_method_is_known_by_how_it_is_called_not_by_its_first_parameters_name(
+    store: Any,
+) -> None:
+    idem = Idempotency(store, "billing")
+
+    class Billing:
+        def __init__(self) -> None:
+            self.runs: list[str] = []
+
+        @idempotent(idem)
+        async def handle(this, record: Any) -> str:
+            this.runs.append(record.key.decode())
+            return str(record.value.decode())
+
+        @idempotent_function(idem, key=order_key, payload=lambda order_id, cents: cents)
+        async def charge(self, order_id: str, cents: int) -> str:
+            self.runs.append(order_id)
+            return f"ch_{order_id}_{cents}"
+
+    @idempotent_function(idem, key=order_key)
+    async def charge(order_id: str, cents: int) -> str:  # the same key= on a function
+        return f"fn_{order_id}"
+
+    billing = Billing()
+    record = SimpleNamespace(key=b"msg-1", value=b"{}")
+    assert await billing.handle(record) == await billing.handle(record=record) == "{}"
+    assert await billing.charge("o1", 500) == await billing.charge("o1", cents=500)
+    assert await Billing.charge(billing, "o1", 500) == "ch_o1_500"  # called on the class
+    with pytest.raises(PayloadMismatch):
+        await billing.charge("o1", 900)
+    assert await charge("o1", 1) == "fn_o1"  # a namespace of its own
+    assert billing.runs == ["msg-1", "o1"]
+    # records under <processor>/<module>.<qualified name>, as for a function
+    own = idem.scoped(f"{__name__}.{Billing.charge.__qualname__}")
+    assert Billing.charge.__qualname__.endswith("<locals>.Billing.charge")
+    async with own.claim("order-o1") as claim:
+        assert claim.done and claim.result == "ch_o1_500"
+
+
+async def test_staticmethod_and_classmethod_above_or_below(store: Any) -> None:
+    idem = Idempotency(store, "shop")
+    calls: list[tuple[str, Any]] = []
+
+    def key(order_id: str) -> str:
+        return order_id
+
+    class Shop:
+        @staticmethod
+        @idempotent_function(idem, key=key)
+        async def static_above(order_id: str) -> str:
+            calls.append(("static_above", order_id))
+            return f"sa_{order_id}"
+
+        @idempotent_function(idem, key=key)
+        @staticmethod
+        async def static_below(order_id: str) -> str:
+            calls.append(("static_below", order_id))
+            return f"sb_{order_id}"
+
+        @classmethod
+        @idempotent_function(idem, key=key)
+        async def class_above(cls, order_id: str) -> str:
+            calls.append(("class_above", cls))
+            return f"ca_{cls.__name__}_{order_id}"
+
+        @idempotent_function(idem, key=key)
+        @classmethod
+        async def class_below(cls, order_id: str) -> str:
+            calls.append(("class_below", cls))
+            return f"cb_{cls.__name__}_{order_id}"
+
+    shop = Shop()
+    for name in ("static_above", "static_below", "class_above", "class_below"):
+        on_class, on_instance = getattr(Shop, name), getattr(shop, name)
+        assert await on_class("o1") == await on_instance("o1") == await on_class("o1")
+    assert calls == [
+        ("static_above", "o1"),
+        ("static_below", "o1"),
+        ("class_above", Shop),
+        ("class_below", Shop),
+    ]
+    # From Python 3.13 a classmethod calls what it wraps with the class first (no __get__):
+    # the class is still taken for the owner, not given to key=.
+    inner = vars(Shop)["class_above"].__func__
+    assert await types.MethodType(inner, Shop)("o2") == "ca_Shop_o2"
+
+
+def test_sync_methods_and_what_introspection_sees(servers: Servers, prefix: str) -> None:
+    store = RedisStore(servers.redis_url, prefix=prefix)
+    idem = SyncIdempotency(store, "mailer")
+
+    class Mailer:
+        @idempotent_function(idem, key=lambda user: user)
+        def send(self, user: str) -> str:
+            return f"msg-{user}-{id(self) == id(mailer)}"
+
+    mailer = Mailer()
+    assert mailer.send("ann") == Mailer.send(mailer, "ann") == "msg-ann-True"
+    assert not inspect.iscoroutinefunction(mailer.send)
+    assert str(inspect.signature(mailer.send)) == "(user: 'str') -> 'str'"
+    assert Mailer.send.__name__ == "send" and Mailer.send.__doc__ is None
+    aidem = Idempotency(store, "billing")
+
+    @idempotent_function(aidem, key="order_id")
+    async def charge(order_id: str) -> str:
+        return order_id
+
+    # frameworks choose between awaiting and a thread by this
+    assert inspect.iscoroutinefunction(charge) and asyncio.iscoroutinefunction(charge)
+    assert str(inspect.signature(charge)) == "(order_id: 'str') -> 'str'"
+    assert charge.__wrapped__.__name__ == "charge"  # type: ignore[attr-defined]
+    assert pickle.loads(pickle.dumps(module_level_send)) is module_level_send
+    store.close_sync()
+
+
+async def test_a_disabled_method_still_gets_its_self(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idem = Idempotency(store, "billing")
+
+    class Billing:
+        @idempotent_function(idem, key=lambda order_id: order_id)
+        async def charge(self, order_id: str) -> str:
+            return f"{type(self).__name__} {order_id}"
+
+    monkeypatch.setenv(DISABLED_ENV, "1")
+    with pytest.warns(IdempotencyDisabledWarning) as warned:
+        assert await Billing().charge("o1") == "Billing o1"
+    assert warned[0].filename == __file__  # the warning points at the caller
+
+
 # -- on_repeat for every repeat ---------------------------------------------------------------
 
 
@@ -342,3 +492,11 @@ def test_on_repeat_is_called_for_a_stored_error_sync(servers: Servers, table: st
             charge("o1")
     assert seen == [True, True]
     store.close_sync()
+
+
+module_idem = SyncIdempotency(MemoryStore(100), "module")
+
+
+@idempotent_function(module_idem, key="user")
+def module_level_send(user: str) -> str:
+    return user

@@ -23,13 +23,16 @@ namespace that survives renaming the function (renaming it otherwise starts from
 
 ``key`` and ``payload`` name a parameter of the function (positional or keyword, unlike
 Powertools' keyword-only ``data_keyword_argument``) or are callables given the function's
-arguments. A key is any id ``Idempotency.claim`` takes (a str, UTF-8 bytes, an int, a
-UUID ...: ``check_event_id``; ``1`` and ``"1"`` are two keys). The decorated function is
-async with ``Idempotency`` and sync with ``SyncIdempotency``. A repeat returns the first
-run's result as the serializer gives it back (JSON by default: a tuple comes back a list),
-or what ``on_repeat(repeat)`` returns (``repeat``: a :class:`Repeat`, as
-``IdempotentConsumer`` gives its hook; 1.0's ``on_repeat(result, claim)`` still works, with
-a ``DeprecationWarning``); a repeat of a call that raised an error of ``store_errors`` calls
+arguments; on a method, the arguments after ``self`` (or ``cls``), as on a function: the
+decorated function is a descriptor that binds like a function (``__get__``), so it knows
+when it is called as a method whatever its first parameter is named. ``@staticmethod`` and
+``@classmethod`` go above or below it. A key is any id ``Idempotency.claim`` takes (a str,
+UTF-8 bytes, an int, a UUID ...: ``check_event_id``; ``1`` and ``"1"`` are two keys). The
+decorated function is async with ``Idempotency`` and sync with ``SyncIdempotency``. A repeat
+returns the first run's result as the serializer gives it back (JSON by default: a tuple
+comes back a list), or what ``on_repeat(repeat)`` returns (``repeat``: a :class:`Repeat`, as
+``IdempotentConsumer`` gives its hook; 1.0's ``on_repeat(result, claim)`` still works, with a
+``DeprecationWarning``); a repeat of a call that raised an error of ``store_errors`` calls
 the hook too, then raises that error again.
 
 ``IDEMPOTENT_CONSUMER_DISABLED=1`` (as Powertools' ``POWERTOOLS_IDEMPOTENCY_DISABLED``; also
@@ -43,10 +46,11 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import types
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ._base import InvalidEventId, StoredError
 from ._core import Claim, Idempotency
@@ -63,6 +67,11 @@ Extractor = str | Callable[..., Any]
 #: ``on_repeat(repeat: Repeat) -> answer`` (1.0's ``on_repeat(result, claim)``: deprecated)
 OnRepeat = Callable[[Repeat], Any] | Callable[[Any, Any], Any]
 Hook = Callable[[Repeat], Any]
+#: What a decorated call runs: (the owner bound by a method call, or (); the arguments after
+#: it; the keyword arguments)
+Call = Callable[[tuple[Any, ...], tuple[Any, ...], dict[str, Any]], Any]
+#: A key or payload read from a call, given the same three
+Extract = Callable[[tuple[Any, ...], tuple[Any, ...], dict[str, Any]], Any]
 
 
 class IdempotencyDisabledWarning(UserWarning):
@@ -86,7 +95,7 @@ def _warn_disabled() -> None:
         f"{DISABLED_ENV} is set: idempotency is off and every call runs its effect "
         "(meant for tests, never for production)",
         IdempotencyDisabledWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of the decorated function (through its call)
     )
 
 
@@ -95,19 +104,81 @@ def namespace(fn: Callable[..., Any], name: str | None) -> str:
     return f"{fn.__module__}.{fn.__qualname__}" if name is None else name
 
 
-def _extractor(spec: Extractor, signature: inspect.Signature, what: str) -> Callable[..., Any]:
-    """A function of the decorated function's (args, kwargs) giving the key or payload."""
+def _extractor(spec: Extractor, signature: inspect.Signature, what: str) -> Extract:
+    """The key or payload of a call. A callable gets the arguments after the owner (a
+    method's ``self`` or ``cls``), as a function's; a parameter's name is looked up in the
+    whole call, owner included, as the function's signature names it."""
     if callable(spec):
-        return lambda args, kwargs: spec(*args, **kwargs)
+        extract = spec
+        return lambda owner, args, kwargs: extract(*args, **kwargs)
     if spec not in signature.parameters:
         raise TypeError(f"{what}={spec!r} is not a parameter of the function {signature}")
 
-    def argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        bound = signature.bind(*args, **kwargs)
+    def argument(owner: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        bound = signature.bind(*owner, *args, **kwargs)
         bound.apply_defaults()
         return bound.arguments[spec]
 
     return argument
+
+
+def _through_classmethod(decorated: object, args: tuple[Any, ...]) -> bool:
+    """Is this plain call a ``classmethod`` wrapped around ``decorated`` calling it with its
+    class first? Up to Python 3.12 a classmethod binds through the object's ``__get__``;
+    from 3.13 it calls the object with the class as its first argument, which would then
+    reach the key and payload callables. Told by identity, never by a parameter's name:
+    the class holds this very object under a classmethod."""
+    first = args[0] if args else None
+    if not isinstance(first, type):
+        return False
+    return any(
+        isinstance(value, classmethod) and value.__func__ is decorated
+        for klass in first.__mro__
+        for value in vars(klass).values()
+    )
+
+
+class _Decorated:
+    """A decorated function. Called as it is, the call is a function's; read from a class or
+    an instance it binds as functions do (``__get__``), so a method call is known as one
+    and its owner kept apart from the arguments the key and payload see."""
+
+    def __init__(self, fn: Callable[..., Any], call: Call, method: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, fn)
+        self._qualname: str = fn.__qualname__
+        self._call = call
+        self._method = method
+        # Function-like, as inspect tells a compiled function (``__code__``, ``__defaults__``,
+        # ``__kwdefaults__``): ``inspect.iscoroutinefunction`` then answers for an async
+        # function as for the function it wraps, and frameworks that choose between
+        # awaiting a callable and running it in a thread by it choose right.
+        self.__code__ = method.__code__
+        self.__defaults__ = None
+        self.__kwdefaults__ = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        owned = 1 if _through_classmethod(self, args) else 0
+        return self._call(args[:owned], args[owned:], kwargs)
+
+    def __get__(self, instance: object, owner: type | None = None) -> Callable[..., Any]:
+        if instance is None:  # read from the class: Class.method(obj, ...) passes the owner
+            return self._method
+        return types.MethodType(self._method, instance)
+
+    def __reduce__(self) -> str:
+        # pickled by reference, as the function it replaces was
+        return self._qualname
+
+    def __repr__(self) -> str:
+        return f"<idempotent {self.__module__}.{self._qualname}>"
+
+
+class _AsyncDecorated(_Decorated):
+    """A decorated async function (its call is a coroutine function)."""
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        owned = 1 if _through_classmethod(self, args) else 0
+        return await self._call(args[:owned], args[owned:], kwargs)
 
 
 def idempotent_function(
@@ -119,16 +190,17 @@ def idempotent_function(
     on_repeat: OnRepeat | None = None,
     name: str | None = None,
     store_errors: tuple[type[Exception], ...] = (),
-    _record: Callable[..., Any] | None = None,
+    _record: Extract | None = None,
 ) -> Callable[[F], F]:
     """Run the decorated function once per key (in its namespace); a repeat returns the first
     run's result without calling it.
 
-    ``key``: the event id (a parameter's name, or a callable of the arguments).
-    ``payload``: hashed and compared with the first call's (``PayloadMismatch``); None: no check.
-    ``wait``: as ``claim``'s (default True: a repeat arriving while the first call runs waits
-    for its result). ``name``: the namespace of the function's records (default
-    ``<module>.<qualified name>``; ``""``: the bare processor, as in 1.0).
+    ``key``: the event id (a parameter's name, or a callable of the arguments; on a method,
+    the arguments after ``self``/``cls``, as on a function). ``payload``: hashed and
+    compared with the first call's (``PayloadMismatch``); None: no check. ``wait``: as
+    ``claim``'s (default True: a repeat arriving while the first call runs waits for its
+    result). ``name``: the namespace of the function's records (default ``<module>.<qualified
+    name>``; ``""``: the bare processor, as in 1.0).
 
     ``store_errors``: exception classes that are a final answer (a declined payment), kept
     as the call's result as Stripe keeps a failed request's answer: the call raises it, and
@@ -148,40 +220,49 @@ def idempotent_function(
     payment into a return value that reads as a success, and a hook can still count,
     log or answer declines in its own way by raising. 1.0's ``on_repeat(result, claim)``
     still works, with a ``DeprecationWarning``.
+
+    Above or below ``@staticmethod`` / ``@classmethod``: either order works.
     """
 
     hook = repeat_hook(on_repeat, _legacy_hook, "(result, claim)")
 
     def decorate(fn: F) -> F:
+        if isinstance(fn, staticmethod | classmethod):
+            # Below the staticmethod / classmethod: decorate its function, wrap it again.
+            wrapper = type(fn)
+            return cast(F, wrapper(decorate(fn.__func__)))
         signature = inspect.signature(fn)
         key_of = _extractor(key, signature, "key")
         payload_of = _extractor(payload, signature, "payload") if payload is not None else None
         scope = namespace(fn, name)
 
-        def claim_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
-            data = payload_of(args, kwargs) if payload_of else None
-            return key_of(args, kwargs), data
+        def claim_args(
+            owner: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[Any, Any]:
+            data = payload_of(owner, args, kwargs) if payload_of else None
+            return key_of(owner, args, kwargs), data
 
         if inspect.iscoroutinefunction(fn):
             if not isinstance(idem, Idempotency):
                 raise TypeError(f"{fn.__qualname__} is async: decorate it with an Idempotency")
             aidem = idem.scoped(scope) if scope else idem
 
-            @functools.wraps(fn)
-            async def run_async(*args: Any, **kwargs: Any) -> Any:
+            async def call_async(
+                owner: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> Any:
                 if disabled():
                     _warn_disabled()
-                    return await fn(*args, **kwargs)
-                event_id, data = claim_args(args, kwargs)
+                    return await fn(*owner, *args, **kwargs)
+                event_id, data = claim_args(owner, args, kwargs)
                 async with aidem.claim(event_id, payload=data, wait=wait) as claim:
                     if claim.done:
-                        record = _record(args, kwargs) if _record else None
+                        record = _record(owner, args, kwargs) if _record else None
                         answer = await _repeat_async(hook, claim, record)
                         if claim.failed:
                             raise rebuilt(claim.result, store_errors)
                         return answer
                     try:
-                        result = await fn(*args, **kwargs)
+                        result = await fn(*owner, *args, **kwargs)
                     except store_errors as error:
                         claim.complete_error(described(error))
                         refused = error
@@ -190,27 +271,30 @@ def idempotent_function(
                         return result
                 raise refused
 
-            return run_async  # type: ignore[return-value]
+            async def method_async(owner: Any, /, *args: Any, **kwargs: Any) -> Any:
+                return await call_async((owner,), args, kwargs)
+
+            functools.update_wrapper(method_async, fn)
+            return cast(F, _AsyncDecorated(fn, call_async, method_async))
 
         if not isinstance(idem, SyncIdempotency):
             raise TypeError(f"{fn.__qualname__} is not async: decorate it with a SyncIdempotency")
         sidem = idem.scoped(scope) if scope else idem
 
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def call(owner: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             if disabled():
                 _warn_disabled()
-                return fn(*args, **kwargs)
-            event_id, data = claim_args(args, kwargs)
+                return fn(*owner, *args, **kwargs)
+            event_id, data = claim_args(owner, args, kwargs)
             with sidem.claim(event_id, payload=data, wait=wait) as claim:
                 if claim.done:
-                    record = _record(args, kwargs) if _record else None
+                    record = _record(owner, args, kwargs) if _record else None
                     answer = _repeat(hook, claim, record)
                     if claim.failed:
                         raise rebuilt(claim.result, store_errors)
                     return answer
                 try:
-                    result = fn(*args, **kwargs)
+                    result = fn(*owner, *args, **kwargs)
                 except store_errors as error:
                     claim.complete_error(described(error))
                     refused = error
@@ -219,7 +303,11 @@ def idempotent_function(
                     return result
             raise refused
 
-        return run  # type: ignore[return-value]
+        def method(owner: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return call((owner,), args, kwargs)
+
+        functools.update_wrapper(method, fn)
+        return cast(F, _Decorated(fn, call, method))
 
     return decorate
 
@@ -278,20 +366,14 @@ def record_key(record: Any, *args: Any, **kwargs: Any) -> str:
             "the record has no key: the event id must come from the producer "
             "(use idempotent_function with key= to read it from elsewhere)"
         )
+    # Its text, as IdempotentConsumer's key_as_id reads it: a record handled by both (or
+    # moved from one to the other) keeps one id, whatever the key deserializer made of it.
     return key.decode() if isinstance(key, bytes) else str(key)
 
 
 def record_value(record: Any, *args: Any, **kwargs: Any) -> object:
     """The payload of a Kafka record: its value, as sent."""
     return getattr(record, "value", None)
-
-
-def _after_first(spec: Extractor | None) -> Extractor | None:
-    """``spec`` for a method: a callable given the arguments after ``self`` / ``cls``."""
-    if spec is None or not callable(spec):
-        return spec
-    extract = spec
-    return lambda _owner, *args, **kwargs: extract(*args, **kwargs)
 
 
 def idempotent(
@@ -305,21 +387,25 @@ def idempotent(
     store_errors: tuple[type[Exception], ...] = (),
 ) -> Callable[[F], F]:
     """``idempotent_function`` for handlers whose first argument is a Kafka record (after
-    ``self`` or ``cls`` on a method): keyed by the record's key, its value hashed (as
-    Powertools' ``idempotent`` is for the Lambda handler's event)."""
+    ``self`` or ``cls`` on a method, whatever they are named): keyed by the record's key,
+    its value hashed (as Powertools' ``idempotent`` is for the Lambda handler's event)."""
 
     def decorate(fn: F) -> F:
-        first = next(iter(inspect.signature(fn).parameters), None)
-        on_method = first in ("self", "cls")
-        at = 1 if on_method else 0
+        inner = fn.__func__ if isinstance(fn, staticmethod | classmethod) else fn
+        signature = inspect.signature(inner)
+        names = list(signature.parameters)
 
-        def record_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            return args[at] if len(args) > at else None
+        def record_of(owner: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            """The record: the first argument after the owner, positional or keyword."""
+            if args:
+                return args[0]
+            at = len(owner)
+            return kwargs.get(names[at]) if len(names) > at else None
 
         return idempotent_function(
             idem,
-            key=_after_first(key) if on_method else key,  # type: ignore[arg-type]
-            payload=_after_first(payload) if on_method else payload,
+            key=key,
+            payload=payload,
             wait=wait,
             on_repeat=on_repeat,
             name=name,
