@@ -13,6 +13,7 @@ PostgreSQL and Redis:
   it at the first claim), and no two (processor, id) pairs share a record; processors 1.0
   accepted keep their Redis keys;
 * ``MemoryStore`` closes as the other stores do (``close()``, ``close_sync()``);
+* ``__version__`` is the installed distribution's, read from pyproject.toml.
 
 Run: ``.venv/bin/python -m pytest -q tests/idempotency/test_ids_and_outcomes.py`` (the
 servers from ``scripts/servers.sh up``).
@@ -23,13 +24,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
+import importlib.metadata
 import time
+import tomllib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import idempotent_consumer
 import psycopg
 import pytest
 import redis
@@ -44,6 +48,7 @@ from idempotent_consumer import (
 )
 
 from tests.idempotency.conftest import Servers, open_store, open_sync_store
+from tests.support import ROOT
 
 pytestmark = pytest.mark.idempotency
 
@@ -323,3 +328,10 @@ async def test_memory_store_closes_as_the_other_stores_do() -> None:
     store.close_sync()
     async with idem.claim("e1") as again:  # nothing was closed: the records stay
         assert again.done and again.result == "kept"
+
+
+def test_the_version_is_the_distributions_from_pyproject() -> None:
+    pyproject = ROOT / "libs" / "idempotent-consumer" / "pyproject.toml"
+    written = tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert idempotent_consumer.__version__ == written
+    assert idempotent_consumer.__version__ == importlib.metadata.version("idempotent-consumer")

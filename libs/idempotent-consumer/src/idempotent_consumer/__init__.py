@@ -21,6 +21,7 @@ names only when its client library is installed.
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,12 @@ from .decorators import (
     idempotent_function,
 )
 from .memory import MemoryStore, catch_rate, slots_for, window
+
+try:
+    # pyproject.toml's version, as installed: the one place it is written
+    __version__ = version("idempotent-consumer")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them on first use
     from .postgres import PostgresStore as PostgresStore
