@@ -528,7 +528,9 @@ class IdempotentConsumer:
                 if handled is _Handled.HELD:
                     # Not done, and not failed: read it again from the next poll on (the
                     # records after it in this batch too), so the consumer keeps polling.
-                    self.consumer.seek(tp, record.offset)
+                    # A partition revoked meanwhile is its next owner's to read.
+                    if tp in self.consumer.assignment():
+                        self.consumer.seek(tp, record.offset)
                     break
                 if handled is _Handled.LEFT:
                     break  # revoked or stopping between two tries: not done
