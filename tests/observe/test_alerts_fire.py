@@ -109,7 +109,9 @@ def zero_series(prom: Prometheus, metric: str) -> dict[str, float]:
     """``metric``'s series on this Prometheus, by their labels other than job and instance."""
     return {
         ",".join(
-            f"{k}={v}" for k, v in sorted(x["labels"].items()) if k not in ("__name__", "job", "instance")
+            f"{k}={v}"
+            for k, v in sorted(x["labels"].items())
+            if k not in ("__name__", "job", "instance")
         ): x["value"]
         for x in prom.query(metric)
     }
