@@ -186,6 +186,20 @@ class ClaimState:
         return self._held.token
 
     @property
+    def completed(self) -> bool:
+        """True once this claim's body called ``complete`` or ``complete_error`` (even if the
+        serializer then refused the result): a caller that completes claims with a handler's
+        return value must not complete one the handler completed itself, which would
+        overwrite its result (an error result read back as a success)."""
+        return self.failed or self._data is not None or self._unstored is not None
+
+    @property
+    def unstored(self) -> NotSerializable | None:
+        """``complete``'s refusal of this claim's result (the effect ran; only its result
+        could not be kept, and the claim completes with none), or None."""
+        return self._unstored
+
+    @property
     def taken_over(self) -> bool:
         """True when this claim took the event over from a holder whose lease had ended."""
         return self.attempts is not None and self.attempts > 1

@@ -284,7 +284,7 @@ def _left_open(claim: Claim) -> bool:
     """Did the handler leave its claim to be completed with its return value? Not when it
     called ``complete`` or ``complete_error`` itself: completing again would overwrite that
     result (a stored error read back as a success)."""
-    return not claim.failed and claim._data is None and claim._unstored is None
+    return not claim.completed
 
 
 def _log_unstored(
@@ -338,7 +338,7 @@ async def _run_claimed(
         # The handler's own complete() refused its result and the handler let it out. Not
         # joined, the claim completed as it left (the effect is done): the same as above.
         # Joined, the error rolled the effect back with the claim: a failure like any other.
-        if claim is None or refused is not claim._unstored or claim.connection is not None:
+        if claim is None or refused is not claim.unstored or claim.connection is not None:
             raise
         stats.unstored += 1
         _log_unstored(record, refused, None)
