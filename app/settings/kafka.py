@@ -139,7 +139,10 @@ class KafkaSettings(KafkaSecuritySettings):
         "How the input and repartition partitions' fetched record batches are decoded: "
         "native (the dedupe_native extension ``make install`` builds from native/: one call per "
         "fetched partition, the same records as aiokafka's own loop, which still handles any "
-        "batch it cannot) or aiokafka (its Python loop, a record object built per record). "
+        "batch it cannot; and, with DEDUPE_TIME_SOURCE=kafka and no DEDUPE_VERIFY_CONTENT, "
+        "each batch's messageIds found by one scan of the values instead of a JSON parse per "
+        "record, which still runs for any value the scan is not certain of) or aiokafka (its "
+        "Python loop, a record object built per record, every value parsed). "
         "auto: native when the extension is installed, else aiokafka; on: native, and the "
         "worker does not start without the extension; off: aiokafka.",
         one_of=("auto", "on", "off"),

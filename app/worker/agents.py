@@ -63,10 +63,14 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
             # The ids are the keys (records are keyed by messageId): one multi-get for the
             # batch's lookups; a record whose id is not its key is looked up on its own.
             dedup.seen_ids.prefetch(batch.partition, keys)
-            home_of = {m.offset: home for m, home in zip(messages, homes, strict=True)}
+            # The ids of the batch's values, found natively where certain (None elsewhere, and
+            # every record inspected when the scan is not used).
+            ids = dedup.message_ids(messages) or [None] * len(messages)
+            index = {m.offset: i for i, m in enumerate(messages)}
             async for message in batch.records():
+                i = index[message.offset]
                 outcome = await dedup.handle(
-                    batch, message, record_ms(message), home_of[message.offset], tally
+                    batch, message, record_ms(message), homes[i], tally, ids[i]
                 )
                 outcomes[outcome] += 1
         dedup.count(messages[0].partition, outcomes, tally)

@@ -26,7 +26,7 @@ read from the repartition topic as well, which matters after the partition count
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from app import rules, strategy
 from app.eos import SourceRecord, TaskTransaction
@@ -43,6 +43,11 @@ _REPEAT, _REUSED = Verdict.REPEAT, Verdict.REUSED
 _NO_MESSAGE_ID = rules.BadInput.NO_MESSAGE_ID
 
 
+#: Finds the messageIds of a batch of records (``dedupe_native.message_ids``): each id's bytes
+#: where it is certain ``rules.inspect`` finds the value valid with that id, else None.
+MessageIdScan = Callable[[list[SourceRecord], int, int], list[bytes | None]]
+
+
 def record_ms(record: SourceRecord) -> int | None:
     """The Kafka timestamp of aiokafka's record (ms, -1: none); None when it has none."""
     return record.timestamp if record.timestamp >= 0 else None
@@ -56,6 +61,7 @@ class Deduplicator:
         settings: Settings,
         seen_ids: SeenIds,
         producers: ProducerSeqs | None = None,
+        message_ids: MessageIdScan | None = None,
     ) -> None:
         self.settings = settings
         self.seen_ids = seen_ids
@@ -82,6 +88,24 @@ class Deduplicator:
         self._partitions = settings.partitions
         self._max_event = settings.max_event_bytes
         self._max_id = settings.max_message_id_bytes
+        # The native scan gives the id alone: used only where the decision needs nothing else
+        # of the document (Kafka time, no content hash) and ids decide by default.
+        needs_id_only = self.kafka_time and not self.verify
+        self._scan = (
+            message_ids if needs_id_only and self.default is not _PRODUCER_SEQUENCE else None
+        )
+
+    @property
+    def scans_ids(self) -> bool:
+        """Whether batches' messageIds are found by the native scan (:meth:`message_ids`)."""
+        return self._scan is not None
+
+    def message_ids(self, messages: list[SourceRecord]) -> list[bytes | None] | None:
+        """The messageIds of a batch found by the native scan, in order (None for a record the
+        scan leaves to ``rules.inspect``); None when the scan is not used."""
+        if self._scan is None:
+            return None
+        return self._scan(messages, self._max_event, self._max_id)
 
     def policy(self) -> dict[str, object]:
         """The policy in force, for ``/stats``."""
@@ -106,13 +130,16 @@ class Deduplicator:
         timestamp_ms: int | None,
         key_partition: int | None = None,
         tally: Counter[tuple[str, str]] | None = None,
+        message_id: bytes | None = None,
     ) -> str:
         """Decide ``message`` and send what it becomes; returns the outcome. ``timestamp_ms`` is
         its Kafka timestamp (None: it has none; see :func:`record_ms`); ``key_partition`` is the
         partition its key hashes to, when the caller computed it for a whole batch; ``tally``
         counts (strategy, outcome) of the records another strategy than the default decided
-        (the rest are the default's: :meth:`count`). The message-id path is written out here,
-        without further calls: it runs for every record."""
+        (the rest are the default's: :meth:`count`); ``message_id`` is the id
+        :meth:`message_ids` found (the value is then valid with that id: not inspected again).
+        The message-id path is written out here, without further calls: it runs for every
+        record."""
         headers = message.headers or ()
         meta = strategy.read_meta(headers) if headers else NO_META
         chosen = (
@@ -124,9 +151,15 @@ class Deduplicator:
                 tally[(chosen.value, outcome)] += 1
             return outcome
         value = message.value
-        checked = rules.inspect(value, max_event_bytes=self._max_event, max_id_bytes=self._max_id)
         fingerprint = None
-        if isinstance(checked, rules.Valid):
+        if message_id is not None:
+            key, doc = message_id, None
+        elif isinstance(
+            checked := rules.inspect(
+                value, max_event_bytes=self._max_event, max_id_bytes=self._max_id
+            ),
+            rules.Valid,
+        ):
             key, doc = checked.id_bytes, checked.doc
         elif checked.reason is _NO_MESSAGE_ID and self.fingerprints:
             assert value is not None

@@ -159,7 +159,7 @@ class DedupeApp(FaustAppHooks):
         tm.register_store(producers.store, producers.changelog_name())
         assert self.dedup.producers is not None
         tm.register_store(self.dedup.producers)
-        log.info(decoding_line(self.record_decoding, s.native_records))
+        log.info(decoding_line(self.record_decoding, s.native_records, self.dedup.scans_ids))
         settle_heap()
 
     @property
@@ -248,10 +248,18 @@ def use_native_records(settings: Settings) -> str:
     return "native"
 
 
-def decoding_line(decoding: str, setting: str) -> str:
-    """The start-up log line that says how fetched records are decoded, and why."""
+def decoding_line(decoding: str, setting: str, scans_ids: bool) -> str:
+    """The start-up log line that says how fetched records are decoded, and why; natively,
+    whether their messageIds are found by the native scan (``Deduplicator.scans_ids``)."""
     if decoding == "native":
-        return "dedupe: fetched records of the source topics decoded natively (dedupe_native)"
+        ids = (
+            "messageIds found by its scan"
+            if scans_ids
+            else "every value parsed (its messageId scan needs DEDUPE_TIME_SOURCE=kafka, no "
+            "DEDUPE_VERIFY_CONTENT and a default strategy by id)"
+        )
+        native = "fetched records of the source topics decoded natively (dedupe_native)"
+        return f"dedupe: {native}, {ids}"
     why = (
         "DEDUPE_NATIVE_RECORDS=off"
         if setting == "off"
@@ -322,8 +330,12 @@ def create_app(settings: Settings) -> Pipeline:
         partitions=settings.partitions,
     )
     app.record_decoding = decoding = use_native_records(settings)
+    native = fetched_records.load() if decoding == "native" else None
     dedup = Deduplicator(
-        settings, SeenIds(seen_ids, settings), ProducerSeqs(producer_seqs, settings)
+        settings,
+        SeenIds(seen_ids, settings),
+        ProducerSeqs(producer_seqs, settings),
+        message_ids=None if native is None else native.message_ids,
     )
     register_agents(app, source)
     app.serve(AppParts(seen_ids, producer_seqs, dedup, batch_handler(app, dedup)))

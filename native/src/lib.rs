@@ -1,5 +1,7 @@
 //! Kafka record batches (message format v2) decoded into records in one call per fetched
 //! partition, for the dedupe worker's consumer (`adapters/fetched_records.py`).
+//! `message_ids` (its rules in `message_id.rs`) finds a batch's messageIds for the worker's
+//! decision without a JSON parse per record.
 //!
 //! The reference is aiokafka's `PartitionRecords._unpack_records` (aiokafka/consumer/fetcher.py)
 //! over its `DefaultRecordBatch` (aiokafka/record/default_records.py), itself following the Java
@@ -10,6 +12,8 @@
 //! format older than v2, a header key that is not UTF-8) this module decodes nothing and says so
 //! (`None`): the caller then runs aiokafka's own loop over the same bytes, which yields the same
 //! records before raising the same error. So this path only ever answers what aiokafka answers.
+
+mod message_id;
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -480,9 +484,49 @@ fn unpack<'py>(
     Ok(Some((list, next_fetch_offset)))
 }
 
+/// The messageIds of a batch of records, in order: each the id's bytes where the scan is
+/// certain `app.rules.inspect` finds the value valid with that id (`message_id.rs`), else None
+/// (the caller inspects that value). A record keyed by its id gets its own key object back, so
+/// the caller's key-against-id comparison is an identity check.
+#[pyfunction]
+fn message_ids<'py>(
+    py: Python<'py>,
+    records: &Bound<'py, PyList>,
+    max_event_bytes: usize,
+    max_id_bytes: usize,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut ids: Vec<Bound<'py, PyAny>> = Vec::with_capacity(records.len());
+    for item in records.iter() {
+        let (key, value) = match item.cast::<Record>() {
+            Ok(record) => {
+                let r = record.get();
+                (
+                    r.key.as_ref().map(|k| k.bind(py).clone()),
+                    r.value.as_ref().map(|v| v.bind(py).clone()),
+                )
+            }
+            // aiokafka's ConsumerRecord (the fallback decoder) or any record with the fields.
+            Err(_) => (
+                item.getattr("key")?.cast_into::<PyBytes>().ok(),
+                item.getattr("value")?.cast_into::<PyBytes>().ok(),
+            ),
+        };
+        let found = value
+            .as_ref()
+            .and_then(|v| message_id::message_id(v.as_bytes(), max_event_bytes, max_id_bytes));
+        ids.push(match (found, key) {
+            (None, _) => py.None().into_bound(py),
+            (Some(id), Some(key)) if key.as_bytes() == id => key.into_any(),
+            (Some(id), _) => PyBytes::new(py, id).into_any(),
+        });
+    }
+    PyList::new(py, ids)
+}
+
 #[pymodule]
 fn dedupe_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Record>()?;
     m.add_function(wrap_pyfunction!(unpack, m)?)?;
+    m.add_function(wrap_pyfunction!(message_ids, m)?)?;
     Ok(())
 }

@@ -3,10 +3,12 @@ replaced by in-memory fakes: which record goes where, with which key, bytes and 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import dedupe_native
 import pytest
 
 from app import rules
@@ -234,3 +236,75 @@ async def test_event_time_can_drive_the_window() -> None:
     _, _, seen = await run(msg, settings=settings)
     noon = int(datetime(2026, 9, 21, 12, tzinfo=UTC).timestamp() * 1000)
     assert seen.first[b"m-5"] == noon  # the event's time, not the Kafka timestamp
+
+
+# --- the native messageId scan --------------------------------------------------------------
+
+
+def through(settings: Settings, scan: bool, msgs: list[Msg]) -> tuple[list[str], list[Sent]]:
+    """The batch handled as ``dedupe_batch`` hands it over: ids found by the native scan first
+    (when ``scan`` and the settings use it), then each record."""
+    dedup = Deduplicator(
+        settings,
+        FakeSeenIds(),  # type: ignore[arg-type]
+        message_ids=dedupe_native.message_ids if scan else None,
+    )
+    txn = FakeTxn()
+
+    async def run() -> list[str]:
+        ids = dedup.message_ids(msgs) or [None] * len(msgs)  # type: ignore[arg-type]
+        return [
+            await dedup.handle(txn, m, record_ms(m), None, None, i)  # type: ignore[arg-type]
+            for m, i in zip(msgs, ids, strict=True)
+        ]
+
+    return asyncio.run(run()), txn.sent
+
+
+def mixed_batch() -> list[Msg]:
+    """First sightings, repeats, bad input of every kind, an id with escapes, a record keyed
+    by another id, a tombstone."""
+    msgs = [placed(f"m-{i}") for i in range(6)] + [placed("m-1"), placed("m-4")]
+    p = msgs[0].partition
+    t = SETTINGS.input_topic
+    msgs += [
+        Msg(t, p, 8, b"x", b"not json"),
+        Msg(t, p, 9, b"x", b"[1, 2]"),
+        Msg(t, p, 10, b"x", b'{"type": "track"}'),
+        Msg(t, p, 11, b"x", b'{"messageId": 5}'),
+        Msg(t, p, 12, b"x", b'{"messageId": ""}'),
+        Msg(t, p, 13, b"x", None),
+        Msg(t, p, 14, b"x", b'{"messageId": NaN}'),
+        placed("caf\u00e9", json.dumps({"messageId": "caf\u00e9"}).encode()),
+        placed('a"b', json.dumps({"messageId": 'a"b'}).encode()),
+        Msg(t, p, 15, b"other-key", event("m-2")),  # misplaced: re-keyed
+        placed("m-5", event("m-5")),
+    ]
+    return msgs
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"DEDUPE_MISSING_ID": "fingerprint"},
+        {"DEDUPE_VERIFY_CONTENT": "true"},
+        {"DEDUPE_TIME_SOURCE": "event"},
+    ],
+)
+def test_the_native_scan_decides_and_sends_as_inspect_does(env: dict[str, str]) -> None:
+    settings = Settings.from_env({"DEDUPE_PARTITIONS": "8", **env})
+    assert through(settings, True, mixed_batch()) == through(settings, False, mixed_batch())
+
+
+def test_the_scan_is_used_only_where_the_id_alone_decides() -> None:
+    def scans(env: dict[str, str]) -> bool:
+        s = Settings.from_env({"DEDUPE_PARTITIONS": "8", **env})
+        return Deduplicator(s, FakeSeenIds(), message_ids=dedupe_native.message_ids).scans_ids  # type: ignore[arg-type]
+
+    assert scans({})
+    assert scans({"DEDUPE_MISSING_ID": "fingerprint"})
+    assert not scans({"DEDUPE_VERIFY_CONTENT": "true"})  # the content hash needs the document
+    assert not scans({"DEDUPE_TIME_SOURCE": "event"})  # the event's timestamp too
+    assert not scans({"DEDUPE_STRATEGY": "producer_sequence"})
+    assert not Deduplicator(SETTINGS, FakeSeenIds()).scans_ids  # type: ignore[arg-type]

@@ -54,6 +54,8 @@ def test_on_with_the_extension_starts() -> None:
 
 
 def test_the_start_up_line_says_which_decoder_and_why() -> None:
-    assert "decoded natively" in decoding_line("native", "auto")
-    assert "make install builds it" in decoding_line("aiokafka", "auto")
-    assert "DEDUPE_NATIVE_RECORDS=off" in decoding_line("aiokafka", "off")
+    assert "decoded natively" in decoding_line("native", "auto", True)
+    assert "messageIds found by its scan" in decoding_line("native", "auto", True)
+    assert "every value parsed" in decoding_line("native", "auto", False)
+    assert "make install builds it" in decoding_line("aiokafka", "auto", False)
+    assert "DEDUPE_NATIVE_RECORDS=off" in decoding_line("aiokafka", "off", False)
