@@ -333,6 +333,20 @@ class Repeat:
         )
 
 
+async def answer_repeat(
+    hook: Callable[[Repeat], Any] | None, claim: ClaimState, record: Any = None
+) -> Any:
+    """A repeat's answer, where the caller is async (the decorators, ``IdempotentConsumer``,
+    the Faust helper): the first run's result, or what ``hook`` returns for the
+    :class:`Repeat` (awaited if it is awaitable)."""
+    if hook is None:
+        return claim.result
+    answer = hook(Repeat.of(claim, record))
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer
+
+
 def one_argument(hook: Callable[..., Any]) -> bool:
     """Does ``hook`` take one positional argument (the 1.1 ``on_repeat(repeat)``), rather than
     two (1.0's shapes)?"""

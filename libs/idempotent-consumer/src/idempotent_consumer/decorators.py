@@ -53,8 +53,8 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from ._base import InvalidEventId, StoredError
-from ._core import Claim, Idempotency
-from ._shared import Repeat, repeat_hook
+from ._core import Idempotency
+from ._shared import Repeat, answer_repeat, repeat_hook
 from ._sync import SyncClaim, SyncIdempotency
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -257,7 +257,7 @@ def idempotent_function(
                 async with aidem.claim(event_id, payload=data, wait=wait) as claim:
                     if claim.done:
                         record = _record(owner, args, kwargs) if _record else None
-                        answer = await _repeat_async(hook, claim, record)
+                        answer = await answer_repeat(hook, claim, record)
                         if claim.failed:
                             raise rebuilt(claim.result, store_errors)
                         return answer
@@ -342,15 +342,6 @@ def rebuilt(stored: Any, store_errors: tuple[type[Exception], ...]) -> Exception
 
 def _legacy_hook(hook: Callable[..., Any], repeat: Repeat) -> Any:
     return hook(repeat.result, repeat.claim)
-
-
-async def _repeat_async(hook: Hook | None, claim: Claim, record: Any) -> Any:
-    if hook is None:
-        return claim.result
-    answer = hook(Repeat.of(claim, record))
-    if inspect.isawaitable(answer):
-        answer = await answer
-    return answer
 
 
 def _repeat(hook: Hook | None, claim: SyncClaim, record: Any) -> Any:

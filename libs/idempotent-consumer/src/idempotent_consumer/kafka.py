@@ -71,7 +71,7 @@ from ._base import (
     Serializer,
 )
 from ._core import Claim, ClaimContext, Idempotency
-from ._shared import Repeat, repeat_hook
+from ._shared import Repeat, answer_repeat, repeat_hook
 
 log = logging.getLogger("idempotent_consumer.kafka")
 
@@ -317,12 +317,7 @@ async def _run_claimed(
         async with claiming as claim:
             if claim.done:
                 stats.repeats += 1
-                if on_repeat is None:
-                    return claim.result
-                answer = on_repeat(Repeat.of(claim, record))
-                if inspect.isawaitable(answer):
-                    answer = await answer
-                return answer
+                return await answer_repeat(on_repeat, claim, record)
             result = await handler(claim)
             if _left_open(claim):
                 try:
