@@ -106,6 +106,31 @@ class TaskTransaction:
         if not collector.append_now(producer, tp, key, value, timestamp_ms, listed):
             await collector.append(producer, tp, key, value, timestamp_ms, listed)
 
+    def send_now(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> bool:
+        """Append a record to the open output batch of ``(topic, partition)`` when that batch
+        has room, without awaiting; False when it has none (no batch open yet, or full): the
+        caller then awaits :meth:`send`, which opens one. The first sightings of a batch go
+        this way, one plain call each."""
+        builder = self._builder_of((topic, partition))
+        return (
+            builder is not None
+            and builder.append(
+                timestamp=timestamp_ms,
+                key=key,
+                value=value,
+                headers=list(headers) if headers else None,  # aiokafka's builder: a list
+            )
+            is not None
+        )
+
 
 class TaskBatch(TaskTransaction):
     """What the agent may do while processing a batch of one task's records."""

@@ -1,6 +1,6 @@
-"""The dedup loop: ``dedupe_batch``, a thin loop over ``Deduplicator.handle``
-(``app/worker/dedup.py``) for batches of one partition's records handed over by
-``app.eos.Consumer``; and the ``dedupe_events`` agent, which only subscribes the source topics (no
+"""The dedup loop: ``dedupe_batch``, which hands each batch of one partition's records from
+``app.eos.Consumer`` to ``Deduplicator.handle_batch`` (``app/worker/dedup.py``) in its task's
+transaction; and the ``dedupe_events`` agent, which only subscribes the source topics (no
 record reaches it).
 
 Every send and table write happens inside the record's task transaction (``app.eos``).
@@ -13,9 +13,8 @@ from collections import Counter
 
 import faust
 
-from app import rules
 from app.eos import BatchHandler, SourceRecord, TaskTransactionManager
-from app.worker.dedup import Deduplicator, record_ms
+from app.worker.dedup import Deduplicator
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +47,6 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
     ``app.eos.Consumer`` (without Faust's per-record stream machinery) in its task's
     transaction. Counts apply once the batch's records are in the transaction."""
 
-    partitions = dedup.settings.partitions
-
     async def dedupe_batch(messages: list[SourceRecord], generation_id: int) -> None:
         transactions: TaskTransactionManager = app.consumer.transactions
         outcomes: Counter[str] = Counter()
@@ -57,22 +54,7 @@ def batch_handler(app: faust.App, dedup: Deduplicator) -> BatchHandler:
         async with transactions.processing_batch(messages, generation_id) as batch:
             if batch is None:
                 return  # not our partition any more: its owner processes it
-            # Where each key belongs, for the whole batch at once (the placement check).
-            keys = [m.key or b"" for m in messages]
-            homes = rules.partitions_for(keys, partitions)
-            # The ids are the keys (records are keyed by messageId): one multi-get for the
-            # batch's lookups; a record whose id is not its key is looked up on its own.
-            dedup.seen_ids.prefetch(batch.partition, keys)
-            # The ids of the batch's values, found natively where certain (None elsewhere, and
-            # every record inspected when the scan is not used).
-            ids = dedup.message_ids(messages) or [None] * len(messages)
-            index = {m.offset: i for i, m in enumerate(messages)}
-            async for message in batch.records():
-                i = index[message.offset]
-                outcome = await dedup.handle(
-                    batch, message, record_ms(message), homes[i], tally, ids[i]
-                )
-                outcomes[outcome] += 1
+            await dedup.handle_batch(batch, messages, outcomes, tally)
         dedup.count(messages[0].partition, outcomes, tally)
 
     return dedupe_batch

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from app import rules, strategy
-from app.eos import SourceRecord, TaskTransaction
+from app.eos import SourceRecord, TaskBatch, TaskTransaction
 from app.settings import Settings
 from app.strategy import NO_META, Meta, Strategy
 from app.worker.record_sends import RecordOutcome, Sends
@@ -39,6 +39,7 @@ from tables.window import Verdict
 
 # Module constants: read per record, faster than the enums' class attributes.
 _PRODUCER_SEQUENCE, _OFF = Strategy.PRODUCER_SEQUENCE, Strategy.OFF
+_MESSAGE_ID = Strategy.MESSAGE_ID
 _REPEAT, _REUSED = Verdict.REPEAT, Verdict.REUSED
 _NO_MESSAGE_ID = rules.BadInput.NO_MESSAGE_ID
 
@@ -106,6 +107,85 @@ class Deduplicator:
         if self._scan is None:
             return None
         return self._scan(messages, self._max_event, self._max_id)
+
+    async def handle_batch(
+        self,
+        batch: TaskBatch,
+        messages: list[SourceRecord],
+        outcomes: Counter[str],
+        tally: Counter[tuple[str, str]],
+    ) -> None:
+        """Decide and send the records ``batch.records()`` gives of ``messages`` (one partition's,
+        in offset order), counting each outcome in ``outcomes`` and ``tally`` (:meth:`handle`).
+
+        The batch's keys are placed and looked up in bulk (one multi-get) and its messageIds
+        found by the native scan first. A record whose id the scan found, without strategy
+        headers (``dedupe.*``), keyed by that id in its home partition, is then decided here
+        without a call per record, when the default strategy decides by id: the same decision,
+        table writes and send as :meth:`handle` makes of it (a unit property test holds the two
+        to the same outcomes, bytes and headers). Every other record goes through
+        :meth:`handle`.
+        """
+        partition = messages[0].partition
+        keys = [m.key or b"" for m in messages]
+        homes = rules.partitions_for(keys, self._partitions)
+        # The ids are the keys (records are keyed by messageId): one multi-get for the batch's
+        # lookups; a record whose id is not its key is looked up on its own.
+        self.seen_ids.prefetch(partition, keys)
+        ids = self.message_ids(messages)
+        index = {m.offset: i for i, m in enumerate(messages)}
+        handle = self.handle
+        if ids is None or self.default is not _MESSAGE_ID:
+            async for message in batch.records():
+                i = index[message.offset]
+                found = None if ids is None else ids[i]
+                outcomes[
+                    await handle(batch, message, record_ms(message), homes[i], tally, found)
+                ] += 1
+            return
+        decide, age_out, read_meta = self.seen_ids.decide, self.seen_ids.age_out, strategy.read_meta
+        send_now, topic, last_seen = batch.send_now, self.settings.output_topic, self.last_seen
+        forwarded = repeats = 0
+        async for message in batch.records():
+            i = index[message.offset]
+            found = ids[i]
+            headers = message.headers
+            if (
+                found is None
+                or message.key != found
+                or homes[i] != partition
+                or (headers and read_meta(headers) is not NO_META)
+            ):
+                outcomes[
+                    await handle(batch, message, record_ms(message), homes[i], tally, found)
+                ] += 1
+                continue
+            # handle() and _decide() for this record: no strategy headers, so the default
+            # strategy, no source scope and the default window start; Kafka time (the scan's
+            # condition).
+            timestamp = message.timestamp
+            ms = timestamp if timestamp >= 0 else 0
+            verdict = decide(found, ms, partition, b"", last_seen)
+            age_out(ms, partition)
+            if verdict is _REPEAT:
+                repeats += 1
+            elif verdict is _REUSED:
+                outcomes[await self._reused(batch, message, record_ms(message))] += 1
+            else:
+                stamp = timestamp if timestamp >= 0 else None
+                value = message.value
+                if not send_now(topic, partition, found, value, headers, stamp):
+                    await batch.send(
+                        topic,
+                        key=found,
+                        value=value,
+                        headers=headers,
+                        timestamp_ms=stamp,
+                        partition=partition,
+                    )
+                forwarded += 1
+        outcomes[RecordOutcome.FORWARDED] += forwarded
+        outcomes[RecordOutcome.DUPLICATE] += repeats
 
     def policy(self) -> dict[str, object]:
         """The policy in force, for ``/stats``."""
@@ -225,13 +305,18 @@ class Deduplicator:
         if verdict is _REPEAT:
             return RecordOutcome.DUPLICATE
         if verdict is _REUSED:
-            reused = rules.Invalid(
-                rules.BadInput.MESSAGE_ID_REUSED,
-                "a copy inside the window has other content than the forwarded one",
-            )
-            await self._dead_letter(txn, message, reused, timestamp_ms)
-            return RecordOutcome.REUSED
+            return await self._reused(txn, message, timestamp_ms)
         return await self._forward(txn, message, key, headers, timestamp_ms)
+
+    async def _reused(
+        self, txn: TaskTransaction, message: SourceRecord, timestamp_ms: int | None
+    ) -> str:
+        reused = rules.Invalid(
+            rules.BadInput.MESSAGE_ID_REUSED,
+            "a copy inside the window has other content than the forwarded one",
+        )
+        await self._dead_letter(txn, message, reused, timestamp_ms)
+        return RecordOutcome.REUSED
 
     def _record_ms(self, timestamp_ms: int | None, doc: object) -> int:
         kafka_ms = rules.clamp_ms(timestamp_ms or 0)

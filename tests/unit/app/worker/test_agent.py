@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import dedupe_native
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
-from app import rules
+from app import rules, strategy
 from app.settings import Settings
 from app.worker.dedup import Deduplicator, RecordOutcome, record_ms
 from tables import window
@@ -308,3 +312,150 @@ def test_the_scan_is_used_only_where_the_id_alone_decides() -> None:
     assert not scans({"DEDUPE_TIME_SOURCE": "event"})  # the event's timestamp too
     assert not scans({"DEDUPE_STRATEGY": "producer_sequence"})
     assert not Deduplicator(SETTINGS, FakeSeenIds()).scans_ids  # type: ignore[arg-type]
+
+
+# --- the batch path (Deduplicator.handle_batch) against the per-record reference -------------
+
+
+class FakeBatch(FakeTxn):
+    """``TaskBatch`` as ``handle_batch`` uses it: every record delivered, and an open output
+    batch that takes a record without awaiting unless ``full`` says it has no room (then the
+    record goes through ``send``, as the real batch opens a new one)."""
+
+    def __init__(self, msgs: list[Msg], full: list[bool]) -> None:
+        super().__init__()
+        self.msgs = msgs
+        self.full = full
+        self.refused = 0
+
+    async def records(self):  # type: ignore[no-untyped-def]
+        for m in self.msgs:
+            yield m
+
+    def send_now(self, topic, partition, key, value, headers, timestamp_ms):  # type: ignore[no-untyped-def]
+        if self.full[len(self.sent) % len(self.full)]:
+            self.refused += 1
+            return False
+        self.sent.append(Sent(topic, key, value, list(headers or []), timestamp_ms, partition))
+        return True
+
+
+class PrefetchingSeenIds(FakeSeenIds):
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefetched: list[list[bytes]] = []
+
+    def prefetch(self, partition: int, ids: list[bytes]) -> None:
+        self.prefetched.append(ids)
+
+
+def by_batch(settings: Settings, msgs: list[Msg], full: list[bool]) -> tuple[object, ...]:
+    """The batch as ``dedupe_batch`` hands it over: ``handle_batch`` with the native scan."""
+    seen = PrefetchingSeenIds()
+    dedup = Deduplicator(settings, seen, message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
+    batch = FakeBatch(msgs, full)
+    outcomes: Counter[str] = Counter()
+    tally: Counter[tuple[str, str]] = Counter()
+    asyncio.run(dedup.handle_batch(batch, msgs, outcomes, tally))  # type: ignore[arg-type]
+    assert seen.prefetched == [[m.key or b"" for m in msgs]]
+    return +outcomes, +tally, batch.sent, seen.first, seen.aged_at
+
+
+def one_by_one(settings: Settings, msgs: list[Msg]) -> tuple[object, ...]:
+    """The reference: each record through ``handle``, every value inspected (no scan)."""
+    seen = FakeSeenIds()
+    dedup = Deduplicator(settings, seen)  # type: ignore[arg-type]
+    txn = FakeTxn()
+    outcomes: Counter[str] = Counter()
+    tally: Counter[tuple[str, str]] = Counter()
+
+    async def run() -> None:
+        for m in msgs:
+            outcomes[await dedup.handle(txn, m, record_ms(m), None, tally)] += 1  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    return +outcomes, +tally, txn.sent, seen.first, seen.aged_at
+
+
+IDS = [f"id-{n}" for n in range(12)] + ["caf\u00e9", 'q"uote']
+HEADERS = [
+    [],
+    [("h", b"1")],
+    [(strategy.SOURCE_HEADER, b"web")],
+    [(strategy.SOURCE_HEADER, b"bad source!")],
+    [(strategy.PRODUCER_HEADER, b"p1"), (strategy.SEQUENCE_HEADER, b"3")],
+]
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[Msg]:
+    """One partition's records: ids from a small pool (so repeats), keyed by their id or not,
+    with and without headers, bad values and tombstones, timestamps absent, zero or set; the
+    partition is the first id's home, so other ids' records are misplaced."""
+    partition = rules.partition_for(draw(st.sampled_from(IDS)).encode(), SETTINGS.partitions)
+    msgs = []
+    for offset in range(draw(st.integers(1, 40))):
+        mid = draw(st.sampled_from(IDS))
+        value = draw(
+            st.sampled_from(
+                [json.dumps({"type": "track", "messageId": mid}).encode()] * 4
+                + [b"not json", b'{"messageId": 5}', b'{"type": "track"}', None]
+            )
+        )
+        key = draw(st.sampled_from([mid.encode()] * 4 + [None, b"other"]))
+        msgs.append(
+            Msg(
+                SETTINGS.input_topic,
+                partition,
+                offset,
+                key,
+                value,
+                draw(st.sampled_from(HEADERS[:1] * 4 + HEADERS[1:])),
+                draw(st.sampled_from([1_790_000_000_000 + 1000 * offset] * 3 + [-1, 0])),
+            )
+        )
+    return msgs
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"DEDUPE_MISSING_ID": "fingerprint"},
+        {"DEDUPE_WINDOW_FROM": "last_seen"},
+        {"DEDUPE_SCOPE": "source"},
+        {"DEDUPE_STRATEGY": "off"},
+        {"DEDUPE_SOURCE_POLICIES": "web=off"},
+        {"DEDUPE_VERIFY_CONTENT": "true"},
+    ],
+)
+@given(msgs=batches(), full=st.lists(st.booleans(), min_size=1, max_size=4))
+@hypothesis_settings(max_examples=60, deadline=None)
+def test_the_batch_path_decides_counts_and_sends_as_handle_does(
+    env: dict[str, str], msgs: list[Msg], full: list[bool]
+) -> None:
+    """Outcomes, per-strategy tallies, sends (topic, key, value, headers, timestamp,
+    partition, in order), the table's first sightings and every age-out call: the same through
+    ``handle_batch`` (the scan, the inline path, output batches full at any point) as through
+    ``handle`` record by record with every value inspected."""
+    settings = Settings.from_env({"DEDUPE_PARTITIONS": "8", **env})
+    assert by_batch(settings, msgs, full) == one_by_one(settings, msgs)
+
+
+def test_the_batch_path_takes_placed_records_without_headers_inline() -> None:
+    """Where the inline path runs: a placed record without strategy headers goes to the open
+    output batch by ``send_now``, other headers kept; once the batch is full, by ``send``."""
+    msgs = [placed("m-1"), placed("m-1"), placed("m-2", headers=[("h", b"1")])]
+    msgs = [m for m in msgs if m.partition == msgs[0].partition]
+    batch = FakeBatch(msgs, [False])
+    dedup = Deduplicator(SETTINGS, PrefetchingSeenIds(), message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
+    outcomes: Counter[str] = Counter()
+    asyncio.run(dedup.handle_batch(batch, msgs, outcomes, Counter()))  # type: ignore[arg-type]
+    assert outcomes[RecordOutcome.FORWARDED] == len(msgs) - 1
+    assert outcomes[RecordOutcome.DUPLICATE] == 1
+    assert batch.refused == 0
+    refusing = FakeBatch(msgs[:1], [True])
+    dedup = Deduplicator(SETTINGS, PrefetchingSeenIds(), message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
+    asyncio.run(dedup.handle_batch(refusing, msgs[:1], Counter(), Counter()))  # type: ignore[arg-type]
+    assert refusing.refused == 1
+    assert [s.key for s in refusing.sent] == [b"m-1"]
