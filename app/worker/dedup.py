@@ -146,46 +146,50 @@ class Deduplicator:
         decide, age_out, read_meta = self.seen_ids.decide, self.seen_ids.age_out, strategy.read_meta
         send_now, topic, last_seen = batch.send_now, self.settings.output_topic, self.last_seen
         forwarded = repeats = 0
-        async for message in batch.records():
-            i = index[message.offset]
-            found = ids[i]
-            headers = message.headers
-            if (
-                found is None
-                or message.key != found
-                or homes[i] != partition
-                or (headers and read_meta(headers) is not NO_META)
-            ):
-                outcomes[
-                    await handle(batch, message, record_ms(message), homes[i], tally, found)
-                ] += 1
-                continue
-            # handle() and _decide() for this record: no strategy headers, so the default
-            # strategy, no source scope and the default window start; Kafka time (the scan's
-            # condition).
-            timestamp = message.timestamp
-            ms = timestamp if timestamp >= 0 else 0
-            verdict = decide(found, ms, partition, b"", last_seen)
-            age_out(ms, partition)
-            if verdict is _REPEAT:
-                repeats += 1
-            elif verdict is _REUSED:
-                outcomes[await self._reused(batch, message, record_ms(message))] += 1
-            else:
-                stamp = timestamp if timestamp >= 0 else None
-                value = message.value
-                if not send_now(topic, partition, found, value, headers, stamp):
-                    await batch.send(
-                        topic,
-                        key=found,
-                        value=value,
-                        headers=headers,
-                        timestamp_ms=stamp,
-                        partition=partition,
-                    )
-                forwarded += 1
-        outcomes[RecordOutcome.FORWARDED] += forwarded
-        outcomes[RecordOutcome.DUPLICATE] += repeats
+        try:
+            async for message in batch.records():
+                i = index[message.offset]
+                found = ids[i]
+                headers = message.headers
+                if (
+                    found is None
+                    or message.key != found
+                    or homes[i] != partition
+                    or (headers and read_meta(headers) is not NO_META)
+                ):
+                    outcomes[
+                        await handle(batch, message, record_ms(message), homes[i], tally, found)
+                    ] += 1
+                    continue
+                # handle() and _decide() for this record: no strategy headers, so the default
+                # strategy, no source scope and the default window start; Kafka time (the scan's
+                # condition).
+                timestamp = message.timestamp
+                ms = timestamp if timestamp >= 0 else 0
+                verdict = decide(found, ms, partition, b"", last_seen)
+                age_out(ms, partition)
+                if verdict is _REPEAT:
+                    repeats += 1
+                elif verdict is _REUSED:
+                    outcomes[await self._reused(batch, message, record_ms(message))] += 1
+                else:
+                    stamp = timestamp if timestamp >= 0 else None
+                    value = message.value
+                    if not send_now(topic, partition, found, value, headers, stamp):
+                        await batch.send(
+                            topic,
+                            key=found,
+                            value=value,
+                            headers=headers,
+                            timestamp_ms=stamp,
+                            partition=partition,
+                        )
+                    forwarded += 1
+        finally:
+            # Counted as handle()'s outcomes are, record by record, even when the batch
+            # ends in an error.
+            outcomes[RecordOutcome.FORWARDED] += forwarded
+            outcomes[RecordOutcome.DUPLICATE] += repeats
 
     def policy(self) -> dict[str, object]:
         """The policy in force, for ``/stats``."""

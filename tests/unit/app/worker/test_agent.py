@@ -4,6 +4,7 @@ replaced by in-memory fakes: which record goes where, with which key, bytes and 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -447,6 +448,8 @@ def test_the_batch_path_takes_placed_records_without_headers_inline() -> None:
     output batch by ``send_now``, other headers kept; once the batch is full, by ``send``."""
     msgs = [placed("m-1"), placed("m-1"), placed("m-2", headers=[("h", b"1")])]
     msgs = [m for m in msgs if m.partition == msgs[0].partition]
+    for offset, m in enumerate(msgs):
+        m.offset = offset
     batch = FakeBatch(msgs, [False])
     dedup = Deduplicator(SETTINGS, PrefetchingSeenIds(), message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
     outcomes: Counter[str] = Counter()
@@ -459,3 +462,36 @@ def test_the_batch_path_takes_placed_records_without_headers_inline() -> None:
     asyncio.run(dedup.handle_batch(refusing, msgs[:1], Counter(), Counter()))  # type: ignore[arg-type]
     assert refusing.refused == 1
     assert [s.key for s in refusing.sent] == [b"m-1"]
+
+
+class FailingBatch(FakeBatch):
+    """An output batch that is always full, and a send that fails on its third call."""
+
+    def __init__(self, msgs: list[Msg]) -> None:
+        super().__init__(msgs, [True])
+
+    async def send(self, topic, *, key, value, headers, timestamp_ms, partition):  # type: ignore[no-untyped-def]
+        if self.refused >= 3:
+            raise RuntimeError("the transaction failed")
+        await super().send(
+            topic,
+            key=key,
+            value=value,
+            headers=headers,
+            timestamp_ms=timestamp_ms,
+            partition=partition,
+        )
+
+
+def test_a_batch_that_fails_midway_counts_what_it_decided_as_handle_does() -> None:
+    """The inline path counts its records as handle() does, each once decided, when a send
+    fails midway (the agent counts a batch whose transaction error it absorbs)."""
+    msgs = [placed(f"m-{n}") for n in range(40)]
+    msgs = [m for m in msgs if m.partition == msgs[0].partition]
+    msgs = [msgs[0], msgs[0], *msgs[1:]]  # a repeat before the failure
+    msgs = [dataclasses.replace(m, offset=offset) for offset, m in enumerate(msgs)]
+    dedup = Deduplicator(SETTINGS, PrefetchingSeenIds(), message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
+    outcomes: Counter[str] = Counter()
+    with pytest.raises(RuntimeError):
+        asyncio.run(dedup.handle_batch(FailingBatch(msgs), msgs, outcomes, Counter()))  # type: ignore[arg-type]
+    assert +outcomes == Counter({RecordOutcome.FORWARDED: 2, RecordOutcome.DUPLICATE: 1})
