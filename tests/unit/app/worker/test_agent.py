@@ -1,5 +1,6 @@
-"""The agent's per-record handling (``Deduplicator.handle``), with the transaction and the table
-replaced by in-memory fakes: which record goes where, with which key, bytes and headers."""
+"""The agent's record handling (``Deduplicator.handle`` per record, ``handle_batch`` per batch),
+with the transaction and the table replaced by in-memory fakes: which record goes where, with
+which key, bytes and headers."""
 
 from __future__ import annotations
 
