@@ -91,14 +91,9 @@ class TaskTransaction:
         so a ``TopicPartition`` is built only when a batch is opened."""
         if partition is None:
             raise ValueError("a task transaction sends to explicit partitions only")
-        listed = list(headers) if headers else None  # aiokafka's builder takes a list only
-        builder = self._builder_of((topic, partition))
-        if (
-            builder is not None
-            and builder.append(timestamp=timestamp_ms, key=key, value=value, headers=listed)
-            is not None
-        ):
+        if self.send_now(topic, partition, key, value, headers, timestamp_ms):
             return
+        listed = list(headers) if headers else None  # aiokafka's builder takes a list only
         tp = TopicPartition(topic, partition)
         producer = self._task.producer
         assert producer is not None
@@ -110,15 +105,15 @@ class TaskTransaction:
         self,
         topic: str,
         partition: int,
-        key: bytes,
+        key: bytes | None,
         value: bytes | None,
         headers: Sequence[tuple[str, bytes]] | None,
         timestamp_ms: int | None,
     ) -> bool:
         """Append a record to the open output batch of ``(topic, partition)`` when that batch
         has room, without awaiting; False when it has none (no batch open yet, or full): the
-        caller then awaits :meth:`send`, which opens one. The first sightings of a batch go
-        this way, one plain call each."""
+        caller then awaits :meth:`send`, which opens one. :meth:`send` tries this first; the
+        dedup loop's first sightings call it directly, one plain call each."""
         builder = self._builder_of((topic, partition))
         return (
             builder is not None

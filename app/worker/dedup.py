@@ -132,17 +132,10 @@ class Deduplicator:
         # The ids are the keys (records are keyed by messageId): one multi-get for the batch's
         # lookups; a record whose id is not its key is looked up on its own.
         self.seen_ids.prefetch(partition, keys)
-        ids = self.message_ids(messages)
+        ids = self.message_ids(messages) or [None] * len(messages)
         index = {m.offset: i for i, m in enumerate(messages)}
         handle = self.handle
-        if ids is None or self.default is not _MESSAGE_ID:
-            async for message in batch.records():
-                i = index[message.offset]
-                found = None if ids is None else ids[i]
-                outcomes[
-                    await handle(batch, message, record_ms(message), homes[i], tally, found)
-                ] += 1
-            return
+        inline = self.default is _MESSAGE_ID  # else every record goes through handle()
         decide, age_out, read_meta = self.seen_ids.decide, self.seen_ids.age_out, strategy.read_meta
         send_now, topic, last_seen = batch.send_now, self.settings.output_topic, self.last_seen
         forwarded = repeats = 0
@@ -153,6 +146,7 @@ class Deduplicator:
                 headers = message.headers
                 if (
                     found is None
+                    or not inline
                     or message.key != found
                     or homes[i] != partition
                     or (headers and read_meta(headers) is not NO_META)
