@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import ConsumerStoppedError, KafkaError
 from aiokafka.structs import TopicPartition
 
 from app.eos.batch import SourceRecord
@@ -90,6 +90,11 @@ class StallWatchdog:
                     continue
                 try:
                     readable = await self._broker.first_record_from(tp, position)
+                except ConsumerStoppedError:
+                    # The broker reader was closed: the worker is stopping (the manager's
+                    # on_stop closes it while this task may still be running). Nothing to
+                    # un-stall; a crash here would end a graceful stop with exit 1.
+                    return
                 except (KafkaError, TimeoutError, OSError) as exc:
                     log.warning("stall check of %s-%d failed (%r)", tp.topic, tp.partition, exc)
                     continue
