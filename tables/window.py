@@ -3,9 +3,10 @@ table-driven tests (``tests/unit/app/test_rules_window.py``).
 
 A held id maps to an Entry: its first-seen time (ms, the record time of the copy that was
 forwarded), the block of its insertion sequence in its partition (the block's first sequence
-number, :func:`block_start`), how many repeats of it were dropped since (for the status
-endpoint; repeats are rare, ~0.6% of traffic, so counting them costs one changelog record per
-repeat) and, with ``DEDUPE_VERIFY_CONTENT``, a short hash of the forwarded copy's content. A
+number, :func:`block_start`), with ``DEDUPE_COUNT_REPEATS`` how many repeats of it were dropped
+since (for the lookup endpoint; each count costs a changelog record and a state write per
+repeat, so it is off by default and the field stays 0) and, with ``DEDUPE_VERIFY_CONTENT``, a
+short hash of the forwarded copy's content. A
 record is a repeat when its id is held and was first seen less than the window W before the
 record's time:
 

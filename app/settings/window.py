@@ -40,6 +40,14 @@ class WindowSettings(EnvSettings):
         "DEDUPE_WINDOW_FROM per source (header dedupe.source, as DEDUPE_SOURCE_POLICIES), over "
         "the default: e.g. 'poller=last_seen,web=first_seen'.",
     )
+    count_repeats: bool = setting(
+        False,
+        "DEDUPE_COUNT_REPEATS",
+        "Count, per held id, the repeats dropped (repeats_dropped in GET /messages/{id}). Each "
+        "counted repeat writes its id's entry again: a changelog record and a state write per "
+        "repeat, inside the transaction. Off: a repeat writes nothing, and the lookup answers "
+        "repeats_dropped null; the worker's metrics count repeats either way.",
+    )
     bucket: float = setting(
         0.0,
         "DEDUPE_BUCKET",

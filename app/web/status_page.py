@@ -88,8 +88,9 @@ async function lookup(id) {
   const a = await response.json();
   $("answer").dataset.status = response.status;
   if (response.status === 200) {
-    $("answer").textContent = `${a.messageId}: held since ${a.first_seen}, ` +
-      `${a.repeats_dropped} repeats dropped; forwarded once to ` +
+    const repeats = a.repeats_dropped === null ? "" : `${a.repeats_dropped} repeats dropped; `;
+    $("answer").textContent = `${a.messageId}: held since ${a.first_seen}, ${repeats}` +
+      "forwarded once to " +
       `${a.output.topic}-${a.output.partition} at offset ${a.output.offset ?? "unknown"}`;
   } else if (response.status === 404) {
     $("answer").textContent = `${id}: not held (partition ${a.partition}): never seen, ` +

@@ -6,9 +6,9 @@
 - ``GET /ready``: 200 once partitions are assigned and their state recovered, else 503 (also
   during a rebalance, until the new assignment's state is recovered).
 - ``GET /messages/{messageId}``: is the id held, when was it first seen, where did its one
-  forwarded copy go (clean topic partition and offset), how many repeats were dropped; 404 when
-  unknown. Any worker answers: a request for an id of a partition another worker owns is
-  forwarded to that worker (Faust's router).
+  forwarded copy go (clean topic partition and offset), how many repeats were dropped (null
+  unless DEDUPE_COUNT_REPEATS); 404 when unknown. Any worker answers: a request for an id of a
+  partition another worker owns is forwarded to that worker (Faust's router).
   With ``?source=<name>`` (``DEDUPE_SCOPE=source``) the id as that source sent it.
 - ``GET /producers/{name}``: a producer's highest forwarded sequence and last record time
   (producer-sequence strategy); 404 when unknown. Any worker answers, as above.
@@ -202,7 +202,8 @@ def register_views(app: faust.App, settings: Settings, worker: WorkerState) -> N
                     "held": True,
                     "first_seen_ms": entry.first_seen_ms,
                     "first_seen": _iso(entry.first_seen_ms),
-                    "repeats_dropped": entry.repeats,
+                    # Counted per id only with DEDUPE_COUNT_REPEATS (null: not counted).
+                    "repeats_dropped": entry.repeats if settings.count_repeats else None,
                     "partition": partition,
                     "output": {
                         "topic": settings.output_topic,

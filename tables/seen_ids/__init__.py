@@ -34,6 +34,9 @@ class SeenIds:
         self.window_ms = self.aging.window_ms
         self.slot_ms, self.block = self.aging.slot_ms, self.aging.block
         self.cap, self.min_window_ms = self.aging.cap, self.aging.min_window_ms
+        #: DEDUPE_COUNT_REPEATS: a repeat writes its entry again with the count one up; off, a
+        #: repeat writes nothing (nothing a later decision or a restore reads changes with it).
+        self.count_repeats = settings.count_repeats
         self.evicted, self.expired = self.aging.evicted, self.aging.expired
         self._live: dict[int, PartitionState] = {}
         #: The store's generations (``SeenIdsStore.generations``), once a partition was read.
@@ -78,11 +81,12 @@ class SeenIds:
         last_seen: bool = False,
     ) -> Verdict:
         """Judge a copy of ``id_bytes`` (:func:`tables.window.judge`) and remember it: a first
-        sighting is stored (with ``content``, its hash, when given), a repeat counted (and,
-        with ``last_seen``, its clock re-armed), a reuse left as it is. An entry first seen
-        before the cutoff is absent. ``partition``: the record's (passed in, never read from
-        the table's context)."""
+        sighting is stored (with ``content``, its hash, when given), a repeat counted (only
+        with ``count_repeats``) and, with ``last_seen``, its clock re-armed, a reuse left as it
+        is. An entry first seen before the cutoff is absent. ``partition``: the record's
+        (passed in, never read from the table's context)."""
         table = self.table
+        rearmed = False
         raw = table.lookup(id_bytes, partition)
         live = self._live.get(partition)
         if live is None or live.generation != self._generations.get(partition, 0):
@@ -98,12 +102,14 @@ class SeenIds:
                 held_content = raw[CONTENT]
                 verdict = judge_held(old_ms, held_content, record_ms, self.window_ms, content)
                 if verdict is _REPEAT:
-                    if last_seen and rearms(old_ms, record_ms, last_seen):
-                        repeats = int.from_bytes(raw[REPEATS], "big") + 1
-                        content = held_content
-                    else:
-                        table.put(id_bytes, repeated_entry(raw), partition)
+                    if not (last_seen and rearms(old_ms, record_ms, last_seen)):
+                        if self.count_repeats:
+                            table.put(id_bytes, repeated_entry(raw), partition)
                         return verdict
+                    # Re-armed: stored again with the record's time, still a repeat.
+                    rearmed = True
+                    repeats = int.from_bytes(raw[REPEATS], "big") + 1 if self.count_repeats else 0
+                    content = held_content
                 elif verdict is _REUSED:
                     return verdict
                 else:
@@ -131,7 +137,7 @@ class SeenIds:
         counts.delta_total += 1
         if rank < live.cutoff:
             live.below += 1  # later than the allowed lateness: held only until the sweep
-        return _REPEAT if repeats else _FIRST
+        return _REPEAT if rearmed else _FIRST
 
     def age_out(self, record_ms: int, partition: int) -> int:
         """Age out after the record's decision (``tables/age_out.py``): how many ids went."""

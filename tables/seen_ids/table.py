@@ -7,7 +7,7 @@ The table (replicated through its changelog, inside each partition's transaction
   databases a canonical UUID takes its 16-byte form (``tables/keys.py``), in the changelog not.
 - Value: :class:`tables.window.Entry`: the first-seen time (ms, the record time of the forwarded
   copy), the block of its insertion sequence in its partition (the block's first sequence
-  number) and the repeats dropped; 20 bytes.
+  number) and the repeats dropped (counted with ``DEDUPE_COUNT_REPEATS``, else 0); 20 bytes.
 - Partitioning: co-partitioned with the input and repartition topics (same partition count, key
   = messageId, Kafka's murmur2 partitioner), so every copy of an id meets the same state.
 - Changelog: ``<app id>-seen_ids-changelog``, compacted; an id that ages out is deleted with a
@@ -62,6 +62,8 @@ class SeenIdsSettings(Protocol):
     def allowed_lateness(self) -> float: ...
     @property
     def min_window(self) -> float: ...
+    @property
+    def count_repeats(self) -> bool: ...
     @property
     def max_ids_per_partition(self) -> int: ...
     @property

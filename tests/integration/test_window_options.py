@@ -56,6 +56,7 @@ def test_last_seen_per_source_re_arms_ages_out_and_rebuilds_identically(
         DEDUPE_BUCKET="1s",
         DEDUPE_ALLOWED_LATENESS="0",
         DEDUPE_SOURCE_WINDOW_FROM="poller=last_seen",
+        DEDUPE_COUNT_REPEATS="true",
     )
     records: list[Send] = []
     for t in range(0, 131):  # one record time per second, T0 .. T0 + 130 s

@@ -38,8 +38,9 @@ def both_ready(a: Worker, b: Worker, partitions: int, timeout: float = 90) -> No
 def test_status_endpoints_with_two_workers(
     broker: Broker, names: Names, workers: list[Worker]
 ) -> None:
-    a = Worker(broker, names, index=0, partitions=4)
-    b = Worker(broker, names, index=1, partitions=4)
+    counted = {"DEDUPE_COUNT_REPEATS": "true"}  # repeats_dropped per id (off: null)
+    a = Worker(broker, names, index=0, partitions=4, extra_env=counted)
+    b = Worker(broker, names, index=1, partitions=4, extra_env=counted)
     workers.extend([a, b])
     a.start()
     a.wait_ready()

@@ -39,9 +39,13 @@ class ArmedWorld(World):
         return verdict is window.Verdict.FIRST
 
 
-@pytest.fixture
-async def w(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    world = ArmedWorld(tmp_path, monkeypatch)
+@pytest.fixture(params=[False, True], ids=["uncounted", "counted"])
+async def w(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+):
+    """A world with DEDUPE_COUNT_REPEATS off (the default) and on: a re-arm writes the entry
+    either way, and counts the repeat only when on."""
+    world = ArmedWorld(tmp_path, monkeypatch, DEDUPE_COUNT_REPEATS=str(request.param).lower())
     yield world
     for store in world.stores:
         await store.on_stop()
@@ -60,7 +64,7 @@ def test_a_repeat_keeps_the_id_alive_only_under_last_seen(w: ArmedWorld, last_se
     entry = w.ids()[b"a"]
     assert entry.first_seen_ms == (1_000 + 4 * step)
     # first_seen: the copy at n=4 was a new first sighting (repeats start again at 0)
-    assert entry.repeats == (4 if last_seen else 0)
+    assert entry.repeats == (4 if last_seen and w.seen.count_repeats else 0)
     assert w.counts() == {w.rank(entry.first_seen_ms, entry.seq): 1}  # one id, in the armed slot
     assert w.store.summary(0).held == 1
 
@@ -109,8 +113,12 @@ def test_rearmed_ids_rebuilt_from_the_changelog_give_the_same_state(w: ArmedWorl
         live.next_seq,
         live.newest_ms,
     )
-    rearmed = [e for e in w.ids().values() if e.repeats]
-    assert rearmed and all(e.first_seen_ms > 0 for e in rearmed)
+    # Ids whose clock a later copy moved (re-armed, or forwarded again past the window); only
+    # a re-arm counts a repeat, and only when repeats are counted.
+    moved = {k for k, e in w.ids().items() if e.first_seen_ms != 300 * int(k[3:])}
+    counted = {k for k, e in w.ids().items() if e.repeats}
+    assert moved and counted <= moved
+    assert bool(counted) is w.seen.count_repeats
 
 
 async def test_window_from_per_source() -> None:

@@ -23,15 +23,42 @@ def test_repeats_inside_the_window_are_dropped_and_after_it_forwarded(world: Wor
     assert world.counts() == {world.rank(1_000 + WINDOW_MS, 1): 1}
 
 
-def test_a_counted_repeat_keeps_its_one_count_and_the_summary(world: World) -> None:
+async def test_a_counted_repeat_keeps_its_one_count_and_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = World(tmp_path, monkeypatch, DEDUPE_COUNT_REPEATS="true")
+    try:
+        assert world.record("a", 1_000)
+        assert not world.record("a", 1_001)  # the first sighting and its repeat in one commit
+        world.commit()
+        counts, summary = world.counts(), world.store.summary(0)
+        world.table.changelog.clear()
+        assert not world.record("a", 1_002)  # a repeat of a committed id
+        assert not world.record("a", 1_003)
+        assert [key for _, key, _ in world.table.changelog] == [b"a", b"a"]
+        world.commit()
+        assert world.ids()[b"a"].repeats == 3
+        assert world.counts() == counts == {world.rank(1_000, 0): 1}
+        assert world.store.summary(0) == summary and summary.held == 1
+    finally:
+        for store in world.stores:
+            await store.on_stop()
+
+
+def test_an_uncounted_repeat_writes_nothing(world: World) -> None:
+    """The default (DEDUPE_COUNT_REPEATS off): a repeat stages no write, so it sends no
+    changelog record and its transaction's commit writes nothing for it."""
     assert world.record("a", 1_000)
-    assert not world.record("a", 1_001)  # the first sighting and its repeat in one commit
+    assert not world.record("a", 1_001)  # a repeat of the open transaction's first sighting
+    assert [key for _, key, _ in world.table.changelog] == [b"a"]
     world.commit()
+    world.table.changelog.clear()
+    held = world.ids()[b"a"]
     counts, summary = world.counts(), world.store.summary(0)
     assert not world.record("a", 1_002)  # a repeat of a committed id
-    assert not world.record("a", 1_003)
+    assert world.table.changelog == [] and world.store.staged_count(0) == 0
     world.commit()
-    assert world.ids()[b"a"].repeats == 3
+    assert world.ids()[b"a"] == held and held.repeats == 0
     assert world.counts() == counts == {world.rank(1_000, 0): 1}
     assert world.store.summary(0) == summary and summary.held == 1
 
