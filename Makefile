@@ -52,14 +52,14 @@ BROWSER_DIR := .cache/browser
 help: ## Show this help
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml $(IDEM_LIB)/pyproject.toml $(NATIVE)/pyproject.toml $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/src/lib.rs
+$(STAMP): pyproject.toml $(IDEM_LIB)/pyproject.toml $(NATIVE)/pyproject.toml $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(wildcard $(NATIVE)/src/*.rs)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
-	@command -v cargo >/dev/null || { echo "need cargo (Rust, e.g. from rustup) to build the native record decoder in $(NATIVE)/"; exit 1; }
+	@command -v cargo >/dev/null || { echo "need cargo (Rust, e.g. from rustup) to build the native record path in $(NATIVE)/"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark,bench]'
 	$(PY) -m pip install --quiet -e '$(IDEM_LIB)[all,binary]'  # binary: psycopg's prebuilt build, as before 1.1
-	# The native record decoder (adapters/fetched_records.py): a wheel built by maturin with cargo.
+	# The native record path (adapters/fetched_records.py, adapters/built_batches.py): a wheel built by maturin with cargo.
 	$(PY) -m pip install --quiet ./$(NATIVE)
 	touch $(STAMP)
 

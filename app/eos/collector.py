@@ -40,10 +40,15 @@ class RecordCollector:
         "changelog_batch",
         "changelog_pending",
         "changelog_tps",
+        "output_batch",
         "pending",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, output_batch: Callable[[], Any] | None = None) -> None:
+        """``output_batch``: makes the empty batches of every target but the changelogs
+        (``TransactionalProducers.output_batch``); None: the producer's ``create_batch``."""
+        #: Makes the empty batches of the output, dead-letter and repartition partitions.
+        self.output_batch = output_batch
         #: Batches being built, per target partition. Keyed by ``TopicPartition``, which equals
         #: (and hashes as) a plain ``(topic, partition)`` tuple: the hot path looks up by tuple.
         self._builders: dict[TopicPartition, Any] = {}
@@ -57,8 +62,8 @@ class RecordCollector:
         self.changelog_pending: dict[str, list[Sent]] = {}
         #: The changelog partitions among the targets.
         self.changelog_tps: set[TopicPartition] = set()
-        #: Makes the empty batches of changelog partitions (their own compression); None: the
-        #: producer's own, as for every other target.
+        #: Makes the empty batches of changelog partitions (their own compression); None: as
+        #: every other target's.
         self.changelog_batch: Callable[[], Any] | None = None
 
     def open_batches(self) -> dict[TopicPartition, Any]:
@@ -79,7 +84,9 @@ class RecordCollector:
     def _new_batch(self, producer: AIOKafkaProducer, tp: TopicPartition) -> Any:
         if self.changelog_batch is not None and tp in self.changelog_tps:
             return self.changelog_batch()
-        return producer.create_batch()
+        if self.output_batch is None:
+            return producer.create_batch()
+        return self.output_batch()
 
     def append_now(
         self,

@@ -27,12 +27,11 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
-from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 
-from adapters import aiokafka_privates
+from adapters import aiokafka_privates, built_batches, fetched_records
 from app.eos.collector import MAX_BATCH_BYTES, RecordCollector, retrieve_exception_later
 from app.eos.txn_v2 import TransactionAbortable, is_v2, use_v2
 
@@ -199,6 +198,20 @@ class TransactionalProducers:
         #: The transaction protocol the producers run (app/eos/txn_protocol.py), chosen at
         #: start-up before the first task starts (:meth:`use_protocol`).
         self.protocol: TransactionProtocol | None = None
+        # The batches the tasks build (RecordCollector): the output's (clean and dead-letter
+        # topics) compressed as the producer's DEDUPE_COMPRESSION, the changelogs' as
+        # DEDUPE_CHANGELOG_COMPRESSION (a producer has one compression for every topic: the
+        # changelogs' small records cost little to compress, the clean topic's events more).
+        # Built natively unless DEDUPE_NATIVE_RECORDS is off or the extension is missing.
+        native = fetched_records.load() if settings.native_records != "off" else None
+        #: Makes an empty transactional batch for an output topic's partition.
+        self.output_batch = built_batches.batch_maker(
+            native, MAX_BATCH_BYTES, CODECS[settings.compression]
+        )
+        #: Makes an empty transactional batch for a changelog partition.
+        self.changelog_batch = built_batches.batch_maker(
+            native, MAX_BATCH_BYTES, CODECS[settings.changelog_compression]
+        )
 
     def use_protocol(self, protocol: TransactionProtocol) -> None:
         """Run ``protocol`` (detected once, before any task's producer starts)."""
@@ -243,21 +256,13 @@ class TransactionalProducers:
     def collector(self) -> RecordCollector:
         """What a new task collects its open transaction's records in (it builds the batches
         the producer sends)."""
-        return RecordCollector()
+        return RecordCollector(self.output_batch)
 
     @property
     def request_timeout(self) -> float:
         """Seconds before a transactional producer's request times out: the commit timeout, at
         most 30."""
         return min(self.settings.commit_timeout, 30.0)
-
-    def changelog_batch(self) -> BatchBuilder:
-        """An empty transactional batch for a changelog partition, compressed as
-        ``DEDUPE_CHANGELOG_COMPRESSION`` says (a producer has one compression for every topic:
-        the changelog's small records cost little to compress, the clean topic's events more)."""
-        return BatchBuilder(
-            MAX_BATCH_BYTES, CODECS[self.settings.changelog_compression], is_transactional=True
-        )
 
     async def start(self, partition: int) -> AIOKafkaProducer:
         """A started producer for ``partition``, retried until the broker answers.

@@ -48,6 +48,9 @@ class EosSettings(Protocol):
     def output_topic(self) -> str: ...
 
     @property
+    def native_records(self) -> str: ...
+
+    @property
     def partitions(self) -> int: ...
 
     @property

@@ -149,8 +149,10 @@ class WatchedCollector(RecordCollector):
 
     __slots__ = ("output_topic", "plan", "storing")
 
-    def __init__(self, plan: FaultPlan, output_topic: str) -> None:
-        super().__init__()
+    def __init__(
+        self, plan: FaultPlan, output_topic: str, output_batch: Callable[[], Any] | None = None
+    ) -> None:
+        super().__init__(output_batch)
         self.plan = plan
         self.output_topic = output_topic
         #: ``stored`` was reached for a record not in a batch yet.
@@ -174,4 +176,4 @@ class FaultProducers(TransactionalProducers):
         return FaultProducer(self.plan, partition, **config)
 
     def collector(self) -> RecordCollector:
-        return WatchedCollector(self.plan, self.settings.output_topic)
+        return WatchedCollector(self.plan, self.settings.output_topic, self.output_batch)

@@ -141,8 +141,10 @@ class KafkaSettings(KafkaSecuritySettings):
         "fetched partition, the same records as aiokafka's own loop, which still handles any "
         "batch it cannot; and, with DEDUPE_TIME_SOURCE=kafka and no DEDUPE_VERIFY_CONTENT, "
         "each batch's messageIds found by one scan of the values instead of a JSON parse per "
-        "record, which still runs for any value the scan is not certain of) or aiokafka (its "
-        "Python loop, a record object built per record, every value parsed). "
+        "record, which still runs for any value the scan is not certain of; and the batches "
+        "the worker writes, uncompressed or zstd, built natively, the same records aiokafka's "
+        "builder writes) or aiokafka (its Python loop, a record object built per record, every "
+        "value parsed, every batch built by its builder). "
         "auto: native when the extension is installed, else aiokafka; on: native, and the "
         "worker does not start without the extension; off: aiokafka.",
         one_of=("auto", "on", "off"),

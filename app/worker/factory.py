@@ -259,13 +259,17 @@ def decoding_line(decoding: str, setting: str, scans_ids: bool) -> str:
             "DEDUPE_VERIFY_CONTENT and a default strategy by id)"
         )
         native = "fetched records of the source topics decoded natively (dedupe_native)"
-        return f"dedupe: {native}, {ids}"
+        # The producers' batches follow the same setting (app/eos/producer.py).
+        built = "batches of codec none or zstd built natively, others by aiokafka's builder"
+        return f"dedupe: {native}, {ids}; {built}"
     why = (
         "DEDUPE_NATIVE_RECORDS=off"
         if setting == "off"
         else "the native module (dedupe_native) is not installed; make install builds it"
     )
-    return f"dedupe: fetched records decoded by aiokafka's loop ({why})"
+    return (
+        f"dedupe: fetched records decoded by aiokafka's loop, batches built by its builder ({why})"
+    )
 
 
 def create_app(settings: Settings) -> Pipeline:

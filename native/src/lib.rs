@@ -1,7 +1,8 @@
 //! Kafka record batches (message format v2) decoded into records in one call per fetched
 //! partition, for the dedupe worker's consumer (`adapters/fetched_records.py`).
 //! `message_ids` (its rules in `message_id.rs`) finds a batch's messageIds for the worker's
-//! decision without a JSON parse per record.
+//! decision without a JSON parse per record. `BatchBuilder` (`batch_builder.rs`) builds the
+//! record batches the worker writes.
 //!
 //! The reference is aiokafka's `PartitionRecords._unpack_records` (aiokafka/consumer/fetcher.py)
 //! over its `DefaultRecordBatch` (aiokafka/record/default_records.py), itself following the Java
@@ -13,6 +14,7 @@
 //! (`None`): the caller then runs aiokafka's own loop over the same bytes, which yields the same
 //! records before raising the same error. So this path only ever answers what aiokafka answers.
 
+mod batch_builder;
 mod message_id;
 
 use std::collections::HashSet;
@@ -182,11 +184,17 @@ fn decompress(codecs: &mut Codecs, codec: i16, data: &[u8]) -> Decoded<Vec<u8>> 
                         .map_err(|_| Refused)?;
                     at += 4;
                     let block = data.get(at..at + size).ok_or(Refused)?;
-                    out.extend(snap::raw::Decoder::new().decompress_vec(block).map_err(|_| Refused)?);
+                    out.extend(
+                        snap::raw::Decoder::new()
+                            .decompress_vec(block)
+                            .map_err(|_| Refused)?,
+                    );
                     at += size;
                 }
             } else {
-                out = snap::raw::Decoder::new().decompress_vec(data).map_err(|_| Refused)?;
+                out = snap::raw::Decoder::new()
+                    .decompress_vec(data)
+                    .map_err(|_| Refused)?;
             }
         }
         3 => {
@@ -289,7 +297,13 @@ fn read_record<'a>(b: &'a [u8], pos: &mut usize, batch: &Batch<'_>) -> Decoded<F
     if i64::try_from(*pos - start).map_err(|_| Refused)? != length {
         return Err(Refused);
     }
-    Ok(Fields { offset, timestamp, key, value, headers })
+    Ok(Fields {
+        offset,
+        timestamp,
+        key,
+        value,
+        headers,
+    })
 }
 
 /// The batch at the front of `rest` and what follows it; None when `rest` holds no whole batch
@@ -353,11 +367,7 @@ enum Step<'a> {
 
 /// The batches of a fetch and what to do with each (aiokafka's `_unpack_records` up to reading
 /// a batch's records).
-fn plan(
-    buf: &[u8],
-    mut aborted: Vec<(i64, i64)>,
-    read_committed: bool,
-) -> Decoded<Vec<Step<'_>>> {
+fn plan(buf: &[u8], mut aborted: Vec<(i64, i64)>, read_committed: bool) -> Decoded<Vec<Step<'_>>> {
     // aiokafka sorts the aborted transactions by first offset and consumes them in order.
     aborted.sort_by_key(|&(_, first)| first);
     let mut aborted = aborted.into_iter().peekable();
@@ -458,7 +468,10 @@ fn unpack<'py>(
                         Some(v) => PyBytes::new(py, v).into_any().unbind(),
                         None => py.None(),
                     };
-                    items.push(PyTuple::new(py, [PyString::new(py, k).into_any().unbind(), value])?);
+                    items.push(PyTuple::new(
+                        py,
+                        [PyString::new(py, k).into_any().unbind(), value],
+                    )?);
                 }
                 PyTuple::new(py, items)?.unbind()
             };
@@ -526,6 +539,7 @@ fn message_ids<'py>(
 #[pymodule]
 fn dedupe_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Record>()?;
+    m.add_class::<batch_builder::BatchBuilder>()?;
     m.add_function(wrap_pyfunction!(unpack, m)?)?;
     m.add_function(wrap_pyfunction!(message_ids, m)?)?;
     Ok(())

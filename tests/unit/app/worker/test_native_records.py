@@ -57,5 +57,7 @@ def test_the_start_up_line_says_which_decoder_and_why() -> None:
     assert "decoded natively" in decoding_line("native", "auto", True)
     assert "messageIds found by its scan" in decoding_line("native", "auto", True)
     assert "every value parsed" in decoding_line("native", "auto", False)
+    assert "zstd built natively" in decoding_line("native", "auto", False)
+    assert "batches built by its builder" in decoding_line("aiokafka", "off", False)
     assert "make install builds it" in decoding_line("aiokafka", "auto", False)
     assert "DEDUPE_NATIVE_RECORDS=off" in decoding_line("aiokafka", "off", False)
