@@ -10,6 +10,8 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.structs import TopicPartition
 
+from adapters.built_batches import is_native
+
 
 @pytest.mark.parametrize("codec", ["none", "zstd", "lz4", "snappy", "gzip"])
 def test_a_changelog_batch_is_a_transactional_batch_of_the_changelog_codec(codec: str) -> None:
@@ -27,6 +29,23 @@ def test_a_changelog_batch_is_a_transactional_batch_of_the_changelog_codec(codec
     assert built.compression_type == CODECS[codec]
     assert built.is_transactional
     assert [r.key for r in built] == [b"id-%d" % i for i in range(200)]
+    assert is_native(batch) is (codec in ("none", "zstd"))  # the codecs it builds natively
+
+
+@pytest.mark.parametrize(("native_records", "native"), [("auto", True), ("off", False)])
+def test_the_tasks_output_batches_are_built_as_dedupe_native_records_says(
+    native_records: str, native: bool
+) -> None:
+    from app.eos.producer import TransactionalProducers
+    from app.settings import Settings
+
+    settings = Settings.from_env({"DEDUPE_NATIVE_RECORDS": native_records})
+    producers = TransactionalProducers(settings, lambda: False)
+    collector = producers.collector()
+    tp = TopicPartition(settings.output_topic, 0)
+    assert collector.append_now(None, tp, b"k", b"v", 1, None)  # type: ignore[arg-type]
+    assert is_native(collector.open_batches()[tp]) is native
+    assert is_native(producers.changelog_batch()) is native
 
 
 class _Sender:
