@@ -59,5 +59,5 @@ def batch_maker(
 
 
 def is_native(batch: Any) -> bool:
-    """True for a batch the native builder makes (for the start-up log and the tests)."""
+    """True for a batch the native builder makes (the tests ask)."""
     return type(batch).__module__ == "dedupe_native"

@@ -114,6 +114,13 @@ def load() -> ModuleType | None:
         return None
 
 
+def for_setting(native_records: str) -> ModuleType | None:
+    """The native module as ``DEDUPE_NATIVE_RECORDS`` lets the worker use it, for the fetched
+    records and for the batches it writes (``adapters/built_batches.py``) alike: None with
+    ``off`` or when it is not installed."""
+    return None if native_records == "off" else load()
+
+
 def install(native: ModuleType, topics: Collection[str]) -> None:
     """Decode the partitions of ``topics`` with ``native`` in every consumer of this process
     from now on (the fetcher module's names are process-wide; other topics keep aiokafka's loop).

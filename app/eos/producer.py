@@ -203,7 +203,7 @@ class TransactionalProducers:
         # DEDUPE_CHANGELOG_COMPRESSION (a producer has one compression for every topic: the
         # changelogs' small records cost little to compress, the clean topic's events more).
         # Built natively unless DEDUPE_NATIVE_RECORDS is off or the extension is missing.
-        native = fetched_records.load() if settings.native_records != "off" else None
+        native = fetched_records.for_setting(settings.native_records)
         #: Makes an empty transactional batch for an output topic's partition.
         self.output_batch = built_batches.batch_maker(
             native, MAX_BATCH_BYTES, CODECS[settings.compression]

@@ -240,7 +240,7 @@ def use_native_records(settings: Settings) -> str:
     """Decode the source partitions' fetches natively when DEDUPE_NATIVE_RECORDS allows it and
     the extension is installed (``adapters/fetched_records.py``); returns how they are decoded:
     ``"native"`` or ``"aiokafka"``. Settings validation already refused ``on`` without it."""
-    native = fetched_records.load() if settings.native_records != "off" else None
+    native = fetched_records.for_setting(settings.native_records)
     if native is None:
         fetched_records.uninstall()
         return "aiokafka"

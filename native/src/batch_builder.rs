@@ -32,8 +32,13 @@ const ZSTD_LEVEL: i32 = 3;
 /// `DefaultRecordBatch.NO_PARTITION_LEADER_EPOCH`: the broker sets it.
 const NO_PARTITION_LEADER_EPOCH: i32 = -1;
 
+/// Kafka's varints are zigzag-encoded: small negative numbers stay short.
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
 fn put_varint(buf: &mut Vec<u8>, value: i64) {
-    let mut v = ((value << 1) ^ (value >> 63)) as u64; // zigzag
+    let mut v = zigzag(value);
     while v >= 0x80 {
         buf.push((v as u8) | 0x80);
         v >>= 7;
@@ -42,7 +47,7 @@ fn put_varint(buf: &mut Vec<u8>, value: i64) {
 }
 
 fn varint_len(value: i64) -> usize {
-    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    let mut v = zigzag(value);
     let mut n = 1;
     while v >= 0x80 {
         v >>= 7;
