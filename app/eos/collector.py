@@ -58,7 +58,7 @@ class RecordCollector:
         self.builder_of: Callable[[tuple[str, int]], Any] = self._builders.get
         #: Batches the producer has (output, dead-letter, repartition).
         self.pending: list[Sent] = []
-        #: Batches and single sends of changelog records, per changelog topic.
+        #: Batches of changelog records handed to the producer, per changelog topic.
         self.changelog_pending: dict[str, list[Sent]] = {}
         #: The changelog partitions among the targets.
         self.changelog_tps: set[TopicPartition] = set()
@@ -75,11 +75,6 @@ class RecordCollector:
         compression) and their sends counted per changelog topic."""
         self.changelog_batch = make_batch
         self.changelog_tps.add(tp)
-
-    def sent_changelog_record(self, topic: str, fut: asyncio.Future[RecordMetadata]) -> None:
-        """A changelog record of ``topic`` sent on its own (not in a batch), to be awaited and
-        counted with the other changelog sends."""
-        self.changelog_pending.setdefault(topic, []).append((fut, 0))
 
     def _new_batch(self, producer: AIOKafkaProducer, tp: TopicPartition) -> Any:
         if self.changelog_batch is not None and tp in self.changelog_tps:

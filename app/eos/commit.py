@@ -8,12 +8,19 @@ Steps (``# Step N.`` in :meth:`Committer.commit`):
 
 1. Nothing to do unless a transaction is open; one without a processed record is aborted.
 2. Pull the stores' staged writes of the partition (they are the transaction's changelog
-   records, one per key), then hand every open batch to the producer, and the changelog record
-   of the task's source offsets (the store keeps it: after a rebalance it says where the task
-   starts).
+   records, one per key) and the changelog record of the task's source offsets (the store
+   keeps it: after a rebalance it says where the task starts) into the open changelog batch,
+   then hand every open batch to the producer. One batch per partition: a second batch of the
+   same partition would wait for the first one's acknowledgement (the producer keeps one
+   request in flight per partition), a second round trip to the brokers in every commit.
 3. Wait until the broker acknowledged every send; the first send error fails the
    transaction. Nothing was asked to commit yet, so aborting is exact.
-4. Add the consumed offsets to the transaction (``TxnOffsetCommit``).
+4. Add the consumed offsets to the transaction (``TxnOffsetCommit``). After the sends' answers,
+   not beside them as the Java producer sends it (``TransactionManager.nextRequest`` holds back
+   only EndTxn): under transactions v2 both add a partition to the transaction at its
+   coordinator, which refuses one while the other's change is being written
+   (CONCURRENT_TRANSACTIONS) and has it retried after a back-off; overlapped, a three-broker
+   commit took longer, not shorter (the A/B is in the commit that made this order explicit).
 5. Ask to commit (``EndTxn``). Fenced: another owner took over. Refused (the broker answered
    TRANSACTION_ABORTABLE, KIP-890): it did not commit; abort it. An answer lost (timeout, lost
    connection, a stop) leaves the outcome unknown: never abort then.
@@ -138,11 +145,11 @@ class Committer:
         offsets = dict(task.offsets)
         timeout = self.timeout
         try:
-            # Step 2. The staged writes as changelog records, every open batch, and the
-            # source offsets' changelog record.
+            # Step 2. The staged writes and the source offsets' record as changelog records,
+            # then every open batch.
             await asyncio.wait_for(self.pull_changelogs(task), timeout)
-            await asyncio.wait_for(task.collector.send_all(producer), timeout)
             await asyncio.wait_for(self._record_source_offsets(task, offsets), timeout)
+            await asyncio.wait_for(task.collector.send_all(producer), timeout)
             # Step 3. Every send acknowledged; the first send error fails the transaction.
             await asyncio.wait_for(send_lingering(producer), timeout)
             await asyncio.wait_for(task.collector.delivered(), timeout)
@@ -229,8 +236,9 @@ class Committer:
     async def _record_source_offsets(
         self, task: Task, offsets: Mapping[TopicPartition, int]
     ) -> None:
-        """Send a changelog record with this transaction's source offsets in the transaction
-        (awaited with the other changelog sends) and stage it in the store."""
+        """Add a changelog record with this transaction's source offsets to the task's open
+        batch of that changelog partition (after the staged writes: the transaction's last
+        changelog record there) and stage it in the store."""
         kept = self._source_offsets
         if kept is None:
             return
@@ -239,11 +247,13 @@ class Committer:
         # the record replaces the previous one (the offsets of the others are unchanged).
         positions = {**task.positions, **offsets}
         value = encode_source_offsets({tp.topic: off for tp, off in positions.items()})
-        assert task.producer is not None
-        fut = await task.producer.send(
-            topic, key=SOURCE_OFFSETS_KEY, value=value, partition=task.partition
-        )
-        task.collector.sent_changelog_record(topic, fut)
+        producer = task.producer
+        assert producer is not None
+        collector = task.collector
+        tp = TopicPartition(topic, task.partition)
+        collector.add_changelog_target(tp, self.producers.changelog_batch)
+        if not collector.append_now(producer, tp, SOURCE_OFFSETS_KEY, value):
+            await collector.append(producer, tp, SOURCE_OFFSETS_KEY, value)
         store.stage_source_offsets(task.partition, value)
 
     async def _did_commit(

@@ -6,6 +6,7 @@ F8a); these run in milliseconds, so a change to the protocol is judged at once."
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFenced
@@ -13,30 +14,69 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFen
 from app.eos import Outcome
 from app.eos.txn_v2 import TransactionAbortable
 from app.worker.metrics import REGISTRY
-from tests.unit.app.eos.commit_fakes import CHANGELOG, SOURCE, setup
+from tests.unit.app.eos.commit_fakes import CHANGELOG, SOURCE, TIMEOUT, Builder, Producer, setup
 
 
 async def test_a_commit_sends_everything_then_asks_to_commit_once() -> None:
     committer, task, producer, producers, _, store = setup()
     result = await committer.commit(task)
     assert result.outcome is Outcome.COMMITTED
+    # One batch per partition: the source offsets' record rides in the changelog's batch (a
+    # second batch of that partition would wait for the first one's acknowledgement).
     assert producer.calls == [
         "send_batch events-clean",
         f"send_batch {CHANGELOG.topic}",
-        f"send {CHANGELOG.topic}",  # the source offsets' record
         "flush",
         "send_offsets",
         "commit",
     ]
     assert producer.offsets == [({SOURCE: 12}, "app")]
-    # output at 100-101, the two staged writes at 103-104, the offsets' record at 106
-    assert result.changelog_offsets == {CHANGELOG.topic: 106}
-    assert (CHANGELOG.topic, 3, 2) in producer.sent  # pulled from the store, to partition 3
+    # output at 100-101, the two staged writes and the offsets' record at 103-105
+    assert result.changelog_offsets == {CHANGELOG.topic: 105}
+    assert (CHANGELOG.topic, 3, 3) in producer.sent  # pulled from the store, to partition 3
     # The changelog's batch is built with the changelogs' own compression, the output's with
     # the producer's.
     assert producer.batches_made_by == {"events-clean": "producer", CHANGELOG.topic: "changelog"}
     assert store.staged and store.staged[0][0] == 3
     assert producers.started == []
+
+
+class AckedLater(Producer):
+    """Sends acknowledged a little after they are handed over, each answer noted in ``calls``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acknowledging: list[asyncio.Task[None]] = []
+
+    async def send_batch(self, builder: Builder, topic: str, *, partition: int) -> Any:
+        answer = await super().send_batch(builder, topic, partition=partition)
+        pending: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def acknowledge() -> None:
+            await asyncio.sleep(TIMEOUT / 10)
+            self.calls.append(f"acknowledged {topic}")
+            if answer.exception() is not None:
+                pending.set_exception(answer.exception())
+            else:
+                pending.set_result(answer.result())
+
+        self.acknowledging.append(asyncio.ensure_future(acknowledge()))
+        return pending
+
+
+async def test_the_offsets_join_only_once_every_send_is_acknowledged() -> None:
+    """Not beside the sends, as the Java producer sends them: under transactions v2 each adds a
+    partition to the transaction at its coordinator, which answers CONCURRENT_TRANSACTIONS to
+    one while the other's change is written (``TransactionCoordinator
+    .handleAddPartitionsToTransaction``) and has it retried after a back-off."""
+    producer = AckedLater()
+    committer, task, *_ = setup(producer=producer)
+    result = await committer.commit(task)
+    assert result.outcome is Outcome.COMMITTED
+    offsets_at = producer.calls.index("send_offsets")
+    assert {"acknowledged events-clean", f"acknowledged {CHANGELOG.topic}"} <= set(
+        producer.calls[:offsets_at]
+    )
 
 
 async def test_nothing_open_is_nothing_to_commit() -> None:
