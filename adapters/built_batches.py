@@ -61,3 +61,19 @@ def batch_maker(
 def is_native(batch: Any) -> bool:
     """True for a batch the native builder makes (the tests ask)."""
     return type(batch).__module__ == "dedupe_native"
+
+
+def append_pairs(batch: Any, records: list[tuple[bytes, bytes | None]], start: int = 0) -> int:
+    """Append ``records[start:]``, ``(key, value)`` pairs without headers and with the time of
+    now, to ``batch`` until it refuses one: the index of the first record not appended
+    (``len(records)``: all were). The native builder takes them in one call (``extend``);
+    aiokafka's, one ``append`` each."""
+    if is_native(batch):
+        appended: int = batch.extend(records, start)
+        return appended
+    append = batch.append
+    for i in range(start, len(records)):
+        key, value = records[i]
+        if append(timestamp=None, key=key, value=value, headers=[]) is None:
+            return i
+    return len(records)

@@ -16,6 +16,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata, TopicPartition
 
+from adapters.built_batches import append_pairs
+
 #: Records per partition go to the broker in batches of up to this size; a commit interval's
 #: records fit in a few.
 MAX_BATCH_BYTES = 1024 * 1024
@@ -101,6 +103,25 @@ class RecordCollector:
             builder.append(timestamp=timestamp_ms, key=key, value=value, headers=headers or [])
             is not None
         )
+
+    async def extend(
+        self,
+        producer: AIOKafkaProducer,
+        tp: TopicPartition,
+        records: list[tuple[bytes, bytes | None]],
+    ) -> None:
+        """Add ``(key, value)`` records (no headers, the time of now) to the open batch for
+        ``tp`` in one call per batch (``built_batches.append_pairs``); a full batch goes to the
+        producer. A commit's changelog records."""
+        start, end = 0, len(records)
+        while start < end:
+            builder = self._builders.get(tp)
+            if builder is None:
+                builder = self._builders[tp] = self._new_batch(producer, tp)
+            start = append_pairs(builder, records, start)
+            if start < end:
+                # Full. The next, empty batch takes at least its first record.
+                await self.send_batch(producer, tp)
 
     async def append(
         self,

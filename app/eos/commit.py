@@ -229,9 +229,7 @@ class Committer:
         for store, topic in self._changelogs:
             tp = TopicPartition(topic, task.partition)
             collector.add_changelog_target(tp, self.producers.changelog_batch)
-            for key, value in store.changelog_records(task.partition):
-                if not collector.append_now(producer, tp, key, value):
-                    await collector.append(producer, tp, key, value)
+            await collector.extend(producer, tp, store.changelog_records(task.partition))
 
     async def _record_source_offsets(
         self, task: Task, offsets: Mapping[TopicPartition, int]

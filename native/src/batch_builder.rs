@@ -21,7 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::{ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, TRANSACTIONAL_MASK};
 
@@ -106,6 +106,64 @@ pub struct BatchBuilder {
     built: Option<Py<PyBytes>>,
 }
 
+impl BatchBuilder {
+    /// One record into the buffer (the batch is open): false, and the batch closes, when it
+    /// would take the batch to its size (never the first record).
+    fn append_record(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let first = self.records == 0;
+        let delta = if first {
+            0
+        } else {
+            timestamp - self.first_timestamp
+        };
+        let rec = &mut self.record;
+        rec.clear();
+        rec.push(0); // attributes
+        put_varint(rec, delta);
+        put_varint(rec, self.records as i64); // offset delta
+        put_bytes(rec, key);
+        put_bytes(rec, value);
+        match headers {
+            Some(headers) if !headers.is_none() => {
+                put_varint(rec, headers.len()? as i64);
+                for header in headers.try_iter()? {
+                    let header = header?;
+                    let h_key = header.get_item(0)?;
+                    let h_key = h_key
+                        .cast::<PyString>()
+                        .map_err(|_| PyTypeError::new_err("a header's key must be a str"))?;
+                    let h_key = h_key.to_str()?.as_bytes();
+                    put_varint(rec, h_key.len() as i64);
+                    rec.extend_from_slice(h_key);
+                    put_bytes(rec, bytes_arg("a header's value", &header.get_item(1)?)?);
+                }
+            }
+            _ => put_varint(rec, 0),
+        }
+        let len = rec.len();
+        if !first && len + varint_len(len as i64) + self.buf.len() >= self.batch_size {
+            self.closed = true;
+            return Ok(false);
+        }
+        if first {
+            self.first_timestamp = timestamp;
+            self.max_timestamp = timestamp;
+        } else if timestamp > self.max_timestamp {
+            self.max_timestamp = timestamp;
+        }
+        self.records += 1;
+        put_varint(&mut self.buf, len as i64);
+        self.buf.extend_from_slice(&self.record);
+        Ok(true)
+    }
+}
+
 #[pymethods]
 impl BatchBuilder {
     #[new]
@@ -151,51 +209,53 @@ impl BatchBuilder {
             return Ok(None);
         }
         let timestamp = timestamp.unwrap_or_else(now_ms);
-        let first = self.records == 0;
-        let delta = if first {
-            0
-        } else {
-            timestamp - self.first_timestamp
-        };
-        let rec = &mut self.record;
-        rec.clear();
-        rec.push(0); // attributes
-        put_varint(rec, delta);
-        put_varint(rec, self.records as i64); // offset delta
-        put_bytes(rec, bytes_arg("key", key)?);
-        put_bytes(rec, bytes_arg("value", value)?);
-        match headers {
-            Some(headers) if !headers.is_none() => {
-                put_varint(rec, headers.len()? as i64);
-                for header in headers.try_iter()? {
-                    let header = header?;
-                    let h_key = header.get_item(0)?;
-                    let h_key = h_key
-                        .cast::<PyString>()
-                        .map_err(|_| PyTypeError::new_err("a header's key must be a str"))?;
-                    let h_key = h_key.to_str()?.as_bytes();
-                    put_varint(rec, h_key.len() as i64);
-                    rec.extend_from_slice(h_key);
-                    put_bytes(rec, bytes_arg("a header's value", &header.get_item(1)?)?);
-                }
+        let appended = self.append_record(
+            timestamp,
+            bytes_arg("key", key)?,
+            bytes_arg("value", value)?,
+            headers,
+        )?;
+        Ok(appended.then_some(true))
+    }
+
+    /// Append ``records[start:]``, each a ``(key, value)`` pair without headers, as
+    /// :meth:`append` appends them one by one (``timestamp``: ms, None for now, taken once),
+    /// until the batch refuses one: the index of the first record not appended
+    /// (``len(records)``: all were). The changelog records of a commit, in one call.
+    #[pyo3(signature = (records, start = 0, *, timestamp = None))]
+    fn extend(
+        &mut self,
+        records: &Bound<'_, PyList>,
+        start: usize,
+        timestamp: Option<i64>,
+    ) -> PyResult<usize> {
+        let timestamp = timestamp.unwrap_or_else(now_ms);
+        let end = records.len();
+        for i in start..end {
+            if self.closed {
+                return Ok(i);
             }
-            _ => put_varint(rec, 0),
+            let item = records.get_item(i)?;
+            let pair = item
+                .cast::<PyTuple>()
+                .map_err(|_| PyTypeError::new_err("a record must be a (key, value) tuple"))?;
+            if pair.len() != 2 {
+                return Err(PyTypeError::new_err(
+                    "a record must be a (key, value) tuple",
+                ));
+            }
+            let key = pair.get_item(0)?;
+            let value = pair.get_item(1)?;
+            if !self.append_record(
+                timestamp,
+                bytes_arg("key", &key)?,
+                bytes_arg("value", &value)?,
+                None,
+            )? {
+                return Ok(i);
+            }
         }
-        let len = rec.len();
-        if !first && len + varint_len(len as i64) + self.buf.len() >= self.batch_size {
-            self.closed = true;
-            return Ok(None);
-        }
-        if first {
-            self.first_timestamp = timestamp;
-            self.max_timestamp = timestamp;
-        } else if timestamp > self.max_timestamp {
-            self.max_timestamp = timestamp;
-        }
-        self.records += 1;
-        put_varint(&mut self.buf, len as i64);
-        self.buf.extend_from_slice(&self.record);
-        Ok(Some(true))
+        Ok(end)
     }
 
     fn close(&mut self) {
