@@ -250,8 +250,7 @@ class Committer:
         collector = task.collector
         tp = TopicPartition(topic, task.partition)
         collector.add_changelog_target(tp, self.producers.changelog_batch)
-        if not collector.append_now(producer, tp, SOURCE_OFFSETS_KEY, value):
-            await collector.append(producer, tp, SOURCE_OFFSETS_KEY, value)
+        await collector.append(producer, tp, SOURCE_OFFSETS_KEY, value)
         store.stage_source_offsets(task.partition, value)
 
     async def _did_commit(

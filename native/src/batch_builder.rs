@@ -229,12 +229,12 @@ impl BatchBuilder {
         start: usize,
         timestamp: Option<i64>,
     ) -> PyResult<usize> {
-        let timestamp = timestamp.unwrap_or_else(now_ms);
         let end = records.len();
+        if self.closed {
+            return Ok(start.min(end));
+        }
+        let timestamp = timestamp.unwrap_or_else(now_ms);
         for i in start..end {
-            if self.closed {
-                return Ok(i);
-            }
             let item = records.get_item(i)?;
             let pair = item
                 .cast::<PyTuple>()

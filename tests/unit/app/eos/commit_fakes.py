@@ -12,7 +12,6 @@ from typing import Any
 from aiokafka.structs import TopicPartition
 
 from app.eos import Committer, Task
-from tables.source_offsets import SOURCE_OFFSETS_KEY
 
 SOURCE = TopicPartition("events", 3)
 
@@ -85,12 +84,6 @@ class Producer:
         self.sent.append((topic, partition, builder.record_count()))
         self.batches_made_by[topic] = builder.made_by
         return self._answer(builder.record_count())
-
-    async def send(self, topic: str, *, key: bytes, value: bytes, partition: int) -> Any:
-        self.calls.append(f"send {topic}")
-        assert key == SOURCE_OFFSETS_KEY
-        self.sent.append((topic, partition, 1))
-        return self._answer(1)
 
     async def send_offsets_to_transaction(
         self, offsets: Mapping[TopicPartition, int], group_id: str
