@@ -44,8 +44,9 @@ class TxnRequest:
     epoch: int = -1
     committed: bool = False  # EndTxn: commit (True) or abort
     transactional_id: str = ""
-    error: int | None = None  # the broker's error code (0: success); None: no answer seen
+    error: int | None = None  # the error code the client got (0: success); None: no answer seen
     action: str | None = None  # what ``Link.on_request`` did to it ("reset-before"...)
+    broker_error: int | None = None  # the broker's own, when the proxy changed it (``answer_as``)
 
 
 @dataclass
@@ -131,6 +132,19 @@ def parse_answer(frame: bytes, api_key: int, version: int, txn: TxnRequest) -> N
     _throttle, txn.error = struct.unpack_from(">ih", frame, i)
     if api_key == INIT_PRODUCER_ID:
         txn.producer_id, txn.epoch = struct.unpack_from(">qh", frame, i + 6)
+
+
+def rewrite_end_txn_error(frame: bytes, version: int, error: int) -> bytes:
+    """``frame`` (an EndTxn answer) with ``error`` and, from v5 on, the producer id and epoch a
+    broker sends with an error (-1, -1), as if the coordinator had answered so."""
+    i = 8
+    if version >= FLEXIBLE_FROM[END_TXN]:
+        _, i = _uvarint(frame, i)  # response header tagged fields
+    out = bytearray(frame)
+    struct.pack_into(">h", out, i + 4, error)  # after the throttle time
+    if version >= 5:
+        struct.pack_into(">qh", out, i + 6, -1, -1)
+    return bytes(out)
 
 
 def _answer_body_at(frame: bytes) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tests.faults.kafka_frames import (
+    END_TXN,
     JOIN_GROUP,
     REWRITABLE,
     SYNC_GROUP,
@@ -23,6 +24,7 @@ from tests.faults.kafka_frames import (
     answer_errors,
     parse_answer,
     parse_request,
+    rewrite_end_txn_error,
     rewrite_errors,
 )
 
@@ -31,8 +33,13 @@ if TYPE_CHECKING:
 
 #: What to do with a request on its way to the broker: None (forward it), "reset-before" (reset
 #: the connection instead: the request is lost), "reset-after" (forward it, then reset the
-#: connection before its answer can come back).
-Action = Literal["reset-before", "reset-after"] | None
+#: connection before its answer can come back), "concurrent" (an EndTxn only: forward it, and
+#: give the client CONCURRENT_TRANSACTIONS instead of the broker's answer, as a coordinator
+#: answers an EndTxn that comes while the same transaction's markers are written; only for a
+#: request the broker acts on by changing nothing, such as the retry of a done commit).
+Action = Literal["reset-before", "reset-after", "concurrent"] | None
+#: The error code a "concurrent" answer carries.
+CONCURRENT_TRANSACTIONS = 51
 
 
 @dataclass
@@ -145,6 +152,9 @@ class Conn:
                 api_key, version, txn = self.pending.pop(corr, (-1, 0, None))
                 if txn is not None:
                     parse_answer(raw, api_key, version, txn)
+                    if txn.action == "concurrent" and api_key == END_TXN:
+                        txn.broker_error, txn.error = txn.error, CONCURRENT_TRANSACTIONS
+                        frame.data = rewrite_end_txn_error(raw, version, CONCURRENT_TRANSACTIONS)
                 self._answer_seen(frame, api_key, version, corr)
         except (struct.error, IndexError, AssertionError):
             pass  # not a frame the proxy understands: forwarded as it is
