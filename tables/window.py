@@ -210,16 +210,33 @@ def marks_of(entries: list[bytes], slot_ms: int, block: int) -> Marks | None:
     joined = b"".join(entries)
     if width < 16 or len(joined) != width * n or min(map(len, entries)) != width:
         return None
-    rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, width)
-    # Big-endian 8-byte fields: as unsigned numbers they order as their bytes do.
-    first_seen = rows[:, FIRST_SEEN].copy().view(">u8").ravel().astype(np.uint64)
-    seq = rows[:, SEQ].copy().view(">u8").ravel().astype(np.uint64)
-    pairs = np.stack((first_seen - first_seen % np.uint64(slot_ms), seq // np.uint64(block)), 1)
-    ranks, counts = np.unique(pairs, axis=0, return_counts=True)
+    # The big-endian 8-byte fields read in place, one row per entry, then as native numbers.
+    first_seen = np.ndarray((n,), ">u8", joined, FIRST_SEEN.start, (width,)).astype(np.uint64)
+    seq = np.ndarray((n,), ">u8", joined, SEQ.start, (width,)).astype(np.uint64)
+    slots = first_seen // np.uint64(slot_ms)
+    blocks = seq // np.uint64(block)
+    # The ranks as one number each, (slot - lowest) * span + (block - lowest), so that counting
+    # them is a sort of one array (a commit's first sightings fall in a few ranks). np.unique
+    # over (slot, block) rows, which it must view as structured records, took 8x longer.
+    s0, b0 = int(slots.min()), int(blocks.min())
+    span = int(blocks.max()) - b0 + 1
+    ranks: dict[tuple[int, int], int]
+    if (int(slots.max()) - s0 + 1) * span < 1 << 63:
+        flat = (slots - np.uint64(s0)) * np.uint64(span) + (blocks - np.uint64(b0))
+        found, counts = np.unique(flat, return_counts=True)
+        ranks = {
+            ((s0 + k // span) * slot_ms, b0 + k % span): c
+            for k, c in zip(found.tolist(), counts.tolist(), strict=True)
+        }
+    else:  # ranks too far apart to number in 64 bits
+        rows, counts = np.unique(np.stack((slots, blocks), 1), axis=0, return_counts=True)
+        ranks = {
+            (s * slot_ms, b): c for (s, b), c in zip(rows.tolist(), counts.tolist(), strict=True)
+        }
     return Marks(
         top_seq=int(seq.max()).to_bytes(8, "big"),
         newest=int(first_seen.max()).to_bytes(8, "big"),
-        ranks={(int(r[0]), int(r[1])): int(c) for r, c in zip(ranks, counts, strict=True)},
+        ranks=ranks,
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app import rules
 from tables import window
@@ -127,6 +129,40 @@ def test_marks_of_many_entries_are_those_of_each(slot_ms: int, block: int) -> No
     assert marks.ranks == ranks
     assert window.marks_of([entries[0], entries[1] + b"x"], slot_ms, block) is None  # lengths
     assert window.marks_of([], slot_ms, block) is None
+
+
+U64 = st.integers(0, (1 << 64) - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sightings=st.lists(
+        st.one_of(
+            st.tuples(st.integers(1_790_000_000_000, 1_790_000_500_000), st.integers(0, 1 << 20)),
+            st.tuples(U64, U64),  # ranks too far apart to number in 64 bits: the fallback
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    slot_ms=st.sampled_from([1, 7, 1_000, 3_600_000]),
+    block=st.sampled_from([1, 3, 1 << 15]),
+    repeats=st.integers(0, 5),
+)
+def test_marks_of_any_entries_are_those_of_each(
+    sightings: list[tuple[int, int]], slot_ms: int, block: int, repeats: int
+) -> None:
+    """Whole-array marks equal the per-entry definition (``rank_of``) for any 8-byte fields:
+    ranks numbered in one array, or, when too far apart for 64 bits, counted as rows."""
+    entries = [window.encode_entry(ms, seq, repeats) for ms, seq in sightings]
+    marks = window.marks_of(entries, slot_ms, block)
+    assert marks is not None
+    ranks: dict[tuple[int, int], int] = {}
+    for e in entries:
+        rank = window.rank_of(e, slot_ms, block)
+        ranks[rank] = ranks.get(rank, 0) + 1
+    assert marks.ranks == ranks
+    assert int.from_bytes(marks.top_seq, "big") == max(seq for _, seq in sightings)
+    assert int.from_bytes(marks.newest, "big") == max(ms for ms, _ in sightings)
 
 
 def test_effective_window() -> None:
