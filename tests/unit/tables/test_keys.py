@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.strategy import fingerprint_key, scoped_key
@@ -98,6 +98,69 @@ def test_one_key_out_of_form_in_a_list_of_uuids_keeps_its_own_form(
     mixed = [*keys[:at], odd, *keys[at + 1 :]]
     assert to_disk_all(mixed) == [to_disk(k) for k in mixed]
     assert to_disk(odd) == odd or odd == keys[at].upper()
+
+
+HEX_32 = st.binary(min_size=16, max_size=16).map(lambda b: b.hex().encode())
+AJS_IDS = HEX_32.map(lambda h: b"ajs-" + h)
+
+
+def _hyphens_at(hexes: bytes, at: list[int]) -> bytes:
+    out = bytearray(hexes)
+    for i in sorted(at):
+        out.insert(i, ord("-"))
+    return bytes(out)
+
+
+#: 32 hex digits and 4 hyphens anywhere (a UUID's places among them), or ``ajs-`` anywhere.
+LOOKALIKES = st.one_of(
+    st.tuples(HEX_32, st.lists(st.integers(0, 35), min_size=4, max_size=4, unique=True)).map(
+        lambda t: _hyphens_at(*t)
+    ),
+    st.tuples(HEX_32, st.integers(0, 32)).map(lambda t: t[0][: t[1]] + b"ajs-" + t[0][t[1] :]),
+)
+#: 36-byte keys of every kind: canonical UUIDs, classic ajs- ids, and what only looks like them.
+KEYS_36 = st.one_of(
+    UUIDS,
+    AJS_IDS,
+    UUIDS.map(bytes.upper),
+    AJS_IDS.map(bytes.upper),
+    st.binary(min_size=36, max_size=36),
+    LOOKALIKES,
+    st.tuples(st.one_of(UUIDS, AJS_IDS), st.integers(0, 35), st.binary(min_size=1, max_size=1)).map(
+        lambda t: t[0][: t[1]] + t[2] + t[0][t[1] + 1 :]  # one byte changed anywhere
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(KEYS_36, min_size=1, max_size=40))
+def test_36_byte_keys_of_mixed_shapes_take_the_disk_form_of_each(keys: list[bytes]) -> None:
+    """The array path for batches of UUIDs and ``ajs-`` ids (several SDKs writing to one
+    topic) gives each key the form :func:`to_disk` gives it, whatever else is among them."""
+    assert to_disk_all(keys) == [to_disk(k) for k in keys]
+
+
+def test_what_only_looks_like_ajs_ids_and_uuids_among_them_keeps_its_own_form() -> None:
+    """Keys the whole-text checks of a mixed batch must tell apart: four hyphens where
+    ``ajs-`` would be, ``ajs-`` inside a key, ``aj`` and ``s-`` across two keys, a fifth
+    hyphen, upper case."""
+    u = b"0f8fad5b-d9cb-469f-a165-70867728950e"
+    a = b"ajs-" + bytes(range(16)).hex().encode()
+    hexes = bytes(range(16, 32)).hex().encode()
+    for odd in (
+        b"----" + hexes,
+        hexes[:4] + b"----" + hexes[4:],
+        b"aj-s" + hexes,
+        hexes[:4] + b"ajs-" + hexes[4:],
+        u[:-2] + b"aj",
+        u[:30] + b"ajs-" + u[34:],
+        b"ajs-" + hexes[:-1] + b"-",
+        a.upper(),
+        b"ajs-" + hexes[:-1] + b"g",
+    ):
+        assert len(odd) == 36
+        for keys in ([u, a, odd], [odd, a, u], [a, odd, b"s-" + u[2:]], [odd, odd, a]):
+            assert to_disk_all(keys) == [to_disk(k) for k in keys], keys
 
 
 def test_uuids_that_shift_across_each_other_are_not_taken_as_uuids() -> None:
