@@ -216,8 +216,8 @@ def marks_of(entries: list[bytes], slot_ms: int, block: int) -> Marks | None:
     slots = first_seen // np.uint64(slot_ms)
     blocks = seq // np.uint64(block)
     # The ranks as one number each, (slot - lowest) * span + (block - lowest), so that counting
-    # them is a sort of one array (a commit's first sightings fall in a few ranks). np.unique
-    # over (slot, block) rows, which it must view as structured records, took 8x longer.
+    # them is a sort of one array (a commit's first sightings fall in a few ranks): np.unique
+    # over (slot, block) rows views them as structured records, which costs far more.
     s0, b0 = int(slots.min()), int(blocks.min())
     span = int(blocks.max()) - b0 + 1
     ranks: dict[tuple[int, int], int]

@@ -46,7 +46,7 @@ class TxnRequest:
     transactional_id: str = ""
     error: int | None = None  # the error code the client got (0: success); None: no answer seen
     action: str | None = None  # what ``Link.on_request`` did to it ("reset-before"...)
-    broker_error: int | None = None  # the broker's own, when the proxy changed it (``answer_as``)
+    broker_error: int | None = None  # the broker's own, when the proxy changed it ("concurrent")
 
 
 @dataclass
