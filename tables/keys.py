@@ -89,6 +89,15 @@ def to_disk_all(keys: list[bytes]) -> list[bytes]:
     # Every key 36 bytes long: none shorter, and 36 each on average.
     if n == 0 or len(text) != 36 * n or min(map(len, keys)) != 36:
         return [to_disk(k) for k in keys]
+    packed = _uuids(text, n)
+    if packed is None:
+        packed = _uuids_and_ajs(text, n)
+    return [to_disk(k) for k in keys] if packed is None else packed
+
+
+def _uuids(text: bytes, n: int) -> list[bytes] | None:
+    """The disk forms of ``n`` 36-byte keys joined in ``text`` when every one is a canonical
+    UUID (None: not every one)."""
     # Hyphens at 8, 13, 18 and 23 of every key and nowhere else; no upper case (it would not
     # come back as written); unhexlify refuses anything else that is not a hex digit.
     hyphens = b"-" * n
@@ -100,45 +109,46 @@ def to_disk_all(keys: list[bytes]) -> list[bytes]:
         or text.count(b"-") != 4 * n
         or text.lower() != text
     ):
-        return _mixed_36(keys, text)
+        return None
     try:
         raw = unhexlify(text.replace(b"-", b""))
     except HexError:
-        return _mixed_36(keys, text)
-    disk = np.empty((n, 17), dtype=np.uint8)
-    disk[:, 0] = UUID_TAG[0]
-    disk[:, 1:] = np.frombuffer(raw, dtype=np.uint8).reshape(n, 16)
-    # One 17-byte bytes object per row ("V": raw bytes, trailing zero bytes kept).
-    keys_on_disk: list[bytes] = disk.view("V17").ravel().tolist()
-    return keys_on_disk
+        return None
+    return _tagged_16(_UUID_BYTE, raw, n)
 
 
-def _mixed_36(keys: list[bytes], text: bytes) -> list[bytes]:
-    """:func:`to_disk_all` of 36-byte keys not all canonical UUIDs. When each is a canonical
-    UUID or a classic ``ajs-`` id (``ajs-`` and 32 lowercase hex digits: the two shapes
-    :func:`to_disk` gives 17 bytes), both are packed in whole-text steps; else key by key.
+def _uuids_and_ajs(text: bytes, n: int) -> list[bytes] | None:
+    """The disk forms of ``n`` 36-byte keys joined in ``text`` when each is a canonical UUID or
+    a classic ``ajs-`` id (``ajs-`` and 32 lowercase hex digits: the two shapes :func:`to_disk`
+    gives 17 bytes); None when one is neither.
 
     With ``ajs-`` written as four hyphens, both shapes are four hyphens and 32 hex digits: a
     UUID's at 8, 13, 18 and 23, an ``ajs-`` id's at 0-3. Exactly 4 hyphens per key on average,
     each key with 4 at one of those places, leaves none anywhere else; as many ``ajs-`` in the
     text as keys with hyphens at 0-3 means each of those begins with ``ajs-`` (a hyphen written
     by the text itself would be a fifth in its key)."""
-    n = len(keys)
     four = text.replace(b"ajs-", b"----")
     if text.lower() != text or four.count(b"-") != 4 * n:
-        return [to_disk(k) for k in keys]
+        return None
     hyphen = np.frombuffer(four, dtype=np.uint8).reshape(n, 36) == ord("-")
     is_uuid = hyphen[:, 8] & hyphen[:, 13] & hyphen[:, 18] & hyphen[:, 23]
     is_ajs = hyphen[:, 0] & hyphen[:, 1] & hyphen[:, 2] & hyphen[:, 3]
     if not (is_uuid | is_ajs).all() or text.count(b"ajs-") != int(is_ajs.sum()):
-        return [to_disk(k) for k in keys]
+        return None
     try:
         raw = unhexlify(four.replace(b"-", b""))  # lowercase: checked above
     except HexError:
-        return [to_disk(k) for k in keys]
+        return None
+    return _tagged_16(np.where(is_uuid, _UUID_BYTE, AJS), raw, n)
+
+
+def _tagged_16(tags: int | np.ndarray, raw: bytes, n: int) -> list[bytes]:
+    """``n`` 17-byte keys: each a tag byte (one for all, or one per key) and its 16 bytes of
+    ``raw``."""
     disk = np.empty((n, 17), dtype=np.uint8)
-    disk[:, 0] = np.where(is_uuid, _UUID_BYTE, AJS)
+    disk[:, 0] = tags
     disk[:, 1:] = np.frombuffer(raw, dtype=np.uint8).reshape(n, 16)
+    # One 17-byte bytes object per row ("V": raw bytes, trailing zero bytes kept).
     keys_on_disk: list[bytes] = disk.view("V17").ravel().tolist()
     return keys_on_disk
 

@@ -24,6 +24,8 @@ PRODUCE, JOIN_GROUP, SYNC_GROUP, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TX
     26,
 )
 TXN_OFFSET_COMMIT = 28
+#: The error code a coordinator answers while the transaction's markers are being written.
+CONCURRENT_TRANSACTIONS = 51
 #: First flexible version (compact strings, tagged fields) of each API read here.
 FLEXIBLE_FROM = {INIT_PRODUCER_ID: 2, END_TXN: 3, PRODUCE: 9, TXN_OFFSET_COMMIT: 3}
 #: The answers whose error codes the proxy can rewrite, by (API key, version): the versions

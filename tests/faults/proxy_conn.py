@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from tests.faults.kafka_frames import (
+    CONCURRENT_TRANSACTIONS,
     END_TXN,
     JOIN_GROUP,
     REWRITABLE,
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 #: answers an EndTxn that comes while the same transaction's markers are written; only for a
 #: request the broker acts on by changing nothing, such as the retry of a done commit).
 Action = Literal["reset-before", "reset-after", "concurrent"] | None
-#: The error code a "concurrent" answer carries.
-CONCURRENT_TRANSACTIONS = 51
 
 
 @dataclass

@@ -39,13 +39,12 @@ from scripts.topic_admin import create_topics
 from scripts.topic_reader import end_offsets
 from tests.faults.conftest import SCALE, Reliability
 from tests.faults.hanging_support import hang_a_transaction
+from tests.faults.kafka_frames import CONCURRENT_TRANSACTIONS
 from tests.faults.scenario import drain_and_verify, record, settings_of, started
 from tests.support import Broker, Names
 from tests.workers import Worker, wait_drained
 
 pytestmark = [pytest.mark.faults, pytest.mark.v2_only]
-
-CONCURRENT_TRANSACTIONS = 51
 
 #: Transactions run with the worker's transactional id: past the 32,767 epochs of one producer
 #: id whatever epoch it started from.

@@ -21,6 +21,7 @@ import pytest
 
 from tests.faults.conftest import Reliability
 from tests.faults.kafka_frames import (
+    CONCURRENT_TRANSACTIONS,
     END_TXN,
     INIT_PRODUCER_ID,
     PRODUCE,
@@ -36,7 +37,7 @@ from tests.workers import Worker
 
 pytestmark = [pytest.mark.faults, pytest.mark.v2_only]
 
-TRANSACTION_ABORTABLE, CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS = 120, 51, 14
+TRANSACTION_ABORTABLE, COORDINATOR_LOAD_IN_PROGRESS = 120, 14
 #: The answers to an EndTxn the client sends again (the Java client's ``EndTxnHandler``); None:
 #: no answer came (the connection went).
 RETRIED_END_TXN = {CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, None}
@@ -161,7 +162,7 @@ def test_an_end_whose_answer_is_lost_is_learned_from_the_retry(
     def on_request(api_key: int, txn: TxnRequest | None) -> Action:
         if api_key != END_TXN or txn is None or not txn.committed:
             return None
-        key = (txn.transactional_id, txn.producer_id, txn.epoch)
+        key = _commit_key(txn)
         lost = next((n for n, r in enumerate(resets) if key == _commit_key(r)), None)
         if lost is not None:  # the retry of a commit whose answer was lost: let it through
             retries[key] = retries.get(key, 0) + 1
