@@ -16,7 +16,7 @@ the extension: aiokafka's stays the reference and the fallback.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -75,5 +75,26 @@ def append_pairs(batch: Any, records: list[tuple[bytes, bytes | None]], start: i
     for i in range(start, len(records)):
         key, value = records[i]
         if append(timestamp=None, key=key, value=value, headers=[]) is None:
+            return i
+    return len(records)
+
+
+#: A record as :func:`append_records` takes it: ``(timestamp_ms, key, value, headers)``; the
+#: time None for now, the headers ``(str, bytes)`` pairs or None.
+Record = tuple[int | None, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None]
+
+
+def append_records(batch: Any, records: list[Record], start: int = 0) -> int:
+    """Append ``records[start:]`` to ``batch``, as one ``append`` each would, until it refuses
+    one: the index of the first record not appended (``len(records)``: all were). The native
+    builder takes them in one call (``extend_records``); aiokafka's, one ``append`` each."""
+    if is_native(batch):
+        appended: int = batch.extend_records(records, start)
+        return appended
+    append = batch.append
+    for i in range(start, len(records)):
+        timestamp, key, value, headers = records[i]
+        listed = list(headers) if headers else []  # aiokafka's builder takes a list only
+        if append(timestamp=timestamp, key=key, value=value, headers=listed) is None:
             return i
     return len(records)

@@ -4,7 +4,7 @@ Table writes made meanwhile stay staged in their stores; the commit sends them.
 
 The consumer hands each partition's fetched records to the app's batch handler, which opens
 ``async with manager.processing_batch(records, generation) as batch`` and iterates
-``batch.records()``; what it sends goes through ``batch.send`` into the task's transaction.
+``batch.spans()``; what it sends goes through ``batch.send`` into the task's transaction.
 The scope needs a few things of the manager (:class:`BatchOwner`), never the manager itself.
 """
 
@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeAlias
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from adapters.built_batches import Record, append_records
 from app.eos.producer import is_transaction_error
 from app.eos.task import Task, TaskState
 from tables.protocol import processing_partition
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 #: ``tables.transactional.current_partition``).
 batch_partition = processing_partition
 
-#: A batch gives the event loop a turn after this many records.
+#: A batch gives the event loop a turn after this many records, and a span of it
+#: (``TaskBatch.spans``) holds at most this many: what a rebalance or a stop may wait for.
 YIELD_EVERY = 256
 
 #: A fetched record of a source topic, as the batch path reads it: aiokafka's own record
@@ -101,6 +103,19 @@ class TaskTransaction:
         if not collector.append_now(producer, tp, key, value, timestamp_ms, listed):
             await collector.append(producer, tp, key, value, timestamp_ms, listed)
 
+    async def send_records(self, topic: str, partition: int, records: list[Record]) -> None:
+        """Send ``records``, ``(timestamp_ms, key, value, headers)`` tuples, in order, to
+        ``(topic, partition)`` in this task's open transaction, as :meth:`send` sends each: one
+        call per output batch (``built_batches.append_records``), awaiting only to open a
+        batch. The first sightings of a dedup span."""
+        builder = self._builder_of((topic, partition))
+        start = 0 if builder is None else append_records(builder, records)
+        if start < len(records):
+            producer = self._task.producer
+            assert producer is not None
+            tp = TopicPartition(topic, partition)
+            await self._collector.extend(producer, tp, records, append_records, start)
+
     def send_now(
         self,
         topic: str,
@@ -140,9 +155,11 @@ class TaskBatch(TaskTransaction):
         self._messages = messages
         self._generation_id = generation_id
 
-    async def records(self) -> AsyncIterator[SourceRecord]:
-        """The batch's records to process, in offset order; a record counts as processed (its
-        offset joins the transaction) once the loop body that got it finished.
+    async def spans(self) -> AsyncIterator[tuple[int, int]]:
+        """The batch's records to process, as spans ``(start, stop)`` of its record list: each
+        span's records are consecutive offsets, processed in order by the loop body that got
+        the span; they count as processed (their offsets join the transaction) once that body
+        finished.
 
         Skipped, as Faust's stream skips them: records of an older consumer generation or while
         the flow is stopped (a rebalance began); and records out of sequence (a record
@@ -150,45 +167,77 @@ class TaskBatch(TaskTransaction):
         The rest of the batch is dropped when the task stops (fenced, failed): its records are
         re-read from the committed offset. Nothing skipped is committed.
 
-        The checks and the offset bookkeeping are written out here, for the batch's one
-        partition, without a call per record: they run for every record.
+        The checks run before each span, not before each record: a span holds at most
+        :data:`YIELD_EVERY` records, so a rebalance or a stop waits for at most that many. A
+        span finished after the task stopped is harmless (its transaction never commits), and
+        one finished after the flow stopped commits whole, its offsets with its sends, as a
+        record finished then always did. A body that raises leaves its span out; the scope
+        then fails the task, so none of the span's sends commit either.
+
+        Spans, not records, so that the dedup loop runs without an async-generator step, three
+        checks and an offset store per record.
         """
         owner, task = self._owner, self._task
         app = owner.app
         flow_active = app.flow_control.is_active
         generation_id = self._generation_id
-        first = self._messages[0]
+        messages = self._messages
+        first = messages[0]
         tp = TopicPartition(first.topic, first.partition)
         positions, offsets = task.positions, task.offsets
-        logged_first = tp in owner.first_offsets
-        seen = False
-        for n, message in enumerate(self._messages, 1):
-            if n % YIELD_EVERY == 0:
+        total = len(messages)
+        i, turn_at = 0, YIELD_EVERY
+        while i < total:
+            if i >= turn_at:
                 await asyncio.sleep(0)  # let the web server and timers run in a long batch
+                turn_at = i + YIELD_EVERY
             if (
                 task.state is not TaskState.RUNNING
                 or not flow_active()
                 or app.consumer_generation_id != generation_id
             ):
                 return
+            message = messages[i]
             offset = message.offset
-            if not seen:  # delivered: what the stall watchdog watches
-                seen = True
+            if i == 0:  # delivered: what the stall watchdog watches
                 task.delivered_at[tp] = time.monotonic()
                 task.stall_seeks.discard(tp)
             expected = positions.get(tp)
             if expected is not None and offset != expected:
                 if offset < expected:
+                    i += 1
                     continue  # delivered again: already processed in this or a committed txn
                 if not await owner.gap_checked(task, message):
+                    i += 1
                     continue
-            yield message
-            offsets[tp] = positions[tp] = offset + 1
-            task.records += 1
-            if not logged_first:
-                logged_first = True
-                owner.first_offsets.setdefault(tp, offset)
+                # The check awaited: the task, flow and generation are checked again.
+                if (
+                    task.state is not TaskState.RUNNING
+                    or not flow_active()
+                    or app.consumer_generation_id != generation_id
+                ):
+                    return
+            stop = _consecutive_end(messages, i, min(total, i + YIELD_EVERY))
+            yield i, stop
+            last = messages[stop - 1].offset
+            offsets[tp] = positions[tp] = last + 1
+            task.records += stop - i
+            if tp not in owner.first_offsets:
+                owner.first_offsets[tp] = offset
                 log.info("%s-%d: first record processed at offset %d", *tp, offset)
+            i = stop
+
+
+def _consecutive_end(messages: Sequence[SourceRecord], start: int, limit: int) -> int:
+    """The end of the run of consecutive offsets from ``messages[start]``, at most ``limit``.
+    Walked record by record: a batch handed over again after a seek may hold an offset twice
+    or out of order, and the walk trusts no order it did not see."""
+    expected = messages[start].offset + 1
+    for j in range(start + 1, limit):
+        if messages[j].offset != expected:
+            return j
+        expected += 1
+    return limit
 
 
 class BatchScope:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata, TopicPartition
 
-from adapters.built_batches import append_pairs
+#: A record as the batch's append function takes it (``adapters/built_batches.py``).
+T = TypeVar("T")
 
 #: Records per partition go to the broker in batches of up to this size; a commit interval's
 #: records fit in a few.
@@ -108,17 +109,20 @@ class RecordCollector:
         self,
         producer: AIOKafkaProducer,
         tp: TopicPartition,
-        records: list[tuple[bytes, bytes | None]],
+        records: list[T],
+        append: Callable[[Any, list[T], int], int],
+        start: int = 0,
     ) -> None:
-        """Add ``(key, value)`` records (no headers, the time of now) to the open batch for
-        ``tp`` in one call per batch (``built_batches.append_pairs``); a full batch goes to the
-        producer. A commit's changelog records."""
-        start, end = 0, len(records)
+        """Add ``records[start:]`` to the open batch for ``tp`` in one call per batch
+        (``append``: ``built_batches.append_pairs`` for ``(key, value)`` pairs without headers
+        at the time of now, a commit's changelog records; ``built_batches.append_records`` for
+        whole records); a full batch goes to the producer."""
+        end = len(records)
         while start < end:
             builder = self._builders.get(tp)
             if builder is None:
                 builder = self._builders[tp] = self._new_batch(producer, tp)
-            start = append_pairs(builder, records, start)
+            start = append(builder, records, start)
             if start < end:
                 # Full. The next, empty batch takes at least its first record.
                 await self.send_batch(producer, tp)

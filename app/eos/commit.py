@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
+from adapters.built_batches import append_pairs
 from app.eos.broker import BrokerReader
 from app.eos.collector import retrieve_exception_later
 from app.eos.metrics import COMMIT_FAILURES
@@ -229,7 +230,9 @@ class Committer:
         for store, topic in self._changelogs:
             tp = TopicPartition(topic, task.partition)
             collector.add_changelog_target(tp, self.producers.changelog_batch)
-            await collector.extend(producer, tp, store.changelog_records(task.partition))
+            await collector.extend(
+                producer, tp, store.changelog_records(task.partition), append_pairs
+            )
 
     async def _record_source_offsets(
         self, task: Task, offsets: Mapping[TopicPartition, int]

@@ -142,8 +142,8 @@ class TaskTransactionManager(TaskSendsOnly):
 
     def processing_batch(self, messages: list[SourceRecord], generation_id: int) -> BatchScope:
         """Scope for processing ``messages`` (records of one partition, in offset order, fetched
-        in consumer generation ``generation_id``):
-        ``async with tm.processing_batch(msgs, gen) as batch: async for m in batch.records():``."""
+        in consumer generation ``generation_id``): ``async with tm.processing_batch(msgs, gen)
+        as batch: async for start, stop in batch.spans():``, then ``msgs[start:stop]``."""
         return BatchScope(self, messages, generation_id)
 
     async def gap_checked(self, task: Task, message: SourceRecord) -> bool:

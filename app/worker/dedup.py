@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from adapters.built_batches import Record
 from app import rules, strategy
 from app.eos import SourceRecord, TaskBatch, TaskTransaction
 from app.settings import Settings
@@ -115,16 +116,19 @@ class Deduplicator:
         outcomes: Counter[str],
         tally: Counter[tuple[str, str]],
     ) -> None:
-        """Decide and send the records ``batch.records()`` gives of ``messages`` (one partition's,
-        in offset order), counting each outcome in ``outcomes`` and ``tally`` (:meth:`handle`).
+        """Decide and send the records of ``messages`` (the batch's: one partition's, in offset
+        order) that ``batch.spans()`` gives, counting each outcome in ``outcomes`` and ``tally``
+        (:meth:`handle`).
 
         The batch's keys are placed and looked up in bulk (one multi-get) and its messageIds
-        found by the native scan first. A record whose id the scan found, without strategy
-        headers (``dedupe.*``), keyed by that id in its home partition, is then decided here
-        without a call per record, when the default strategy decides by id: the same decision,
-        table writes and send as :meth:`handle` makes of it (a unit property test holds the two
-        to the same outcomes, bytes and headers). Every other record goes through
-        :meth:`handle`.
+        found by the native scan first. The records ``batch.spans()`` gives are then taken in
+        runs: a run of records whose id the scan found, without strategy headers
+        (``dedupe.*``), keyed by that id in their home partition, is decided in one call
+        (``SeenIds.decide_span``) and its first sightings sent in one call per output batch
+        (``TaskBatch.send_records``), when the default strategy decides by id: the same
+        decisions, table writes and sends, in the same order, as :meth:`handle` makes of them
+        one by one (a unit property test holds the two to the same outcomes, bytes and
+        headers). The record that ends a run goes through :meth:`handle`.
         """
         partition = messages[0].partition
         keys = [m.key or b"" for m in messages]
@@ -133,55 +137,70 @@ class Deduplicator:
         # lookups; a record whose id is not its key is looked up on its own.
         self.seen_ids.prefetch(partition, keys)
         ids = self.message_ids(messages) or [None] * len(messages)
-        index = {m.offset: i for i, m in enumerate(messages)}
         handle = self.handle
         inline = self.default is _MESSAGE_ID  # else every record goes through handle()
-        decide, age_out, read_meta = self.seen_ids.decide, self.seen_ids.age_out, strategy.read_meta
-        send_now, topic, last_seen = batch.send_now, self.settings.output_topic, self.last_seen
+        decide_span, read_meta = self.seen_ids.decide_span, strategy.read_meta
+        send_records, topic = batch.send_records, self.settings.output_topic
+        last_seen = self.last_seen
         forwarded = repeats = 0
         try:
-            async for message in batch.records():
-                i = index[message.offset]
-                found = ids[i]
-                headers = message.headers
-                if (
-                    found is None
-                    or not inline
-                    or message.key != found
-                    or homes[i] != partition
-                    or (headers and read_meta(headers) is not NO_META)
-                ):
-                    outcomes[
-                        await handle(batch, message, record_ms(message), homes[i], tally, found)
-                    ] += 1
-                    continue
-                # handle() and _decide() for this record: no strategy headers, so the default
-                # strategy, no source scope and the default window start; Kafka time (the scan's
-                # condition).
-                timestamp = message.timestamp
-                ms = timestamp if timestamp >= 0 else 0
-                verdict = decide(found, ms, partition, b"", last_seen)
-                age_out(ms, partition)
-                if verdict is _REPEAT:
-                    repeats += 1
-                elif verdict is _REUSED:
-                    outcomes[await self._reused(batch, message, record_ms(message))] += 1
-                else:
-                    stamp = timestamp if timestamp >= 0 else None
-                    value = message.value
-                    if not send_now(topic, partition, found, value, headers, stamp):
-                        await batch.send(
-                            topic,
-                            key=found,
-                            value=value,
-                            headers=headers,
-                            timestamp_ms=stamp,
-                            partition=partition,
+            async for start, stop in batch.spans():
+                i = start
+                while i < stop:
+                    # The run of records from i decided by their id alone: handle() and
+                    # _decide() for them, in one decide_span. No strategy headers, so the
+                    # default strategy, no source scope and the default window start; Kafka
+                    # time (the scan's condition).
+                    run_ids: list[bytes] = []
+                    times: list[int] = []
+                    j = i
+                    while j < stop:
+                        message = messages[j]
+                        found = ids[j]
+                        headers = message.headers
+                        if (
+                            found is None
+                            or not inline
+                            or message.key != found
+                            or homes[j] != partition
+                            or (headers and read_meta(headers) is not NO_META)
+                        ):
+                            break
+                        run_ids.append(found)
+                        timestamp = message.timestamp
+                        times.append(timestamp if timestamp >= 0 else 0)
+                        j += 1
+                    if run_ids:
+                        verdicts = decide_span(run_ids, times, partition, last_seen)
+                        out: list[Record] = []  # the run's first sightings, sent together
+                        for k, verdict in enumerate(verdicts, i):
+                            if verdict is _REPEAT:
+                                repeats += 1
+                                continue
+                            message = messages[k]
+                            if verdict is _REUSED:
+                                await send_records(topic, partition, out)  # in order
+                                forwarded += len(out)
+                                out = []
+                                outcome = await self._reused(batch, message, record_ms(message))
+                                outcomes[outcome] += 1
+                                continue
+                            timestamp = message.timestamp
+                            stamp = timestamp if timestamp >= 0 else None
+                            out.append((stamp, ids[k], message.value, message.headers))
+                        await send_records(topic, partition, out)
+                        forwarded += len(out)
+                    if j < stop:  # the record that ended the run: the whole way
+                        message = messages[j]
+                        outcome = await handle(
+                            batch, message, record_ms(message), homes[j], tally, ids[j]
                         )
-                    forwarded += 1
+                        outcomes[outcome] += 1
+                        j += 1
+                    i = j
         finally:
-            # Counted as handle()'s outcomes are, record by record, even when the batch
-            # ends in an error.
+            # Counted as far as the batch got (sends as they were handed to the batch), even
+            # when it ends in an error.
             outcomes[RecordOutcome.FORWARDED] += forwarded
             outcomes[RecordOutcome.DUPLICATE] += repeats
 

@@ -218,6 +218,42 @@ impl BatchBuilder {
         Ok(appended.then_some(true))
     }
 
+    /// Append ``records[start:]``, each a ``(timestamp, key, value, headers)`` tuple, as
+    /// :meth:`append` appends them one by one (``timestamp``: ms, None for now; ``headers``: a
+    /// sequence of ``(str, bytes)`` pairs or None), until the batch refuses one: the index of
+    /// the first record not appended (``len(records)``: all were). The records a dedup span
+    /// forwards, in one call.
+    #[pyo3(signature = (records, start = 0))]
+    fn extend_records(&mut self, records: &Bound<'_, PyList>, start: usize) -> PyResult<usize> {
+        let end = records.len();
+        if self.closed {
+            return Ok(start.min(end));
+        }
+        const SHAPE: &str = "a record must be a (timestamp, key, value, headers) tuple";
+        for i in start..end {
+            let item = records.get_item(i)?;
+            let record = item
+                .cast::<PyTuple>()
+                .map_err(|_| PyTypeError::new_err(SHAPE))?;
+            if record.len() != 4 {
+                return Err(PyTypeError::new_err(SHAPE));
+            }
+            let timestamp: Option<i64> = record.get_item(0)?.extract()?;
+            let key = record.get_item(1)?;
+            let value = record.get_item(2)?;
+            let headers = record.get_item(3)?;
+            if !self.append_record(
+                timestamp.unwrap_or_else(now_ms),
+                bytes_arg("key", &key)?,
+                bytes_arg("value", &value)?,
+                Some(&headers),
+            )? {
+                return Ok(i);
+            }
+        }
+        Ok(end)
+    }
+
     /// Append ``records[start:]``, each a ``(key, value)`` pair without headers, as
     /// :meth:`append` appends them one by one (``timestamp``: ms, None for now, taken once),
     /// until the batch refuses one: the index of the first record not appended

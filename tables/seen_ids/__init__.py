@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tables.age_out import AgeOut, PartitionState, load_state
 from tables.seen_ids.store import SeenIdsStore
 from tables.seen_ids.table import SeenIdsSettings
@@ -84,60 +86,93 @@ class SeenIds:
         sighting is stored (with ``content``, its hash, when given), a repeat counted (only
         with ``count_repeats``) and, with ``last_seen``, its clock re-armed, a reuse left as it
         is. An entry first seen before the cutoff is absent. ``partition``: the record's
-        (passed in, never read from the table's context)."""
+        (passed in, never read from the table's context). Age-out is the caller's next step
+        (:meth:`age_out`)."""
+        return self.decide_span((id_bytes,), (record_ms,), partition, last_seen, content, False)[0]
+
+    def decide_span(
+        self,
+        ids: Sequence[bytes],
+        times: Sequence[int],
+        partition: int,
+        last_seen: bool = False,
+        content: bytes = b"",
+        age: bool = True,
+    ) -> list[Verdict]:
+        """:meth:`decide` each of ``ids`` (records of ``partition`` in offset order, at
+        ``times``, all with ``content``) and, with ``age``, :meth:`age_out` after each, as a
+        record at a time would: the verdicts, in order. The dedup loop's span of records
+        decided by id, in one call: the decision runs here for every record, without a call
+        per record for it or for age-out's check."""
         table = self.table
-        rearmed = False
-        raw = table.lookup(id_bytes, partition)
+        lookup, put = table.lookup, table.put
+        generations = self._generations
         live = self._live.get(partition)
-        if live is None or live.generation != self._generations.get(partition, 0):
+        if live is None or live.generation != generations.get(partition, 0):
             live = self._state(partition)
-        slot_ms, block = self.slot_ms, self.block
+        slot_ms, block, window_ms = self.slot_ms, self.block, self.window_ms
+        count_repeats = self.count_repeats
+        age_run = self.aging.run
         counts = live.counts
-        if raw is not None:
-            # The held entry's fields read from its bytes: no Entry per held id (the decision
-            # of every repeat).
-            old_ms, old_seq = sighting_of(raw)
-            old_rank = (old_ms - old_ms % slot_ms, old_seq // block)
-            if old_rank >= live.cutoff:
-                held_content = raw[CONTENT]
-                verdict = judge_held(old_ms, held_content, record_ms, self.window_ms, content)
-                if verdict is _REPEAT:
-                    if not (last_seen and rearms(old_ms, record_ms, last_seen)):
-                        if self.count_repeats:
-                            table.put(id_bytes, repeated_entry(raw), partition)
-                        return verdict
-                    # Re-armed: stored again with the record's time, still a repeat.
-                    rearmed = True
-                    repeats = int.from_bytes(raw[REPEATS], "big") + 1 if self.count_repeats else 0
-                    content = held_content
-                elif verdict is _REUSED:
-                    return verdict
+        delta = counts.delta
+        verdicts: list[Verdict] = []
+        for id_bytes, record_ms in zip(ids, times, strict=True):
+            raw = lookup(id_bytes, partition)
+            if raw is not None:
+                # The held entry's fields read from its bytes: no Entry per held id (the
+                # decision of every repeat).
+                old_ms, old_seq = sighting_of(raw)
+                old_rank = (old_ms - old_ms % slot_ms, old_seq // block)
+                if old_rank >= live.cutoff:
+                    held_content = raw[CONTENT]
+                    verdict = judge_held(old_ms, held_content, record_ms, window_ms, content)
+                    if verdict is _REPEAT:
+                        if not (last_seen and rearms(old_ms, record_ms, last_seen)):
+                            if count_repeats:
+                                put(id_bytes, repeated_entry(raw), partition)
+                            verdicts.append(_REPEAT)
+                            if age:
+                                age_run(partition, live, record_ms)
+                            continue
+                        # Re-armed: stored again with the record's time, still a repeat.
+                        repeats = int.from_bytes(raw[REPEATS], "big") + 1 if count_repeats else 0
+                        stored_content = held_content
+                    elif verdict is _REUSED:
+                        verdicts.append(_REUSED)
+                        if age:
+                            age_run(partition, live, record_ms)
+                        continue
+                    else:
+                        repeats, stored_content = 0, content
                 else:
-                    repeats = 0
+                    live.below -= 1
+                    repeats, stored_content = 0, content
+                    verdict = _FIRST
+                counts.add(old_rank, -1)
             else:
-                live.below -= 1
-                repeats = 0
-            counts.add(old_rank, -1)
-        else:
-            live.held_delta += 1
-            repeats = 0
-        # Stream time is the newest first sighting (or re-arm) held: derived from the state
-        # alone, so a worker restarted from the changelog ages out exactly as the live one did.
-        if record_ms > live.stream_ms:
-            live.stream_ms = record_ms
-        seq = live.next_seq
-        if seq is None:
-            seq = self.store.summary(partition).next_seq
-        live.next_seq = seq + 1
-        stored_seq = seq - seq % block  # tables.window.block_start, inline: per first sighting
-        table.put(id_bytes, encode_entry(record_ms, stored_seq, repeats, content), partition)
-        rank = (record_ms - record_ms % slot_ms, seq // block)
-        delta = counts.delta  # counts.add(rank, 1), inline: once per first sighting
-        delta[rank] = delta.get(rank, 0) + 1
-        counts.delta_total += 1
-        if rank < live.cutoff:
-            live.below += 1  # later than the allowed lateness: held only until the sweep
-        return _REPEAT if rearmed else _FIRST
+                live.held_delta += 1
+                repeats, stored_content = 0, content
+                verdict = _FIRST
+            # Stream time is the newest first sighting (or re-arm) held: derived from the state
+            # alone, so a worker restarted from the changelog ages out exactly as the live one
+            # did.
+            if record_ms > live.stream_ms:
+                live.stream_ms = record_ms
+            seq = live.next_seq
+            if seq is None:
+                seq = self.store.summary(partition).next_seq
+            live.next_seq = seq + 1
+            stored_seq = seq - seq % block  # tables.window.block_start, inline
+            put(id_bytes, encode_entry(record_ms, stored_seq, repeats, stored_content), partition)
+            rank = (record_ms - record_ms % slot_ms, seq // block)
+            delta[rank] = delta.get(rank, 0) + 1  # counts.add(rank, 1), inline
+            counts.delta_total += 1
+            if rank < live.cutoff:
+                live.below += 1  # later than the allowed lateness: held only until the sweep
+            verdicts.append(verdict)
+            if age:
+                age_run(partition, live, record_ms)
+        return verdicts
 
     def age_out(self, record_ms: int, partition: int) -> int:
         """Age out after the record's decision (``tables/age_out.py``): how many ids went."""

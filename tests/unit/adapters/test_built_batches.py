@@ -20,6 +20,7 @@ from adapters.aiokafka_privates import source_hash
 from adapters.built_batches import (
     MESSAGE_BATCH_PINNED_SOURCES,
     append_pairs,
+    append_records,
     batch_maker,
     is_native,
 )
@@ -162,6 +163,76 @@ def test_pairs_appended_in_one_call_are_the_records_appended_one_by_one(
         theirs.size(),
         theirs.closed(),
     )
+
+
+whole_records = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=2**42),
+        st.none() | st.binary(max_size=40),
+        payloads,
+        # As the dedup loop hands them over: a fetched record's tuple, a list, or none.
+        st.none() | headers.map(tuple) | headers,
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batch_size=st.integers(min_value=61, max_value=3_000),
+    before=st.lists(st.tuples(st.binary(max_size=40), payloads), max_size=3),
+    records=whole_records,
+    start=st.integers(min_value=0, max_value=5),
+)
+def test_records_appended_in_one_call_are_the_records_appended_one_by_one(
+    batch_size: int,
+    before: list[tuple[bytes, bytes | None]],
+    records: list[Any],
+    start: int,
+) -> None:
+    """``append_records`` (a dedup span's first sightings in one call: the native builder's
+    ``extend_records``) against aiokafka's builder taking the same records one ``append``
+    each: the same index where the batch refused one, the same counts, sizes and closed state,
+    the same bytes. On aiokafka's builder, ``append_records`` gives the same answers too."""
+    start = min(start, len(records))
+    ours = batch_maker(dedupe_native, batch_size, 0)()
+    theirs = batch_maker(None, batch_size, 0)()
+    fallback = batch_maker(None, batch_size, 0)()
+    for key, value in before:
+        record = {"timestamp": 7, "key": key, "value": value, "headers": []}
+        taken = theirs.append(**record) is not None
+        assert (ours.append(**record) is not None) is taken
+        assert (fallback.append(**record) is not None) is taken
+    stop = len(records)
+    for i in range(start, len(records)):
+        timestamp, key, value, hdrs = records[i]
+        record = {"timestamp": timestamp, "key": key, "value": value, "headers": list(hdrs or [])}
+        if theirs.append(**record) is None:
+            stop = i
+            break
+    assert append_records(ours, records, start) == stop
+    assert append_records(fallback, records, start) == stop
+    for built in (ours, fallback):
+        assert (built.record_count(), built.size(), built.closed()) == (
+            theirs.record_count(),
+            theirs.size(),
+            theirs.closed(),
+        )
+    if ours.record_count():
+        for built in (ours, fallback, theirs):
+            built._set_producer_state(1, 0, 0)
+        assert ours._build() == bytes(theirs._build()) == bytes(fallback._build())
+
+
+def test_append_records_takes_the_time_of_now_and_refuses_what_is_not_a_record() -> None:
+    ours = batch_maker(dedupe_native, 1_000, 0)()
+    before = int(time.time() * 1000)
+    assert append_records(ours, [(None, b"k", b"v", None)]) == 1
+    built = list(DefaultRecordBatch(ours._build()))  # type: ignore[call-overload]
+    assert before <= built[0].timestamp <= int(time.time() * 1000)
+    bad = batch_maker(dedupe_native, 1_000, 0)()
+    with pytest.raises(TypeError, match="timestamp, key, value, headers"):
+        bad.extend_records([(b"k", b"v")])
 
 
 def test_append_pairs_takes_the_time_of_now_and_refuses_what_is_not_a_pair() -> None:

@@ -1,5 +1,5 @@
 """The exactly-once worker's batch path, in memory: which records of a batch count as processed
-(``TaskBatch.records``), the commit's check of the sends (``delivered``), and the partition a
+(``TaskBatch.spans``), the commit's check of the sends (``delivered``), and the partition a
 table write goes to while a batch is processed. The consumer side and the whole path on a real
 broker are covered by tests/integration and tests/faults (every exactly-once worker runs it)."""
 
@@ -17,6 +17,7 @@ from aiokafka.structs import TopicPartition
 
 from app.eos import (
     GAP_POLL,
+    YIELD_EVERY,
     BrokerReader,
     Task,
     TaskBatch,
@@ -35,7 +36,7 @@ class Msg:
 
 
 class FakeManager:
-    """What ``TaskBatch.records`` reads of the manager: the app's flow and generation, the
+    """What ``TaskBatch.spans`` reads of the manager: the app's flow and generation, the
     broker's answer about gaps and the first-offset log."""
 
     def __init__(self, gaps: dict[int, bool] | None = None) -> None:
@@ -65,70 +66,170 @@ def batch(
 TP = TopicPartition("events", 3)
 
 
-async def test_a_record_counts_once_the_loop_body_finished() -> None:
+async def processed(b: TaskBatch, offsets: list[int]) -> list[int]:
+    """The offsets of the records ``b.spans()`` gives of a batch of ``offsets``, in order."""
+    return [offsets[i] async for start, stop in b.spans() for i in range(start, stop)]
+
+
+async def test_a_span_counts_once_the_loop_body_finished() -> None:
     task, b = batch(FakeManager(), [10, 11, 12])
-    seen = []
-    async for m in b.records():
-        # while the body runs, the record's offset is not in the transaction yet
-        assert task.offsets.get(TP, 10) == m.offset
-        seen.append(m.offset)
-    assert seen == [10, 11, 12]
+    spans = []
+    async for start, stop in b.spans():
+        # while the body runs, the span's offsets are not in the transaction yet
+        assert task.offsets.get(TP, 10) == 10 + start
+        spans.append((start, stop))
+    assert spans == [(0, 3)]
     assert task.offsets[TP] == task.positions[TP] == 13
     assert task.records == 3
     assert TP in task.delivered_at
 
 
-async def test_a_body_that_raises_leaves_the_record_out() -> None:
-    task, b = batch(FakeManager(), [10, 11, 12])
+async def test_a_span_holds_consecutive_offsets_and_at_most_yield_every_records() -> None:
+    offsets = [*range(0, 300), *range(301, 305), 310]
+    manager = FakeManager(gaps={301: True, 310: True})
+    task, b = batch(manager, offsets)
+    spans = [(start, stop) async for start, stop in b.spans()]
+    assert spans == [(0, YIELD_EVERY), (YIELD_EVERY, 300), (300, 304), (304, 305)]
+    assert manager.asked == [301, 310]
+    assert task.records == 305
+    assert task.offsets[TP] == 311
+
+
+async def test_a_body_that_raises_leaves_its_span_out() -> None:
+    offsets = [*range(0, YIELD_EVERY), *range(YIELD_EVERY, YIELD_EVERY + 3)]
+    task, b = batch(FakeManager(), offsets)
     with pytest.raises(RuntimeError):
-        async for m in b.records():
-            if m.offset == 11:
-                raise RuntimeError("record 11 failed")
-    assert task.offsets[TP] == 11  # 10 processed, 11 not
-    assert task.records == 1
+        async for start, _ in b.spans():
+            if start == YIELD_EVERY:
+                raise RuntimeError("the second span failed")
+    assert task.offsets[TP] == YIELD_EVERY  # the first span processed, the second not
+    assert task.records == YIELD_EVERY
 
 
 async def test_records_delivered_again_are_skipped() -> None:
-    task, b = batch(FakeManager(), [10, 11, 11, 12, 9])
+    offsets = [10, 11, 11, 12, 9]
+    task, b = batch(FakeManager(), offsets)
     task.positions[TP] = 11  # 10 was processed in an earlier batch
-    assert [m.offset async for m in b.records()] == [11, 12]
+    assert await processed(b, offsets) == [11, 12]
     assert task.records == 2
     assert task.offsets[TP] == task.positions[TP] == 13
+
+
+async def test_offsets_out_of_order_end_a_span() -> None:
+    """Offsets whose ends are as far apart as a run's (10 ... 13 over four records) but not
+    consecutive on the way: each out-of-order one is skipped, never taken into a span."""
+    offsets = [10, 12, 11, 13]
+    task, b = batch(FakeManager(gaps={12: True}), offsets)
+    assert await processed(b, offsets) == [10, 12, 13]
+    assert task.offsets[TP] == 14
 
 
 async def test_a_gap_is_asked_about_and_the_answer_decides() -> None:
     manager = FakeManager(gaps={12: True, 20: False})
     task, b = batch(manager, [10, 12, 20])
-    assert [m.offset async for m in b.records()] == [10, 12]
+    assert await processed(b, [10, 12, 20]) == [10, 12]
     assert manager.asked == [12, 20]
     assert task.records == 2
     assert task.offsets[TP] == 13
 
 
-async def test_a_stopped_flow_or_a_new_generation_ends_the_batch() -> None:
+async def test_a_stopped_flow_or_a_new_generation_ends_the_batch_after_the_span() -> None:
     manager = FakeManager()
-    task, b = batch(manager, [10, 11, 12])
+    offsets = list(range(10, 10 + YIELD_EVERY + 2))
+    task, b = batch(manager, offsets)
     got = []
-    async for m in b.records():
-        got.append(m.offset)
-        manager.flow = False  # a rebalance began while record 10 was processed
-    assert got == [10]
-    assert task.offsets[TP] == 11
+    async for start, stop in b.spans():
+        got.append((start, stop))
+        manager.flow = False  # a rebalance began while the first span was processed
+    assert got == [(0, YIELD_EVERY)]  # the span finished, nothing after it
+    assert task.offsets[TP] == 10 + YIELD_EVERY
 
     manager = FakeManager()
     manager.app.consumer_generation_id = 2
     task, b = batch(manager, [10, 11], generation_id=1)
-    assert [m async for m in b.records()] == []
+    assert await processed(b, [10, 11]) == []
     assert task.offsets == {}
 
 
-async def test_a_task_that_stopped_processes_nothing_more() -> None:
-    task, b = batch(FakeManager(), [10, 11])
+async def test_a_new_generation_seen_after_a_gap_check_ends_the_batch() -> None:
+    manager = FakeManager(gaps={12: True})
+    task, b = batch(manager, [10, 12, 13])
     got = []
-    async for m in b.records():
-        got.append(m.offset)
+    async for start, stop in b.spans():
+        got.append((start, stop))
+        manager.app.consumer_generation_id = 2  # the group rebalanced meanwhile
+    assert got == [(0, 1)]
+    assert manager.asked == []  # not even asked: checked before the span after
+    assert task.offsets[TP] == 11
+
+
+async def test_a_task_that_stopped_processes_nothing_more() -> None:
+    offsets = list(range(10, 10 + YIELD_EVERY + 1))
+    task, b = batch(FakeManager(), offsets)
+    got = []
+    async for start, stop in b.spans():
+        got.append((start, stop))
         task.state = TaskState.FENCED
-    assert got == [10]
+    assert got == [(0, YIELD_EVERY)]
+
+
+class BatchProducer:
+    """The producer as the task's collector uses it (``create_batch``, ``send_batch``), at the
+    client boundary: batches of ``batch_size`` bytes by ``make``, each handed over recorded."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+        self.handed: list[Any] = []
+
+    def create_batch(self) -> Any:
+        return self.make()
+
+    async def send_batch(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+        self.handed.append(builder)
+        return asyncio.get_running_loop().create_future()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "aiokafka"])
+async def test_records_sent_together_fill_the_batches_a_send_each_fills(native: bool) -> None:
+    """``TaskTransaction.send_records`` (a dedup span's first sightings) against ``send`` one
+    record at a time: the same batches, cut at the same records, with the same bytes, on the
+    native builder and on aiokafka's; a batch already open takes the first of them."""
+    import dedupe_native
+
+    from adapters.built_batches import batch_maker
+    from app.eos import TaskTransaction
+
+    make = batch_maker(dedupe_native if native else None, 1_000, 0)
+    records = [
+        (1_700_000_000_000 + n, f"k{n}".encode(), b"v" * (n % 90), (("h", b"x"),) if n % 3 else ())
+        for n in range(120)
+    ]
+    built = []
+    for together in (True, False):
+        producer = BatchProducer(make)
+        task = Task(3, "txn-3", producer=producer)  # type: ignore[arg-type]
+        txn = TaskTransaction(task)
+        await txn.send("out", key=b"a", value=b"0", headers=None, partition=3, timestamp_ms=5)
+        if together:
+            await txn.send_records("out", 3, records[:70])
+            await txn.send_records("out", 3, [])
+            await txn.send_records("out", 3, records[70:])
+        else:
+            for timestamp, key, value, headers in records:
+                await txn.send(
+                    "out",
+                    key=key,
+                    value=value,
+                    headers=headers,
+                    partition=3,
+                    timestamp_ms=timestamp,
+                )
+        batches = [*producer.handed, *task.collector.open_batches().values()]
+        assert len(batches) > 3  # the records filled several
+        for batch in batches:
+            batch._set_producer_state(1, 0, 0)
+        built.append([bytes(batch._build()) for batch in batches])
+    assert built[0] == built[1]
 
 
 async def test_sends_join_the_open_batch_of_their_partition() -> None:

@@ -88,6 +88,24 @@ class FakeSeenIds:
         self.aged_at.append(record_ms)
         return 0
 
+    def decide_span(
+        self,
+        ids: list[bytes],
+        times: list[int],
+        partition: int,
+        last_seen: bool = False,
+        content: bytes = b"",
+        age: bool = True,
+    ) -> list[window.Verdict]:
+        # SeenIds.decide_span's contract (tests/unit/tables/seen_ids/test_decide_span.py holds
+        # the real one to it): decide, then age out, a record at a time.
+        verdicts = []
+        for key, ms in zip(ids, times, strict=True):
+            verdicts.append(self.decide(key, ms, partition, content, last_seen))
+            if age:
+                self.age_out(ms, partition)
+        return verdicts
+
 
 def event(mid: object) -> bytes:
     return json.dumps({"type": "track", "messageId": mid}).encode()
@@ -320,26 +338,25 @@ def test_the_scan_is_used_only_where_the_id_alone_decides() -> None:
 
 
 class FakeBatch(FakeTxn):
-    """``TaskBatch`` as ``handle_batch`` uses it: every record delivered, and an open output
-    batch that takes a record without awaiting unless ``full`` says it has no room (then the
-    record goes through ``send``, as the real batch opens a new one)."""
+    """``TaskBatch`` as ``handle_batch`` uses it: every record delivered, in spans; a span's
+    first sightings sent together (``send_records``; the real one, with the output batches it
+    fills, is in tests/unit/app/eos/test_batch_path.py)."""
 
-    def __init__(self, msgs: list[Msg], full: list[bool]) -> None:
+    def __init__(self, msgs: list[Msg]) -> None:
         super().__init__()
         self.msgs = msgs
-        self.full = full
-        self.refused = 0
+        self.sends = 0  # send_records calls
 
-    async def records(self):  # type: ignore[no-untyped-def]
-        for m in self.msgs:
-            yield m
+    async def spans(self):  # type: ignore[no-untyped-def]
+        # Spans of a few records each, as the real batch cuts them (at gaps and every
+        # YIELD_EVERY records): the loop must carry nothing over from one span to the next.
+        for start in range(0, len(self.msgs), 7):
+            yield start, min(start + 7, len(self.msgs))
 
-    def send_now(self, topic, partition, key, value, headers, timestamp_ms):  # type: ignore[no-untyped-def]
-        if self.full[len(self.sent) % len(self.full)]:
-            self.refused += 1
-            return False
-        self.sent.append(Sent(topic, key, value, list(headers or []), timestamp_ms, partition))
-        return True
+    async def send_records(self, topic, partition, records):  # type: ignore[no-untyped-def]
+        self.sends += 1
+        for timestamp_ms, key, value, headers in records:
+            self.sent.append(Sent(topic, key, value, list(headers or []), timestamp_ms, partition))
 
 
 class PrefetchingSeenIds(FakeSeenIds):
@@ -351,11 +368,11 @@ class PrefetchingSeenIds(FakeSeenIds):
         self.prefetched.append(ids)
 
 
-def by_batch(settings: Settings, msgs: list[Msg], full: list[bool]) -> tuple[object, ...]:
+def by_batch(settings: Settings, msgs: list[Msg]) -> tuple[object, ...]:
     """The batch as ``dedupe_batch`` hands it over: ``handle_batch`` with the native scan."""
     seen = PrefetchingSeenIds()
     dedup = Deduplicator(settings, seen, message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
-    batch = FakeBatch(msgs, full)
+    batch = FakeBatch(msgs)
     outcomes: Counter[str] = Counter()
     tally: Counter[tuple[str, str]] = Counter()
     asyncio.run(dedup.handle_batch(batch, msgs, outcomes, tally))  # type: ignore[arg-type]
@@ -431,68 +448,57 @@ def batches(draw: st.DrawFn) -> list[Msg]:
         {"DEDUPE_VERIFY_CONTENT": "true"},
     ],
 )
-@given(msgs=batches(), full=st.lists(st.booleans(), min_size=1, max_size=4))
+@given(msgs=batches())
 @hypothesis_settings(max_examples=60, deadline=None)
 def test_the_batch_path_decides_counts_and_sends_as_handle_does(
-    env: dict[str, str], msgs: list[Msg], full: list[bool]
+    env: dict[str, str], msgs: list[Msg]
 ) -> None:
     """Outcomes, per-strategy tallies, sends (topic, key, value, headers, timestamp,
     partition, in order), the table's first sightings and every age-out call: the same through
-    ``handle_batch`` (the scan, the inline path, output batches full at any point) as through
-    ``handle`` record by record with every value inspected."""
+    ``handle_batch`` (the scan, runs decided and sent together, spans) as through ``handle``
+    record by record with every value inspected."""
     settings = Settings.from_env({"DEDUPE_PARTITIONS": "8", **env})
-    assert by_batch(settings, msgs, full) == one_by_one(settings, msgs)
+    assert by_batch(settings, msgs) == one_by_one(settings, msgs)
 
 
 def test_the_batch_path_takes_placed_records_without_headers_inline() -> None:
-    """Where the inline path runs: a placed record without strategy headers goes to the open
-    output batch by ``send_now``, other headers kept; once the batch is full, by ``send``."""
+    """Where the inline path runs: placed records without strategy headers are decided as a
+    run and their first sightings sent in one ``send_records``, other headers kept."""
     msgs = [placed("m-1"), placed("m-1"), placed("m-2", headers=[("h", b"1")])]
     msgs = [m for m in msgs if m.partition == msgs[0].partition]
     for offset, m in enumerate(msgs):
         m.offset = offset
-    batch = FakeBatch(msgs, [False])
+    batch = FakeBatch(msgs)
     dedup = Deduplicator(SETTINGS, PrefetchingSeenIds(), message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
     outcomes: Counter[str] = Counter()
     asyncio.run(dedup.handle_batch(batch, msgs, outcomes, Counter()))  # type: ignore[arg-type]
     assert outcomes[RecordOutcome.FORWARDED] == len(msgs) - 1
     assert outcomes[RecordOutcome.DUPLICATE] == 1
-    assert batch.refused == 0
-    refusing = FakeBatch(msgs[:1], [True])
-    dedup = Deduplicator(SETTINGS, PrefetchingSeenIds(), message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
-    asyncio.run(dedup.handle_batch(refusing, msgs[:1], Counter(), Counter()))  # type: ignore[arg-type]
-    assert refusing.refused == 1
-    assert [s.key for s in refusing.sent] == [b"m-1"]
+    assert batch.sends == 1
+    assert [s.headers for s in batch.sent] == [[]] + [[("h", b"1")]] * (len(msgs) - 2)
 
 
 class FailingBatch(FakeBatch):
-    """An output batch that is always full, and a send that fails on its third call."""
+    """A batch whose second ``send_records`` fails (a transaction error)."""
 
-    def __init__(self, msgs: list[Msg]) -> None:
-        super().__init__(msgs, [True])
-
-    async def send(self, topic, *, key, value, headers, timestamp_ms, partition):  # type: ignore[no-untyped-def]
-        if self.refused >= 3:
+    async def send_records(self, topic, partition, records):  # type: ignore[no-untyped-def]
+        if self.sends == 1:
             raise RuntimeError("the transaction failed")
-        await super().send(
-            topic,
-            key=key,
-            value=value,
-            headers=headers,
-            timestamp_ms=timestamp_ms,
-            partition=partition,
-        )
+        await super().send_records(topic, partition, records)
 
 
-def test_a_batch_that_fails_midway_counts_what_it_decided_as_handle_does() -> None:
-    """The inline path counts its records as handle() does, each once decided, when a send
-    fails midway (the agent counts a batch whose transaction error it absorbs)."""
-    msgs = [placed(f"m-{n}") for n in range(40)]
+def test_a_batch_that_fails_midway_counts_what_it_decided_and_handed_over() -> None:
+    """When a send fails midway (the agent counts a batch whose transaction error it absorbs),
+    the inline path has counted each repeat once decided, as handle() does, and each first
+    sighting once its run's sends were handed to the batch: the failed run's first sightings
+    are not counted, as handle() counts no record whose send failed."""
+    msgs = [placed(f"m-{n}") for n in range(200)]
     msgs = [m for m in msgs if m.partition == msgs[0].partition]
-    msgs = [msgs[0], msgs[0], *msgs[1:]]  # a repeat before the failure
+    msgs = [msgs[0], msgs[0], *msgs[1:]]  # a repeat in the first span (of 7)
     msgs = [dataclasses.replace(m, offset=offset) for offset, m in enumerate(msgs)]
+    assert len(msgs) > 14
     dedup = Deduplicator(SETTINGS, PrefetchingSeenIds(), message_ids=dedupe_native.message_ids)  # type: ignore[arg-type]
     outcomes: Counter[str] = Counter()
     with pytest.raises(RuntimeError):
         asyncio.run(dedup.handle_batch(FailingBatch(msgs), msgs, outcomes, Counter()))  # type: ignore[arg-type]
-    assert +outcomes == Counter({RecordOutcome.FORWARDED: 2, RecordOutcome.DUPLICATE: 1})
+    assert +outcomes == Counter({RecordOutcome.FORWARDED: 6, RecordOutcome.DUPLICATE: 1})
