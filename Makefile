@@ -125,6 +125,13 @@ format: $(STAMP) ## Format and auto-fix
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The JVMs the tests start (brokers, controllers, Spark, the Kafka Streams contender) compile
+# with C1 alone (the java launcher reads JDK_JAVA_OPTIONS, and says so on stderr): each lives
+# for a tier or a test, and on two cores C2's compiler threads cost more CPU than the code they
+# speed up saves; `make test` is CPU-bound there, most of it in JVMs. Benchmarks and `make run`
+# keep the JDK's default. A JDK_JAVA_OPTIONS of your own is kept.
+test test-%: export JDK_JAVA_OPTIONS ?= -XX:TieredStopAtLevel=1
+
 # Each tier is its own pytest run; a tier with no test files yet is skipped, not failed.
 define pytest_tier
 	@if find $(1) -name 'test_*.py' | grep -q .; then \
