@@ -27,8 +27,8 @@ RECORD = st.tuples(st.sampled_from(IDS), st.integers(-3 * WINDOW_MS // 10, WINDO
 
 @st.composite
 def streams(draw: st.DrawFn) -> tuple[dict[str, str], list[list[tuple[bytes, int]]]]:
-    """Settings and the records in spans; each span ends in a commit or not (the next starts
-    in the same transaction)."""
+    """Settings and the records in spans (:func:`run` commits after every other span, so a
+    span starts in a fresh transaction or in the one before it)."""
     env = {
         "DEDUPE_MAX_IDS_PER_PARTITION": str(draw(st.sampled_from([4, 9, 1000]))),
         "DEDUPE_EVICTION_BATCH": str(draw(st.sampled_from([1, 64]))),
