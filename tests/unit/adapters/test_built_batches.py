@@ -39,6 +39,9 @@ records = st.lists(
     ),
     max_size=60,
 )
+batch_sizes = st.integers(min_value=61, max_value=3_000)
+#: Records a batch may hold already: (key, value) pairs.
+pairs_before = st.lists(st.tuples(st.binary(max_size=40), payloads), max_size=3)
 producer_states = st.tuples(
     st.integers(min_value=-1, max_value=2**40),
     st.integers(min_value=-1, max_value=2**15 - 1),
@@ -74,7 +77,7 @@ def fields(batch: DefaultRecordBatch) -> dict[str, Any]:
 @given(
     codec=st.sampled_from(sorted(CODECS)),
     transactional=st.booleans(),
-    batch_size=st.integers(min_value=61, max_value=3_000),
+    batch_size=batch_sizes,
     appends=records,
     state=producer_states,
 )
@@ -116,8 +119,8 @@ pairs = st.lists(st.tuples(st.binary(max_size=40), payloads), max_size=80)
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    batch_size=st.integers(min_value=61, max_value=3_000),
-    before=st.lists(st.tuples(st.binary(max_size=40), payloads), max_size=3),
+    batch_size=batch_sizes,
+    before=pairs_before,
     records=pairs,
     start=st.integers(min_value=0, max_value=5),
 )
@@ -179,8 +182,8 @@ whole_records = st.lists(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    batch_size=st.integers(min_value=61, max_value=3_000),
-    before=st.lists(st.tuples(st.binary(max_size=40), payloads), max_size=3),
+    batch_size=batch_sizes,
+    before=pairs_before,
     records=whole_records,
     start=st.integers(min_value=0, max_value=5),
 )
